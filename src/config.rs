@@ -1,0 +1,680 @@
+//! Plain option types with builders: sessions, acquires, describes, watches, backoff, nodes.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::NodeConfigProto;
+
+/// The longest session timeout YDB accepts (30 minutes).
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// The longest finite acquire timeout YDB accepts (1 day).
+pub const MAX_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest semaphore or owner data YDB accepts (1 MiB).
+pub const MAX_DATA_LEN: usize = 1024 * 1024;
+/// The longest semaphore name YDB accepts on create and update (1024 bytes).
+pub const MAX_NAME_LEN: usize = 1024;
+/// The longest session description YDB accepts (1024 bytes).
+pub const MAX_DESCRIPTION_LEN: usize = 1024;
+
+/// Options of a coordination session.
+///
+/// The defaults: timeout 10 s, a client ping every 2 s when nothing else arrives, the stream
+/// declared dead after 4 s of silence, lease tokens fired 1 s before the server could expire
+/// the session, reattach backoff from 50 ms to 1 s.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ydb_coordination::SessionOptions;
+///
+/// let opts = SessionOptions::new()
+///     .timeout(Duration::from_secs(30))
+///     .description("nightly-cleanup worker 7");
+/// assert_eq!(opts.get_timeout(), Duration::from_secs(30));
+/// assert_eq!(opts.get_ping_interval(), Duration::from_secs(6));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub(crate) timeout: Duration,
+    pub(crate) description: String,
+    pub(crate) ping_interval: Option<Duration>,
+    pub(crate) safety_margin: Option<Duration>,
+    pub(crate) backoff: Backoff,
+    pub(crate) stop_timeout: Duration,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) protection_key: Option<Vec<u8>>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            description: String::new(),
+            ping_interval: None,
+            safety_margin: None,
+            backoff: Backoff::default(),
+            stop_timeout: Duration::from_secs(2),
+            connect_timeout: None,
+            protection_key: None,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long the server keeps the session (and its semaphores) after losing contact with
+    /// this client; also the longest disconnection a lease survives. At most 30 minutes.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A free-form description the server stores with the session (at most 1024 bytes).
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// How often the client pings when nothing else arrives (default: timeout / 5). The
+    /// stream is declared dead after two intervals of silence and reattached.
+    pub fn ping_interval(mut self, interval: Duration) -> Self {
+        self.ping_interval = Some(interval);
+        self
+    }
+
+    /// How long before the server could expire the session the client gives up and fires
+    /// every lease token (default: timeout / 10). Covers clock-rate differences between the
+    /// machines and the time the holder needs to stop.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// The backoff between reattach attempts.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How long `close()` waits for the server to confirm the stop (default 2 s).
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+
+    /// How long creating the session may take, retries included (default: the session
+    /// timeout).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// The session timeout.
+    pub fn get_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The client ping interval in effect.
+    pub fn get_ping_interval(&self) -> Duration {
+        self.ping_interval
+            .unwrap_or(self.timeout / 5)
+            .max(Duration::from_millis(1))
+    }
+
+    /// The safety margin in effect.
+    pub fn get_safety_margin(&self) -> Duration {
+        self.safety_margin.unwrap_or(self.timeout / 10)
+    }
+
+    pub(crate) fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+            .unwrap_or(self.timeout)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Checks the options against YDB's limits.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.timeout > MAX_SESSION_TIMEOUT {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "session timeout {:?} exceeds the 30 minute limit",
+                    self.timeout
+                ),
+            ));
+        }
+        if self.timeout < Duration::from_millis(100) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("session timeout {:?} is below 100 ms", self.timeout),
+            ));
+        }
+        if self.description.len() > MAX_DESCRIPTION_LEN {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "session description exceeds 1024 bytes",
+            ));
+        }
+        if self.get_safety_margin() >= self.timeout {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "safety margin must be shorter than the session timeout",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Exponential backoff with full jitter: attempt `n` waits a random time in
+/// `[0, min(max, initial * 2^n)]`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ydb_coordination::Backoff;
+///
+/// let b = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+/// assert_eq!(b.ceiling(0), Duration::from_millis(50));
+/// assert_eq!(b.ceiling(3), Duration::from_millis(400));
+/// assert_eq!(b.ceiling(10), Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
+impl Backoff {
+    /// Backoff from `initial`, doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max: max.max(initial),
+        }
+    }
+
+    /// The upper bound of the wait before attempt `attempt` (0-based).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+
+    /// The wait before attempt `attempt`, given a uniform random number in `[0, 1)`.
+    pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+        self.ceiling(attempt).mul_f64(unit.clamp(0.0, 1.0))
+    }
+}
+
+/// Options of an acquire.
+///
+/// The defaults: count 1, not ephemeral, no data, wait forever.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ydb_coordination::AcquireOptions;
+///
+/// let exclusive = AcquireOptions::exclusive().ephemeral(true);
+/// assert_eq!(exclusive.get_count(), u64::MAX);
+/// let try_shared = AcquireOptions::shared().timeout(Duration::ZERO);
+/// assert_eq!(try_shared.get_count(), 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    pub(crate) count: u64,
+    pub(crate) ephemeral: bool,
+    pub(crate) data: Vec<u8>,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            ephemeral: false,
+            data: Vec::new(),
+            timeout: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Count 1, wait forever.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Acquire `count` tokens (at least 1, at most the semaphore's limit).
+    pub fn count(mut self, count: u64) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// All tokens (`count = u64::MAX`): what YDB's lock idiom uses for an exclusive lock on an
+    /// ephemeral semaphore. On a persistent semaphore use `count(limit)` instead.
+    pub fn exclusive() -> Self {
+        Self::default().count(u64::MAX)
+    }
+
+    /// One token: a shared lock.
+    pub fn shared() -> Self {
+        Self::default().count(1)
+    }
+
+    /// Use (and create on first acquire) an ephemeral semaphore, deleted when its last
+    /// owner leaves.
+    pub fn ephemeral(mut self, ephemeral: bool) -> Self {
+        self.ephemeral = ephemeral;
+        self
+    }
+
+    /// Data stored with this owner (visible in describes; at most 1 MiB).
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// How long to wait in the queue: zero tries once, `None` (the default) waits forever.
+    /// At most one day.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Wait forever (the default).
+    pub fn wait_forever(mut self) -> Self {
+        self.timeout = None;
+        self
+    }
+
+    /// The count.
+    pub fn get_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The queue timeout, `None` for forever.
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The timeout in YDB's encoding: milliseconds, `u64::MAX` for forever.
+    pub(crate) fn timeout_millis(&self) -> u64 {
+        match self.timeout {
+            None => u64::MAX,
+            Some(t) => u64::try_from(t.as_millis()).unwrap_or(u64::MAX - 1),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.count == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "acquire count must be at least 1",
+            ));
+        }
+        if self.timeout.is_some_and(|t| t > MAX_ACQUIRE_TIMEOUT) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "acquire timeout exceeds one day (use wait_forever)",
+            ));
+        }
+        check_data(&self.data)
+    }
+}
+
+pub(crate) fn check_data(data: &[u8]) -> Result<()> {
+    if data.len() > MAX_DATA_LEN {
+        return Err(Error::new(ErrorKind::InvalidArgument, "data exceeds 1 MiB"));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "semaphore name exceeds 1024 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// What a describe returns besides the semaphore's own fields.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::DescribeOptions;
+///
+/// let opts = DescribeOptions::new().owners(true).waiters(true);
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DescribeOptions {
+    pub(crate) owners: bool,
+    pub(crate) waiters: bool,
+}
+
+impl DescribeOptions {
+    /// Neither owners nor waiters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Include the owners.
+    pub fn owners(mut self, yes: bool) -> Self {
+        self.owners = yes;
+        self
+    }
+
+    /// Include the waiters, in queue order.
+    pub fn waiters(mut self, yes: bool) -> Self {
+        self.waiters = yes;
+        self
+    }
+}
+
+/// What a watch reports changes of, and what each description includes.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::WatchOptions;
+///
+/// let opts = WatchOptions::owners_changes();
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchOptions {
+    pub(crate) data: bool,
+    pub(crate) owners: bool,
+    pub(crate) describe: DescribeOptions,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self {
+            data: true,
+            owners: true,
+            describe: DescribeOptions::new().owners(true),
+        }
+    }
+}
+
+impl WatchOptions {
+    /// Data and owner changes, owners included in each description.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only owner changes, owners included.
+    pub fn owners_changes() -> Self {
+        Self {
+            data: false,
+            ..Self::default()
+        }
+    }
+
+    /// Only data changes.
+    pub fn data_changes() -> Self {
+        Self {
+            owners: false,
+            describe: DescribeOptions::new(),
+            ..Self::default()
+        }
+    }
+
+    /// Report data changes.
+    pub fn data(mut self, yes: bool) -> Self {
+        self.data = yes;
+        self
+    }
+
+    /// Report owner changes.
+    pub fn owners(mut self, yes: bool) -> Self {
+        self.owners = yes;
+        self
+    }
+
+    /// What each description includes.
+    pub fn describe(mut self, describe: DescribeOptions) -> Self {
+        self.describe = describe;
+        self
+    }
+}
+
+/// Consistency mode of a coordination node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsistencyMode {
+    /// Not set: the server's default.
+    #[default]
+    Unset,
+    /// Through the durable log.
+    Strict,
+    /// May be answered from memory.
+    Relaxed,
+}
+
+impl ConsistencyMode {
+    fn to_proto(self) -> i32 {
+        match self {
+            Self::Unset => 0,
+            Self::Strict => 1,
+            Self::Relaxed => 2,
+        }
+    }
+
+    fn from_proto(v: i32) -> Self {
+        match v {
+            1 => Self::Strict,
+            2 => Self::Relaxed,
+            _ => Self::Unset,
+        }
+    }
+}
+
+/// Rate-limiter counters mode of a coordination node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RateLimiterCountersMode {
+    /// Not set: the server's default.
+    #[default]
+    Unset,
+    /// Aggregated counters.
+    Aggregated,
+    /// Detailed counters.
+    Detailed,
+}
+
+/// Configuration of a coordination node. Unset fields (`None`, `Unset`) keep the server's
+/// default on create and the current value on alter.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ydb_coordination::NodeConfig;
+///
+/// let config = NodeConfig::new().session_grace_period(Duration::from_secs(5));
+/// assert_eq!(config.session_grace_period, Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeConfig {
+    /// How often the node checks itself.
+    pub self_check_period: Option<Duration>,
+    /// Extra time sessions get after the node restarts.
+    pub session_grace_period: Option<Duration>,
+    /// Read consistency.
+    pub read_consistency_mode: ConsistencyMode,
+    /// Attach consistency.
+    pub attach_consistency_mode: ConsistencyMode,
+    /// Rate-limiter counters.
+    pub rate_limiter_counters_mode: RateLimiterCountersMode,
+}
+
+impl NodeConfig {
+    /// All unset.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the self-check period.
+    pub fn self_check_period(mut self, period: Duration) -> Self {
+        self.self_check_period = Some(period);
+        self
+    }
+
+    /// Sets the session grace period.
+    pub fn session_grace_period(mut self, period: Duration) -> Self {
+        self.session_grace_period = Some(period);
+        self
+    }
+
+    /// Sets the read consistency mode.
+    pub fn read_consistency_mode(mut self, mode: ConsistencyMode) -> Self {
+        self.read_consistency_mode = mode;
+        self
+    }
+
+    /// Sets the attach consistency mode.
+    pub fn attach_consistency_mode(mut self, mode: ConsistencyMode) -> Self {
+        self.attach_consistency_mode = mode;
+        self
+    }
+
+    /// Sets the rate-limiter counters mode.
+    pub fn rate_limiter_counters_mode(mut self, mode: RateLimiterCountersMode) -> Self {
+        self.rate_limiter_counters_mode = mode;
+        self
+    }
+
+    pub(crate) fn to_proto(&self) -> Result<NodeConfigProto> {
+        let millis = |d: Option<Duration>, what: &str| -> Result<u32> {
+            d.map_or(Ok(0), |d| {
+                u32::try_from(d.as_millis()).map_err(|_| {
+                    Error::new(ErrorKind::InvalidArgument, format!("{what} is too long"))
+                })
+            })
+        };
+        Ok(NodeConfigProto {
+            path: String::new(),
+            self_check_period_millis: millis(self.self_check_period, "self check period")?,
+            session_grace_period_millis: millis(self.session_grace_period, "grace period")?,
+            read_consistency_mode: self.read_consistency_mode.to_proto(),
+            attach_consistency_mode: self.attach_consistency_mode.to_proto(),
+            rate_limiter_counters_mode: match self.rate_limiter_counters_mode {
+                RateLimiterCountersMode::Unset => 0,
+                RateLimiterCountersMode::Aggregated => 1,
+                RateLimiterCountersMode::Detailed => 2,
+            },
+        })
+    }
+
+    pub(crate) fn from_proto(p: &NodeConfigProto) -> Self {
+        let millis = |v: u32| (v != 0).then(|| Duration::from_millis(u64::from(v)));
+        Self {
+            self_check_period: millis(p.self_check_period_millis),
+            session_grace_period: millis(p.session_grace_period_millis),
+            read_consistency_mode: ConsistencyMode::from_proto(p.read_consistency_mode),
+            attach_consistency_mode: ConsistencyMode::from_proto(p.attach_consistency_mode),
+            rate_limiter_counters_mode: match p.rate_limiter_counters_mode {
+                1 => RateLimiterCountersMode::Aggregated,
+                2 => RateLimiterCountersMode::Detailed,
+                _ => RateLimiterCountersMode::Unset,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_session_numbers() {
+        let o = SessionOptions::new();
+        assert_eq!(o.get_timeout(), Duration::from_secs(10));
+        assert_eq!(o.get_ping_interval(), Duration::from_secs(2));
+        assert_eq!(o.get_safety_margin(), Duration::from_secs(1));
+        assert_eq!(o.get_connect_timeout(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Backoff::default();
+        assert_eq!(b.ceiling(0), Duration::from_millis(50));
+        assert_eq!(b.ceiling(1), Duration::from_millis(100));
+        assert_eq!(b.ceiling(4), Duration::from_millis(800));
+        assert_eq!(b.ceiling(5), Duration::from_secs(1));
+        assert_eq!(b.ceiling(1000), Duration::from_secs(1));
+        assert_eq!(b.delay(2, 0.5), Duration::from_millis(100));
+        assert_eq!(b.delay(2, 7.0), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn acquire_timeout_encoding() {
+        assert_eq!(AcquireOptions::new().timeout_millis(), u64::MAX);
+        assert_eq!(
+            AcquireOptions::new()
+                .timeout(Duration::ZERO)
+                .timeout_millis(),
+            0
+        );
+        assert_eq!(
+            AcquireOptions::new()
+                .timeout(Duration::from_millis(1500))
+                .timeout_millis(),
+            1500
+        );
+    }
+
+    #[test]
+    fn invalid_options_are_rejected() {
+        let kind = |r: Result<()>| r.err().map(|e| e.kind());
+        assert_eq!(
+            kind(
+                SessionOptions::new()
+                    .timeout(Duration::from_secs(3600))
+                    .validate()
+            ),
+            Some(ErrorKind::InvalidArgument)
+        );
+        assert_eq!(
+            kind(AcquireOptions::new().count(0).validate()),
+            Some(ErrorKind::InvalidArgument)
+        );
+        assert_eq!(
+            kind(
+                AcquireOptions::new()
+                    .timeout(Duration::from_secs(2 * 86_400))
+                    .validate()
+            ),
+            Some(ErrorKind::InvalidArgument)
+        );
+        assert_eq!(kind(SessionOptions::new().validate()), None);
+    }
+
+    #[test]
+    fn node_config_round_trips() {
+        let c = NodeConfig::new()
+            .self_check_period(Duration::from_millis(1234))
+            .read_consistency_mode(ConsistencyMode::Strict);
+        let p = c.to_proto().ok();
+        assert_eq!(p.as_ref().map(NodeConfig::from_proto), Some(c));
+    }
+}

@@ -1,0 +1,340 @@
+//! An in-process emulator of YDB's coordination service.
+//!
+//! It serves the real gRPC protocol (`Ydb.Coordination.V1.CoordinationService` and
+//! `Ydb.Discovery.V1.DiscoveryService`) on a loopback TCP port, so this crate's client, the
+//! official `ydb` crate or any other YDB SDK can talk to it unchanged. Its semaphores, sessions,
+//! queues, watches, timeouts and status codes behave as a YDB coordination node's do; see the
+//! README's "Emulator" section for the few known differences (no ACLs, a single node).
+//!
+//! Time is `tokio::time`, so tests under `#[tokio::test(start_paused = true)]` see session and
+//! acquire timeouts fire deterministically.
+//!
+//! # Examples
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use ydb_coordination::emulator::Emulator;
+//!
+//! let emulator = Emulator::builder().database("/local").node("/local/app").start().await?;
+//! assert!(emulator.connection_string().starts_with("grpc://127.0.0.1:"));
+//! emulator.net().cut(); // every open connection breaks, as on a network failure
+//! emulator.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod net;
+mod service;
+pub(crate) mod state;
+mod world;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use self::net::Net;
+use self::service::{CoordinationService, DiscoveryService, Shared};
+use self::world::World;
+use crate::proto::NodeConfigProto;
+
+/// Namespace for [`Emulator::builder`]; a started emulator is an [`Emulator`] handle.
+///
+/// Dropping the handle without [`Emulator::shutdown`] also stops the server.
+#[derive(Debug)]
+pub struct Emulator {
+    shared: Arc<Shared>,
+    net: Arc<Net>,
+    addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Configures and starts an [`Emulator`].
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use ydb_coordination::emulator::Emulator;
+///
+/// let emulator = Emulator::builder()
+///     .database("/Root")
+///     .listen("127.0.0.1:0".parse().unwrap())
+///     .node("/Root/locks")
+///     .start()
+///     .await?;
+/// assert_eq!(emulator.database(), "/Root");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct EmulatorBuilder {
+    database: String,
+    listen: SocketAddr,
+    nodes: Vec<String>,
+}
+
+impl Default for EmulatorBuilder {
+    fn default() -> Self {
+        Self {
+            database: "/local".to_string(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            nodes: Vec::new(),
+        }
+    }
+}
+
+impl EmulatorBuilder {
+    /// The database the emulator serves (default `/local`); relative node paths are resolved
+    /// against the `x-ydb-database` header, or this when the header is absent.
+    pub fn database(mut self, database: impl Into<String>) -> Self {
+        let database = database.into();
+        self.database = if database.starts_with('/') {
+            database.trim_end_matches('/').to_string()
+        } else {
+            format!("/{}", database.trim_end_matches('/'))
+        };
+        self
+    }
+
+    /// The address to listen on (default `127.0.0.1:0`, a free loopback port).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// A coordination node to create at start, with the default config. Relative paths are
+    /// taken inside the database.
+    pub fn node(mut self, path: impl Into<String>) -> Self {
+        self.nodes.push(path.into());
+        self
+    }
+
+    /// Binds the listener and starts serving.
+    ///
+    /// # Errors
+    ///
+    /// The listener could not be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes starts nothing.
+    pub async fn start(self) -> io::Result<Emulator> {
+        let listener = TcpListener::bind(self.listen).await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let mut world = World::default();
+        for path in &self.nodes {
+            let path = if path.starts_with('/') {
+                path.clone()
+            } else {
+                format!("{}/{path}", self.database)
+            };
+            // A repeated path in the builder is harmless: the node already exists.
+            let _ = world.create_node(path, NodeConfigProto::default());
+        }
+        let shared = Arc::new(Shared {
+            database: self.database,
+            advertised: addr,
+            world: std::sync::Mutex::new(world),
+            changed: Notify::new(),
+            shutdown: shutdown.clone(),
+        });
+        let net = Arc::new(Net::new(shutdown.clone()));
+        let (conn_tx, conn_rx) = mpsc::unbounded_channel();
+        let accept = tokio::spawn(net::accept_loop(listener, net.clone(), conn_tx));
+        let timers = tokio::spawn(service::run_timers(shared.clone()));
+        let server = tonic::transport::Server::builder()
+            .add_service(CoordinationService(shared.clone()))
+            .add_service(DiscoveryService(shared.clone()))
+            .serve_with_incoming_shutdown(
+                UnboundedReceiverStream::new(conn_rx),
+                shutdown.clone().cancelled_owned(),
+            );
+        let server = tokio::spawn(async move {
+            if let Err(err) = server.await {
+                tracing::warn!(%err, "emulator server stopped");
+            }
+        });
+        Ok(Emulator {
+            shared,
+            net,
+            addr,
+            tasks: vec![accept, timers, server],
+        })
+    }
+}
+
+impl Emulator {
+    /// A builder with the defaults: database `/local`, a free loopback port, no nodes.
+    pub fn builder() -> EmulatorBuilder {
+        EmulatorBuilder::default()
+    }
+
+    /// The address the emulator listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The endpoint URL, `grpc://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("grpc://{}", self.addr)
+    }
+
+    /// The database path, e.g. `/local`.
+    pub fn database(&self) -> &str {
+        &self.shared.database
+    }
+
+    /// The connection string, `grpc://127.0.0.1:PORT/local`.
+    pub fn connection_string(&self) -> String {
+        format!("grpc://{}{}", self.addr, self.shared.database)
+    }
+
+    /// The network fault controls.
+    pub fn net(&self) -> NetFaults<'_> {
+        NetFaults { net: &self.net }
+    }
+
+    /// Simulates a restart of every coordination node's tablet: each open session stream gets
+    /// `failure{UNAVAILABLE}` and closes; all state is kept; every session is detached with
+    /// its timeout plus the node's grace period; the reattach sequence check is reset and
+    /// waiting acquires' timers restart with their full timeout.
+    pub fn restart(&self) {
+        self.shared.with_world(|w| w.restart(Instant::now()));
+    }
+
+    /// Ends a session now, as if its timeout had passed: its semaphores are released and its
+    /// stream (if attached) gets `failure{SESSION_EXPIRED}`. Returns whether it existed.
+    /// `node` is an absolute path or one relative to the database.
+    pub fn expire_session(&self, node: &str, session_id: u64) -> bool {
+        let path = self.absolute(node);
+        self.shared.with_world(|w| {
+            let Ok(state) = w.node_mut(&path) else {
+                return false;
+            };
+            let (found, effects) = state.expire_session(Instant::now(), session_id);
+            w.apply(effects);
+            found
+        })
+    }
+
+    /// The ids of the sessions that exist on a node (attached or not), ascending.
+    pub fn session_ids(&self, node: &str) -> Vec<u64> {
+        let path = self.absolute(node);
+        let world = self.shared.world();
+        let mut ids = world
+            .nodes
+            .get(&path)
+            .map(|n| n.session_ids())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The names of the semaphores that exist on a node (ephemeral ones included), sorted.
+    pub fn semaphore_names(&self, node: &str) -> Vec<String> {
+        let path = self.absolute(node);
+        let world = self.shared.world();
+        let mut names = world
+            .nodes
+            .get(&path)
+            .map(|n| n.semaphore_names())
+            .unwrap_or_default();
+        names.sort_unstable();
+        names
+    }
+
+    /// Stops serving: closes the listener and every connection, and waits for the tasks.
+    ///
+    /// # Cancel safety
+    ///
+    /// The server is stopped as soon as this is first polled; dropping the future only skips
+    /// waiting for the tasks to finish.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+
+    fn absolute(&self, node: &str) -> String {
+        if node.starts_with('/') {
+            node.trim_end_matches('/').to_string()
+        } else {
+            format!("{}/{}", self.shared.database, node.trim_end_matches('/'))
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}
+
+/// Network fault controls of an [`Emulator`], from [`Emulator::net`].
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use std::time::Duration;
+/// use ydb_coordination::emulator::Emulator;
+///
+/// let emulator = Emulator::builder().start().await?;
+/// emulator.net().stall();          // traffic stops, connections stay open
+/// emulator.net().resume();
+/// emulator.net().refuse_for(Duration::from_secs(1)); // new connections are dropped
+/// emulator.net().cut();            // open connections break
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct NetFaults<'a> {
+    net: &'a Net,
+}
+
+impl NetFaults<'_> {
+    /// Breaks every open connection at once (both sides see the TCP connection close).
+    /// Connections made afterwards work.
+    pub fn cut(&self) {
+        self.net.cut();
+    }
+
+    /// Stops moving bytes on every connection, current and new, without closing any; as a
+    /// network partition or a stalled router does. Undo with [`NetFaults::resume`].
+    pub fn stall(&self) {
+        self.net.set_stalled(true);
+    }
+
+    /// Ends a [`NetFaults::stall`]; bytes held back are delivered.
+    pub fn resume(&self) {
+        self.net.set_stalled(false);
+    }
+
+    /// Delays every chunk of bytes, both ways, by `delay` (zero turns it off).
+    pub fn delay(&self, delay: Duration) {
+        self.net.set_delay(delay);
+    }
+
+    /// Drops the next `count` new connections right after accepting them.
+    pub fn refuse_next(&self, count: u64) {
+        self.net.refuse_next(count);
+    }
+
+    /// Drops every new connection for the given time.
+    pub fn refuse_for(&self, duration: Duration) {
+        self.net.refuse_until(Instant::now() + duration);
+    }
+}

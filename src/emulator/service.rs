@@ -1,0 +1,517 @@
+//! The async shell: tonic services for `Ydb.Coordination.V1.CoordinationService` and
+//! `Ydb.Discovery.V1.DiscoveryService`, one task per `Session` stream (first-message checks,
+//! the server's ping cadence, dispatch into the state machine) and one timer task.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use prost::Message;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::{Request, Response, Status, Streaming};
+use ydb_grpc::ydb_proto::coordination::{
+    AlterNodeRequest, AlterNodeResponse, CreateNodeRequest, CreateNodeResponse,
+    DescribeNodeRequest, DescribeNodeResponse, DescribeNodeResult, DropNodeRequest,
+    DropNodeResponse,
+};
+use ydb_grpc::ydb_proto::discovery::{
+    EndpointInfo, ListEndpointsRequest, ListEndpointsResponse, ListEndpointsResult, WhoAmIRequest,
+    WhoAmIResponse, WhoAmIResult,
+};
+use ydb_grpc::ydb_proto::operations::Operation;
+use ydb_grpc::ydb_proto::scheme::{Entry, entry};
+
+use super::state::StreamId;
+use super::world::{AdminError, Outbound, World};
+use crate::proto::{self, SessionRequest, SessionResponse, StatusCode, session_request};
+
+/// Everything the services, the stream tasks and the handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) database: String,
+    pub(crate) advertised: std::net::SocketAddr,
+    pub(crate) world: std::sync::Mutex<World>,
+    /// Woken whenever state changed, so the timer task recomputes its deadline.
+    pub(crate) changed: Notify,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn world(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the world and wakes the timer task.
+    pub(crate) fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
+        let out = f(&mut self.world());
+        self.changed.notify_one();
+        out
+    }
+
+    /// A node path from a request: absolute, or relative to the request's database.
+    fn resolve(&self, database: Option<&str>, path: &str) -> String {
+        if path.starts_with('/') {
+            return path.trim_end_matches('/').to_string();
+        }
+        let db = database.unwrap_or(&self.database).trim_end_matches('/');
+        format!("{db}/{}", path.trim_end_matches('/'))
+    }
+}
+
+/// Fires expiry and waiter deadlines.
+pub(crate) async fn run_timers(shared: Arc<Shared>) {
+    loop {
+        let next = shared.world().next_deadline();
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = shared.changed.notified() => {}
+            _ = sleep => shared.world().advance(Instant::now()),
+        }
+    }
+}
+
+/// The server's ping period for a session timeout (YDB: `clamp(timeout / 3, 10 ms, 5 s)`).
+pub(crate) fn ping_period(timeout_millis: u64) -> Duration {
+    Duration::from_millis((timeout_millis / 3).clamp(10, 5_000))
+}
+
+fn database_of<T>(req: &Request<T>) -> Option<String> {
+    req.metadata()
+        .get("x-ydb-database")
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// One `Session` stream from first message to detach.
+async fn run_stream(
+    shared: Arc<Shared>,
+    database: Option<String>,
+    mut inbound: Streaming<SessionRequest>,
+    tx: mpsc::UnboundedSender<Outbound>,
+) {
+    let closed = shared.shutdown.child_token();
+    let id = shared.world().open_stream(tx.clone(), closed.clone());
+    let timeout_millis = tokio::select! {
+        _ = closed.cancelled() => None,
+        first = inbound.next() => start(&shared, database.as_deref(), id, first, &tx),
+    };
+    if let Some(timeout_millis) = timeout_millis {
+        serve_attached(
+            &shared,
+            id,
+            inbound,
+            &tx,
+            &closed,
+            ping_period(timeout_millis),
+        )
+        .await;
+    }
+    shared.with_world(|w| w.close_stream(Instant::now(), id));
+}
+
+/// Handles the first message; returns the session timeout when the session is attached.
+fn start(
+    shared: &Shared,
+    database: Option<&str>,
+    id: StreamId,
+    first: Option<Result<SessionRequest, Status>>,
+    tx: &mpsc::UnboundedSender<Outbound>,
+) -> Option<u64> {
+    let Some(Ok(first)) = first else {
+        return None;
+    };
+    let Some(session_request::Request::SessionStart(start)) = first.request else {
+        let _ = tx.send(Outbound::Status(Status::invalid_argument(
+            "First message must be a SessionStart",
+        )));
+        return None;
+    };
+    if start.path.is_empty() {
+        let _ = tx.send(Outbound::Message(proto::failure(
+            StatusCode::BadRequest,
+            "KesusPath cannot be empty",
+        )));
+        return None;
+    }
+    let path = shared.resolve(database, &start.path);
+    shared.with_world(|world| {
+        let now = Instant::now();
+        let Ok(node) = world.node_mut(&path) else {
+            let _ = tx.send(Outbound::Message(proto::failure(
+                StatusCode::NotFound,
+                "Kesus not found",
+            )));
+            return None;
+        };
+        let (session, effects) = node.attach(now, id, &start);
+        if session.is_some() {
+            if let Some(slot) = world.streams.get_mut(&id) {
+                slot.node = Some(path.clone());
+            }
+        }
+        world.apply(effects);
+        session.map(|_| {
+            // The first ping follows `session_started` at once; it is sent by the stream
+            // loop before it waits for anything.
+            start.timeout_millis
+        })
+    })
+}
+
+/// Serves an attached stream: requests, our pings, the client's pings and pongs.
+async fn serve_attached(
+    shared: &Shared,
+    id: StreamId,
+    mut inbound: Streaming<SessionRequest>,
+    tx: &mpsc::UnboundedSender<Outbound>,
+    closed: &CancellationToken,
+    period: Duration,
+) {
+    let fail = |status: StatusCode, message: &str| {
+        let _ = tx.send(Outbound::Message(proto::failure(status, message)));
+    };
+    let mut outstanding = send_ping(tx);
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            biased;
+            _ = closed.cancelled() => return,
+            _ = tick.tick() => {
+                if outstanding != 0 {
+                    fail(StatusCode::Timeout, "Ping timeout");
+                    return;
+                }
+                outstanding = send_ping(tx);
+            }
+            msg = inbound.next() => {
+                let Some(Ok(msg)) = msg else { return };
+                use session_request::Request as R;
+                match msg.request {
+                    None => return fail(StatusCode::BadRequest, "Empty request"),
+                    Some(R::Ping(p)) => {
+                        let _ = tx.send(Outbound::Message(proto::response(
+                            proto::session_response::Response::Pong(
+                                proto::session_response::PingPong { opaque: p.opaque },
+                            ),
+                        )));
+                    }
+                    Some(R::Pong(p)) => {
+                        if p.opaque != outstanding {
+                            return fail(StatusCode::BadRequest, "Pong data mismatch");
+                        }
+                        outstanding = 0;
+                    }
+                    Some(R::SessionStart(_)) => {
+                        return fail(StatusCode::BadRequest, "Session cannot be started twice");
+                    }
+                    Some(
+                        R::Unsupported5(_)
+                        | R::Unsupported6(_)
+                        | R::Unsupported13(_)
+                        | R::Unsupported14(_)
+                        | R::Unsupported15(_),
+                    ) => return fail(StatusCode::BadRequest, "Unimplemented request"),
+                    Some(req) => shared.with_world(|world| {
+                        let node = world.streams.get(&id).and_then(|s| s.node.clone());
+                        let effects = match node.and_then(|p| world.nodes.get_mut(&p)) {
+                            Some(node) => node.request(Instant::now(), id, req),
+                            None => {
+                                // The node was dropped under the stream.
+                                fail(StatusCode::Unavailable, "Link failure");
+                                closed.cancel();
+                                Vec::new()
+                            }
+                        };
+                        world.apply(effects);
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// Sends a server ping with a random non-zero opaque and returns the opaque.
+fn send_ping(tx: &mpsc::UnboundedSender<Outbound>) -> u64 {
+    let opaque = rand::random::<u64>().max(1);
+    let _ = tx.send(Outbound::Message(proto::response(
+        proto::session_response::Response::Ping(proto::session_response::PingPong { opaque }),
+    )));
+    opaque
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionResponse, Status>> + Send + 'static>>;
+
+/// The coordination service.
+#[derive(Debug, Clone)]
+pub(crate) struct CoordinationService(pub(crate) Arc<Shared>);
+
+/// The discovery service.
+#[derive(Debug, Clone)]
+pub(crate) struct DiscoveryService(pub(crate) Arc<Shared>);
+
+impl NamedService for CoordinationService {
+    const NAME: &'static str = "Ydb.Coordination.V1.CoordinationService";
+}
+
+impl NamedService for DiscoveryService {
+    const NAME: &'static str = "Ydb.Discovery.V1.DiscoveryService";
+}
+
+/// Wraps a handler closure as a tonic unary service.
+#[derive(Clone)]
+struct Unary<F>(F);
+
+impl<F, Req, Resp> tonic::server::UnaryService<Req> for Unary<F>
+where
+    F: FnMut(Request<Req>) -> Result<Response<Resp>, Status>,
+    Resp: Send + 'static,
+{
+    type Response = Resp;
+    type Future = std::future::Ready<Result<Response<Resp>, Status>>;
+
+    fn call(&mut self, request: Request<Req>) -> Self::Future {
+        std::future::ready((self.0)(request))
+    }
+}
+
+struct SessionSvc(Arc<Shared>);
+
+impl tonic::server::StreamingService<SessionRequest> for SessionSvc {
+    type Response = SessionResponse;
+    type ResponseStream = SessionStream;
+    type Future = std::future::Ready<Result<Response<SessionStream>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<SessionRequest>>) -> Self::Future {
+        let database = database_of(&request);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run_stream(
+            self.0.clone(),
+            database,
+            request.into_inner(),
+            tx,
+        ));
+        let out = UnboundedReceiverStream::new(rx).map(|o| match o {
+            Outbound::Message(m) => Ok(m),
+            Outbound::Status(s) => Err(s),
+        });
+        std::future::ready(Ok(Response::new(Box::pin(out) as SessionStream)))
+    }
+}
+
+type Any = ydb_grpc::google_proto_workaround::protobuf::Any;
+
+/// Packs a result message the way protobuf's `PackFrom` does.
+fn pack(type_name: &str, message: &impl Message) -> Option<Any> {
+    Some(Any {
+        type_url: format!("type.googleapis.com/{type_name}"),
+        value: message.encode_to_vec(),
+    })
+}
+
+/// A completed operation: YDB's unary calls answer gRPC OK with the status inside.
+fn operation(result: Result<Option<Any>, AdminError>) -> Operation {
+    match result {
+        Ok(value) => Operation {
+            ready: true,
+            status: StatusCode::Success as i32,
+            result: value,
+            ..Operation::default()
+        },
+        Err(e) => Operation {
+            ready: true,
+            status: e.status as i32,
+            issues: vec![proto::issue(e.message)],
+            ..Operation::default()
+        },
+    }
+}
+
+/// `Ok(None)` for an operation without a result value.
+fn no_result(r: Result<(), AdminError>) -> Result<Option<Any>, AdminError> {
+    r.map(|()| None)
+}
+
+fn unimplemented() -> http::Response<Body> {
+    let mut response = http::Response::new(Body::default());
+    let headers = response.headers_mut();
+    headers.insert(
+        "grpc-status",
+        http::HeaderValue::from(tonic::Code::Unimplemented as i32),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for CoordinationService
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let shared = self.0.clone();
+
+        match req.uri().path() {
+            "/Ydb.Coordination.V1.CoordinationService/Session" => Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                Ok(grpc.streaming(SessionSvc(shared), req).await)
+            }),
+            "/Ydb.Coordination.V1.CoordinationService/CreateNode" => Box::pin(async move {
+                let svc = Unary(move |r: Request<CreateNodeRequest>| {
+                    let db = database_of(&r);
+                    let r = r.into_inner();
+                    let path = shared.resolve(db.as_deref(), &r.path);
+                    let config = r.config.unwrap_or_default();
+                    let res = shared.with_world(|w| w.create_node(path, config));
+                    Ok(Response::new(CreateNodeResponse {
+                        operation: Some(operation(no_result(res))),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            "/Ydb.Coordination.V1.CoordinationService/AlterNode" => Box::pin(async move {
+                let svc = Unary(move |r: Request<AlterNodeRequest>| {
+                    let db = database_of(&r);
+                    let r = r.into_inner();
+                    let path = shared.resolve(db.as_deref(), &r.path);
+                    let config = r.config.unwrap_or_default();
+                    let res = shared.with_world(|w| w.alter_node(&path, &config));
+                    Ok(Response::new(AlterNodeResponse {
+                        operation: Some(operation(no_result(res))),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            "/Ydb.Coordination.V1.CoordinationService/DropNode" => Box::pin(async move {
+                let svc = Unary(move |r: Request<DropNodeRequest>| {
+                    let db = database_of(&r);
+                    let path = shared.resolve(db.as_deref(), &r.into_inner().path);
+                    let res = shared.with_world(|w| w.drop_node(&path));
+                    Ok(Response::new(DropNodeResponse {
+                        operation: Some(operation(no_result(res))),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            "/Ydb.Coordination.V1.CoordinationService/DescribeNode" => Box::pin(async move {
+                let svc = Unary(move |r: Request<DescribeNodeRequest>| {
+                    let db = database_of(&r);
+                    let path = shared.resolve(db.as_deref(), &r.into_inner().path);
+                    let res = shared.world().describe_node(&path).map(|config| {
+                        let name = path.rsplit('/').next().unwrap_or_default().to_string();
+                        let result = DescribeNodeResult {
+                            self_: Some(Entry {
+                                name,
+                                owner: "root@builtin".to_string(),
+                                r#type: entry::Type::CoordinationNode as i32,
+                                ..Entry::default()
+                            }),
+                            config: Some(config),
+                        };
+                        pack("Ydb.Coordination.DescribeNodeResult", &result)
+                    });
+                    Ok(Response::new(DescribeNodeResponse {
+                        operation: Some(operation(res)),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            _ => Box::pin(async { Ok(unimplemented()) }),
+        }
+    }
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for DiscoveryService
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let shared = self.0.clone();
+
+        match req.uri().path() {
+            "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints" => Box::pin(async move {
+                let svc = Unary(move |_r: Request<ListEndpointsRequest>| {
+                    let addr = shared.advertised;
+                    let result = ListEndpointsResult {
+                        endpoints: vec![EndpointInfo {
+                            address: addr.ip().to_string(),
+                            port: u32::from(addr.port()),
+                            node_id: 1,
+                            ..EndpointInfo::default()
+                        }],
+                        self_location: String::new(),
+                    };
+                    Ok(Response::new(ListEndpointsResponse {
+                        operation: Some(operation(Ok(pack(
+                            "Ydb.Discovery.ListEndpointsResult",
+                            &result,
+                        )))),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            "/Ydb.Discovery.V1.DiscoveryService/WhoAmI" => Box::pin(async move {
+                let svc = Unary(move |_r: Request<WhoAmIRequest>| {
+                    let result = WhoAmIResult {
+                        user: "anonymous".to_string(),
+                        groups: Vec::new(),
+                    };
+                    Ok(Response::new(WhoAmIResponse {
+                        operation: Some(operation(Ok(pack("Ydb.Discovery.WhoAmIResult", &result)))),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            _ => Box::pin(async { Ok(unimplemented()) }),
+        }
+    }
+}

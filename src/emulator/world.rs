@@ -1,0 +1,201 @@
+//! The emulator's shared state: coordination nodes by path and the live streams, behind one
+//! lock. Every change goes through [`World::apply`], which carries out the state machine's
+//! effects while the lock is held, so messages leave in exactly the order the core decided.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::state::{Effect, NodeState, StreamId};
+use crate::proto::{NodeConfigProto, SessionResponse, StatusCode};
+
+/// What a stream task is told to write.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    /// A message for the client.
+    Message(SessionResponse),
+    /// End the response stream with this gRPC status (instead of OK).
+    Status(tonic::Status),
+}
+
+/// A live stream as the world sees it.
+#[derive(Debug)]
+pub(crate) struct StreamSlot {
+    /// Path of the node the stream's session lives on, once attached.
+    pub(crate) node: Option<String>,
+    pub(crate) tx: mpsc::UnboundedSender<Outbound>,
+    /// Cancelled when the state machine closes the stream.
+    pub(crate) closed: CancellationToken,
+}
+
+/// Errors of node administration, as YDB reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AdminError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+}
+
+impl AdminError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// Nodes and streams.
+#[derive(Debug, Default)]
+pub(crate) struct World {
+    pub(crate) nodes: BTreeMap<String, NodeState>,
+    pub(crate) streams: HashMap<StreamId, StreamSlot>,
+    next_stream: StreamId,
+}
+
+impl World {
+    /// Registers a new stream and returns its id.
+    pub(crate) fn open_stream(
+        &mut self,
+        tx: mpsc::UnboundedSender<Outbound>,
+        closed: CancellationToken,
+    ) -> StreamId {
+        self.next_stream += 1;
+        let id = self.next_stream;
+        self.streams.insert(
+            id,
+            StreamSlot {
+                node: None,
+                tx,
+                closed,
+            },
+        );
+        id
+    }
+
+    /// Carries out effects: messages are queued on their streams, closes end them.
+    pub(crate) fn apply(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(stream, msg) => {
+                    if let Some(slot) = self.streams.get(&stream) {
+                        // A stream whose task is gone simply misses the message, as a
+                        // disconnected client would.
+                        let _ = slot.tx.send(Outbound::Message(msg));
+                    }
+                }
+                Effect::Close(stream) => {
+                    // The slot stays until the stream task ends and calls `close_stream`.
+                    if let Some(slot) = self.streams.get(&stream) {
+                        slot.closed.cancel();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stream task ended: the session bound to it (if any) is detached.
+    pub(crate) fn close_stream(&mut self, now: Instant, stream: StreamId) {
+        let node = self.streams.remove(&stream).and_then(|slot| slot.node);
+        let effects = node
+            .and_then(|path| self.nodes.get_mut(&path))
+            .map(|n| n.detach(now, stream))
+            .unwrap_or_default();
+        self.apply(effects);
+    }
+
+    /// Fires every due timer on every node.
+    pub(crate) fn advance(&mut self, now: Instant) {
+        let effects: Vec<Effect> = self
+            .nodes
+            .values_mut()
+            .flat_map(|n| n.advance(now))
+            .collect();
+        self.apply(effects);
+    }
+
+    /// The earliest timer of any node.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.nodes
+            .values()
+            .filter_map(NodeState::next_deadline)
+            .min()
+    }
+
+    /// Restarts every node's tablet.
+    pub(crate) fn restart(&mut self, now: Instant) {
+        let effects: Vec<Effect> = self
+            .nodes
+            .values_mut()
+            .flat_map(|n| n.restart(now))
+            .collect();
+        self.apply(effects);
+    }
+
+    /// Creates a coordination node.
+    pub(crate) fn create_node(
+        &mut self,
+        path: String,
+        config: NodeConfigProto,
+    ) -> Result<(), AdminError> {
+        if !config.path.is_empty() {
+            return Err(AdminError::new(
+                StatusCode::BadRequest,
+                "Setting path is not allowed",
+            ));
+        }
+        if self.nodes.contains_key(&path) {
+            return Err(AdminError::new(
+                StatusCode::AlreadyExists,
+                format!("Check failed: path: '{path}', error: path exist"),
+            ));
+        }
+        self.nodes.insert(path, NodeState::new(config));
+        Ok(())
+    }
+
+    /// Merges `config` into a node's stored config.
+    pub(crate) fn alter_node(
+        &mut self,
+        path: &str,
+        config: &NodeConfigProto,
+    ) -> Result<(), AdminError> {
+        if !config.path.is_empty() {
+            return Err(AdminError::new(
+                StatusCode::BadRequest,
+                "Setting path is not allowed",
+            ));
+        }
+        self.node_mut(path)?.alter(config);
+        Ok(())
+    }
+
+    /// Drops a node; its streams fail with UNAVAILABLE.
+    pub(crate) fn drop_node(&mut self, path: &str) -> Result<(), AdminError> {
+        let mut node = self.nodes.remove(path).ok_or_else(|| path_missing(path))?;
+        let effects = node.shutdown();
+        self.apply(effects);
+        Ok(())
+    }
+
+    /// The stored config of a node.
+    pub(crate) fn describe_node(&self, path: &str) -> Result<NodeConfigProto, AdminError> {
+        self.nodes
+            .get(path)
+            .map(|n| n.stored_config().clone())
+            .ok_or_else(|| path_missing(path))
+    }
+
+    /// A node by path, or the SCHEME_ERROR YDB reports for a missing path.
+    pub(crate) fn node_mut(&mut self, path: &str) -> Result<&mut NodeState, AdminError> {
+        self.nodes.get_mut(path).ok_or_else(|| path_missing(path))
+    }
+}
+
+fn path_missing(path: &str) -> AdminError {
+    AdminError::new(
+        StatusCode::SchemeError,
+        format!("Path does not exist: '{path}'"),
+    )
+}

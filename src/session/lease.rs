@@ -1,0 +1,183 @@
+//! A held semaphore.
+
+use std::fmt;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::driver::Control;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Tokens of a semaphore held by a session.
+///
+/// A lease is valid while its [`token`](Lease::token) is not cancelled. The token fires when
+/// the lease is released or dropped, and when the session may have lost it: the server
+/// expired or refused the session, or the client could not confirm contact within the session
+/// timeout (minus the safety margin), which happens *before* the server could give the
+/// semaphore to anyone else. Unlike a `tokio::sync::MutexGuard`, a distributed lease can be
+/// lost while you hold it: do the protected work under the token.
+///
+/// Dropping the lease releases it (the request is queued on the session without blocking)
+/// and cancels its token at once.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{AcquireOptions, Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// let lease = session
+///     .acquire("job", AcquireOptions::exclusive().ephemeral(true))
+///     .await?;
+/// let token = lease.token();
+/// let work = async { /* charge the card */ };
+/// match token.run_until_cancelled(work).await {
+///     Some(()) => println!("done under fencing token {}", lease.fencing_token()),
+///     None => println!("lease lost: stopped"),
+/// }
+/// lease.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lease {
+    name: String,
+    count: u64,
+    order_id: u64,
+    session_id: u64,
+    id: u64,
+    token: CancellationToken,
+    control: mpsc::UnboundedSender<Control>,
+    released: bool,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.name)
+            .field("count", &self.count)
+            .field("fencing_token", &self.order_id)
+            .field("session_id", &self.session_id)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl Lease {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        name: String,
+        count: u64,
+        order_id: u64,
+        session_id: u64,
+        id: u64,
+        token: CancellationToken,
+        control: mpsc::UnboundedSender<Control>,
+    ) -> Self {
+        Self {
+            name,
+            count,
+            order_id,
+            session_id,
+            id,
+            token,
+            control,
+            released: false,
+        }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many tokens are held.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The session holding the lease.
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// The fencing token: the server's `order_id` of this ownership. Successive owners of a
+    /// semaphore get strictly increasing values; the value is stable for the whole tenure,
+    /// across reattaches and server restarts. Send it with every write to the protected
+    /// resource and have the resource reject anything older than the newest it has seen.
+    pub fn fencing_token(&self) -> u64 {
+        self.order_id
+    }
+
+    /// A clone of the lease's cancellation token, for `select!` or
+    /// `run_until_cancelled`.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Waits until the lease ends or may have been lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future has no effect on the lease.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+
+    /// Whether the lease may have been lost (its token fired while it is still held here).
+    pub fn is_lost(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Releases the lease and waits for the server's answer: `true` if the server released
+    /// it, `false` if the session no longer held it (it was lost).
+    ///
+    /// # Errors
+    ///
+    /// The session ended before the server answered ([`ErrorKind::SessionExpired`],
+    /// [`ErrorKind::SessionClosed`]): the server releases everything of an ended session
+    /// itself.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release is requested (and the token cancelled) as soon as this is called;
+    /// dropping the future only skips waiting for the answer.
+    pub async fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.token.cancel();
+        let (tx, rx) = oneshot::channel();
+        let sent = self.control.send(Control::Release {
+            name: std::mem::take(&mut self.name),
+            lease: self.id,
+            reply: Some(tx),
+        });
+        if sent.is_err() {
+            return Err(Error::new(
+                ErrorKind::SessionClosed,
+                "the session is closed",
+            ));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::SessionClosed,
+                "the session is closed",
+            ))
+        })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.token.cancel();
+        if !self.released {
+            let _ = self.control.send(Control::Release {
+                name: std::mem::take(&mut self.name),
+                lease: self.id,
+                reply: None,
+            });
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! A coordination session: the handle, its leases and watches.
+
+pub(crate) mod driver;
+mod keepalive;
+mod lease;
+mod pending;
+mod state;
+mod types;
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use self::driver::{AcquireCmd, Command, Control, Grant, Terminal};
+pub use self::lease::Lease;
+pub use self::state::SessionState;
+pub use self::types::{SemaphoreDescription, SemaphoreSession, WatchUpdate};
+use crate::config::{self, AcquireOptions, DescribeOptions, WatchOptions};
+use crate::error::{Error, ErrorKind, Result};
+
+/// A coordination session on one coordination node.
+///
+/// A cheap, clonable handle to one background task that owns the gRPC stream. The task
+/// reattaches after a broken stream without losing leases and ends the session when the
+/// server says it is gone or when contact cannot be confirmed within the session timeout.
+/// The session closes when [`Session::close`] is called, or when every handle, lease and
+/// watch of it has been dropped.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// use ydb_coordination::{AcquireOptions, Client, SessionOptions};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// session.create_semaphore("pool", 3, b"").await?;
+/// let lease = session.acquire("pool", AcquireOptions::new().count(2)).await?;
+/// let d = session.describe_semaphore("pool", Default::default()).await?;
+/// assert_eq!(d.count, 2);
+/// lease.release().await?;
+/// session.close().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: u64,
+    path: String,
+    commands: mpsc::Sender<Command>,
+    control: mpsc::UnboundedSender<Control>,
+    state: watch::Receiver<SessionState>,
+    token: CancellationToken,
+    terminal: Arc<Terminal>,
+    next_acquire: AtomicU64,
+}
+
+impl Session {
+    pub(crate) fn new(
+        id: u64,
+        path: String,
+        commands: mpsc::Sender<Command>,
+        control: mpsc::UnboundedSender<Control>,
+        state: watch::Receiver<SessionState>,
+        token: CancellationToken,
+        terminal: Arc<Terminal>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                id,
+                path,
+                commands,
+                control,
+                state,
+                token,
+                terminal,
+                next_acquire: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The server's id of the session.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The coordination node's path.
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// A token cancelled when the session is lost or closed. Every lease's token is a child
+    /// of it.
+    pub fn token(&self) -> CancellationToken {
+        self.inner.token.clone()
+    }
+
+    /// The current state.
+    pub fn state(&self) -> SessionState {
+        *self.inner.state.borrow()
+    }
+
+    /// A receiver of state changes (`Attached`, `Reattaching`, `Expired`, `Closed`).
+    pub fn state_changes(&self) -> watch::Receiver<SessionState> {
+        self.inner.state.clone()
+    }
+
+    /// Why the session ended, once it has.
+    pub fn error(&self) -> Option<Error> {
+        self.inner.terminal.get()
+    }
+
+    /// The error for a session that can no longer take requests.
+    fn gone(&self) -> Error {
+        self.inner
+            .terminal
+            .get()
+            .unwrap_or_else(|| Error::new(ErrorKind::SessionClosed, "the session is closed"))
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(driver::Reply<T>) -> Command) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .commands
+            .send(make(tx))
+            .await
+            .map_err(|_| self.gone())?;
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Creates a persistent semaphore with `limit` tokens and optional data.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::AlreadyExists`] if it exists, [`ErrorKind::PreconditionFailed`] if an
+    /// ephemeral semaphore of that name is in use, [`ErrorKind::InvalidArgument`] for a zero
+    /// limit or an oversized name or data, [`ErrorKind::OutcomeUnknown`] if the stream broke
+    /// while the request was in flight.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after it was first polled does not withdraw the request.
+    pub async fn create_semaphore(&self, name: &str, limit: u64, data: &[u8]) -> Result<()> {
+        config::check_name(name)?;
+        config::check_data(data)?;
+        if limit == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "semaphore limit must be at least 1",
+            ));
+        }
+        self.call(|reply| Command::Create {
+            name: name.to_string(),
+            limit,
+            data: data.to_vec(),
+            reply,
+        })
+        .await
+    }
+
+    /// Replaces a semaphore's data.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotFound`] if it does not exist; [`ErrorKind::InvalidArgument`] for an
+    /// oversized name or data.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after it was first polled does not withdraw the request.
+    pub async fn update_semaphore(&self, name: &str, data: &[u8]) -> Result<()> {
+        config::check_name(name)?;
+        config::check_data(data)?;
+        self.call(|reply| Command::Update {
+            name: name.to_string(),
+            data: data.to_vec(),
+            reply,
+        })
+        .await
+    }
+
+    /// Deletes a persistent semaphore; with `force`, even if it has owners or waiters
+    /// (waiters are aborted; owners are not told).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotFound`], [`ErrorKind::PreconditionFailed`] (not empty, or ephemeral),
+    /// [`ErrorKind::OutcomeUnknown`] if the stream broke while the request was in flight.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after it was first polled does not withdraw the request.
+    pub async fn delete_semaphore(&self, name: &str, force: bool) -> Result<()> {
+        self.call(|reply| Command::Delete {
+            name: name.to_string(),
+            force,
+            reply,
+        })
+        .await
+    }
+
+    /// Describes a semaphore.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotFound`] if it does not exist.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a describe changes nothing.
+    pub async fn describe_semaphore(
+        &self,
+        name: &str,
+        options: DescribeOptions,
+    ) -> Result<SemaphoreDescription> {
+        self.call(|reply| Command::Describe {
+            name: name.to_string(),
+            opts: options,
+            reply,
+        })
+        .await
+    }
+
+    /// Watches a semaphore: the stream yields its current description, then a new one after
+    /// every change of the kinds asked for. Across a reattach the watch is re-armed and the
+    /// next item has [`WatchUpdate::resynced`] set. The stream ends after an error item
+    /// (the semaphore was deleted: [`ErrorKind::NotFound`]; the session ended).
+    ///
+    /// # Errors
+    ///
+    /// The session has ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes installs no watch.
+    pub async fn watch_semaphore(&self, name: &str, options: WatchOptions) -> Result<WatchStream> {
+        let (tx, rx) = mpsc::channel(16);
+        self.inner
+            .commands
+            .send(Command::Watch {
+                name: name.to_string(),
+                opts: options,
+                tx,
+            })
+            .await
+            .map_err(|_| self.gone())?;
+        Ok(WatchStream { rx, ended: false })
+    }
+
+    /// Acquires `options.count` tokens of a semaphore, waiting in the server's FIFO queue up
+    /// to `options.timeout` (forever by default).
+    ///
+    /// Returns an [`Acquire`] you can simply `.await`, or first ask whether the server queued
+    /// the request ([`Acquire::queued`]). A session holds at most one lease per semaphore:
+    /// a second acquire of the same name in one session waits until the first lease ends.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`] when the timeout passed in the queue (use
+    /// [`Session::try_acquire`] for an `Option`), [`ErrorKind::NotFound`] (a persistent
+    /// semaphore that does not exist), [`ErrorKind::PreconditionFailed`] (the ephemeral flag
+    /// does not match), [`ErrorKind::InvalidArgument`] (count 0 or above the limit),
+    /// [`ErrorKind::Aborted`] (the semaphore was deleted while waiting), session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes withdraws the request: the server forgets
+    /// the waiter, and the semaphore is not acquired.
+    pub fn acquire(&self, name: &str, options: AcquireOptions) -> Acquire {
+        let (queued_tx, queued_rx) = oneshot::channel();
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let id = self.inner.next_acquire.fetch_add(1, Ordering::Relaxed);
+        let count = options.count;
+        let checked = options.validate();
+        Acquire {
+            session: self.clone(),
+            name: name.to_string(),
+            count,
+            id,
+            cmd: Some(AcquireCmd {
+                id,
+                name: name.to_string(),
+                opts: options,
+                queued: Some(queued_tx),
+                reply: reply_tx,
+            }),
+            checked: Some(checked),
+            queued: Some(queued_rx),
+            reply: reply_rx,
+            submitted: false,
+        }
+    }
+
+    /// Acquires only if it can be done at once (no one is queued and the tokens are free).
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::acquire`], without the timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Session::acquire`].
+    pub async fn try_acquire(&self, name: &str, options: AcquireOptions) -> Result<Option<Lease>> {
+        let acquire = self.acquire(name, options.timeout(std::time::Duration::ZERO));
+        match acquire.await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Closes the session: every lease token fires at once, the server is asked to stop the
+    /// session (releasing all its semaphores) and the call waits for its answer (bounded by
+    /// [`SessionOptions::stop_timeout`](crate::SessionOptions::stop_timeout)). Pending calls
+    /// fail with [`ErrorKind::SessionClosed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The stop is requested on the first poll; dropping the future only skips the wait.
+    pub async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .inner
+            .commands
+            .send(Command::Close { reply: tx })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
+    fn lease(&self, name: String, count: u64, grant: Grant) -> Lease {
+        Lease::new(
+            name,
+            count,
+            grant.order_id,
+            self.inner.id,
+            grant.lease,
+            grant.token,
+            self.inner.control.clone(),
+        )
+    }
+}
+
+/// An acquire in progress, from [`Session::acquire`]. `.await` it for the [`Lease`].
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{AcquireOptions, Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let session = client.session("/local/app", SessionOptions::new()).await?;
+/// let mut acquire = session.acquire("job", AcquireOptions::exclusive().ephemeral(true));
+/// if acquire.queued().await {
+///     println!("someone else holds it; waiting");
+/// }
+/// let lease = acquire.await?;
+/// # drop(lease);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "an acquire does nothing unless awaited"]
+pub struct Acquire {
+    // Field order matters: `reply` is dropped before the cancel guard runs in `Drop`, so the
+    // driver sees a closed reply if it has not processed the request yet.
+    reply: oneshot::Receiver<Result<Option<Grant>>>,
+    queued: Option<oneshot::Receiver<()>>,
+    session: Session,
+    name: String,
+    count: u64,
+    id: u64,
+    cmd: Option<AcquireCmd>,
+    checked: Option<Result<()>>,
+    submitted: bool,
+}
+
+impl Acquire {
+    async fn submit(&mut self) -> Result<()> {
+        if let Some(checked) = self.checked.take() {
+            checked?;
+        }
+        if let Some(cmd) = self.cmd.take() {
+            self.session
+                .inner
+                .commands
+                .send(Command::Acquire(cmd))
+                .await
+                .map_err(|_| self.session.gone())?;
+            self.submitted = true;
+        }
+        Ok(())
+    }
+
+    /// Waits until the server queues the request (`true`: someone else holds the tokens) or
+    /// completes it without queuing (`false`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the acquire stays in progress; await the `Acquire` itself afterwards.
+    pub async fn queued(&mut self) -> bool {
+        if self.submit().await.is_err() {
+            return false;
+        }
+        match self.queued.as_mut() {
+            Some(rx) => {
+                let queued = rx.await.is_ok();
+                self.queued = None;
+                queued
+            }
+            None => false,
+        }
+    }
+
+    async fn finish(mut self) -> Result<Lease> {
+        self.submit().await?;
+        let result = (&mut self.reply).await;
+        self.submitted = false; // answered: nothing to withdraw
+        let grant = result.unwrap_or_else(|_| Err(self.session.gone()))?;
+        match grant {
+            Some(grant) => {
+                Ok(self
+                    .session
+                    .lease(std::mem::take(&mut self.name), self.count, grant))
+            }
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "semaphore {:?} was not acquired within the timeout",
+                    self.name
+                ),
+            )),
+        }
+    }
+}
+
+impl IntoFuture for Acquire {
+    type Output = Result<Lease>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.finish())
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        if self.submitted {
+            self.reply.close();
+            let _ = self.session.inner.control.send(Control::CancelAcquire {
+                name: std::mem::take(&mut self.name),
+                id: self.id,
+            });
+        }
+    }
+}
+
+/// The stream of a semaphore watch, from [`Session::watch_semaphore`].
+#[derive(Debug)]
+pub struct WatchStream {
+    rx: mpsc::Receiver<Result<WatchUpdate>>,
+    ended: bool,
+}
+
+impl Stream for WatchStream {
+    type Item = Result<WatchUpdate>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(Error::new(
+                    ErrorKind::SessionClosed,
+                    "the session ended",
+                ))))
+            }
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! Connection strings, endpoints, discovery, TLS, the tonic channels and the request headers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use ydb_grpc::ydb_proto::auth::v1::auth_service_client::AuthServiceClient;
+use ydb_grpc::ydb_proto::auth::{LoginRequest, LoginResult};
+use ydb_grpc::ydb_proto::discovery::v1::discovery_service_client::DiscoveryServiceClient;
+use ydb_grpc::ydb_proto::discovery::{ListEndpointsRequest, ListEndpointsResult};
+use ydb_grpc::ydb_proto::operations::Operation;
+
+use crate::auth::{Credentials, LoginCache, Source};
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::StatusCode;
+
+/// The value of `x-ydb-sdk-build-info`.
+const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"));
+
+/// A parsed connection string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConnectionInfo {
+    /// `true` for `grpcs://`.
+    pub(crate) tls: bool,
+    /// `host:port`.
+    pub(crate) authority: String,
+    /// The database path, starting with `/`.
+    pub(crate) database: String,
+}
+
+impl ConnectionInfo {
+    /// Parses `grpc[s]://host:port/database` or `grpc[s]://host:port?database=/database`.
+    pub(crate) fn parse(s: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("invalid connection string {s:?}: {why}"),
+            )
+        };
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| bad("missing scheme"))?;
+        let tls = match scheme {
+            "grpc" | "http" => false,
+            "grpcs" | "https" => true,
+            _ => return Err(bad("scheme must be grpc or grpcs")),
+        };
+        let (before_query, query) = match rest.split_once('?') {
+            Some((a, q)) => (a, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match before_query.split_once('/') {
+            Some((a, p)) => (a, p),
+            None => (before_query, ""),
+        };
+        if authority.is_empty() {
+            return Err(bad("missing host"));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            || authority.ends_with(']')
+        {
+            authority.to_string()
+        } else if authority.contains(':') && !authority.starts_with('[') {
+            return Err(bad("invalid port"));
+        } else {
+            format!("{authority}:2135")
+        };
+        let from_query = query.and_then(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .find(|(k, _)| *k == "database")
+                .map(|(_, v)| v.to_string())
+        });
+        let database = match from_query {
+            Some(db) if !db.is_empty() => db,
+            _ if !path.is_empty() => path.to_string(),
+            _ => return Err(bad("missing database (grpc://host:port/database)")),
+        };
+        let database = format!("/{}", database.trim_matches('/'));
+        Ok(Self {
+            tls,
+            authority,
+            database,
+        })
+    }
+
+    pub(crate) fn uri(&self, tls: bool) -> String {
+        format!(
+            "{}://{}",
+            if tls { "https" } else { "http" },
+            self.authority
+        )
+    }
+}
+
+/// Client-wide transport settings.
+#[derive(Debug, Clone)]
+pub(crate) struct TransportConfig {
+    pub(crate) info: ConnectionInfo,
+    pub(crate) credentials: Credentials,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) tls_domain: Option<String>,
+    pub(crate) discovery: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+}
+
+#[derive(Debug)]
+struct Slot {
+    uri: String,
+    tls: bool,
+    channel: Channel,
+    generation: u64,
+}
+
+/// A channel chosen for one call or stream, with what is needed to replace it if it breaks.
+#[derive(Debug, Clone)]
+pub(crate) struct Lane {
+    pub(crate) channel: Channel,
+    index: usize,
+    generation: u64,
+}
+
+/// Channels to the cluster's endpoints and the headers every request carries.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    config: TransportConfig,
+    slots: Mutex<Vec<Slot>>,
+    next: AtomicUsize,
+    login: LoginCache,
+}
+
+impl Transport {
+    /// Channels (lazy) to the seed endpoint; discovery, if on, runs in [`Transport::discover`].
+    pub(crate) fn new(config: TransportConfig) -> Result<Arc<Self>> {
+        let uri = config.info.uri(config.info.tls);
+        let tls = config.info.tls;
+        let transport = Self {
+            slots: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
+            login: LoginCache::default(),
+            config,
+        };
+        let channel = transport.make_channel(&uri, tls)?;
+        transport.lock().push(Slot {
+            uri,
+            tls,
+            channel,
+            generation: 0,
+        });
+        Ok(Arc::new(transport))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn database(&self) -> &str {
+        &self.config.info.database
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.config.request_timeout
+    }
+
+    fn make_channel(&self, uri: &str, tls: bool) -> Result<Channel> {
+        let mut endpoint = Endpoint::from_shared(uri.to_string())
+            .map_err(|e| {
+                Error::with_source(ErrorKind::InvalidArgument, format!("bad endpoint {uri}"), e)
+            })?
+            .connect_timeout(self.config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_adaptive_window(true);
+        if tls {
+            let mut tls_config = ClientTlsConfig::new().with_native_roots();
+            if let Some(pem) = &self.config.ca_pem {
+                tls_config = tls_config.ca_certificate(Certificate::from_pem(pem));
+            }
+            if let Some(domain) = &self.config.tls_domain {
+                tls_config = tls_config.domain_name(domain.clone());
+            }
+            endpoint = endpoint.tls_config(tls_config).map_err(|e| {
+                Error::with_source(ErrorKind::InvalidArgument, "bad TLS settings", e)
+            })?;
+        }
+        Ok(endpoint.connect_lazy())
+    }
+
+    /// The next channel, round robin over the known endpoints.
+    pub(crate) fn lane(&self) -> Result<Lane> {
+        let slots = self.lock();
+        if slots.is_empty() {
+            return Err(Error::new(ErrorKind::Unavailable, "no endpoints known"));
+        }
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % slots.len();
+        let slot = slots
+            .get(index)
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "no endpoint slot"))?;
+        Ok(Lane {
+            channel: slot.channel.clone(),
+            index,
+            generation: slot.generation,
+        })
+    }
+
+    /// Replaces a channel that stopped answering with a new connection, unless another caller
+    /// already did.
+    pub(crate) fn reconnect(&self, lane: &Lane) {
+        let slots = self.lock();
+        let Some(slot) = slots.get(lane.index) else {
+            return;
+        };
+        if slot.generation != lane.generation {
+            return;
+        }
+        let (uri, tls) = (slot.uri.clone(), slot.tls);
+        drop(slots);
+        let Ok(channel) = self.make_channel(&uri, tls) else {
+            return;
+        };
+        let mut slots = self.lock();
+        if let Some(slot) = slots.get_mut(lane.index) {
+            if slot.generation == lane.generation {
+                slot.channel = channel;
+                slot.generation += 1;
+            }
+        }
+    }
+
+    /// Asks the cluster for its endpoints (`ListEndpoints`) and uses them. The seed endpoint
+    /// stays in use when discovery is off, fails or returns nothing.
+    pub(crate) async fn discover(&self) -> Result<()> {
+        if !self.config.discovery {
+            return Ok(());
+        }
+        let lane = self.lane()?;
+        let mut client = DiscoveryServiceClient::new(lane.channel);
+        let request = self
+            .request(ListEndpointsRequest {
+                database: self.database().to_string(),
+                service: Vec::new(),
+            })
+            .await?;
+        let response = client
+            .list_endpoints(request)
+            .await
+            .map_err(|s| Error::from_grpc(s, "list endpoints"))?
+            .into_inner();
+        let result: ListEndpointsResult = unpack(response.operation, "list endpoints")?;
+        let mut slots = Vec::new();
+        for e in result.endpoints {
+            if e.address.is_empty() || e.port == 0 || e.port > u32::from(u16::MAX) {
+                continue;
+            }
+            let host = if e.address.contains(':') && !e.address.starts_with('[') {
+                format!("[{}]", e.address)
+            } else {
+                e.address.clone()
+            };
+            let tls = e.ssl || self.config.info.tls;
+            let uri = format!("{}://{host}:{}", if tls { "https" } else { "http" }, e.port);
+            if let Ok(channel) = self.make_channel(&uri, tls) {
+                slots.push(Slot {
+                    uri,
+                    tls,
+                    channel,
+                    generation: 0,
+                });
+            }
+        }
+        if !slots.is_empty() {
+            *self.lock() = slots;
+        }
+        Ok(())
+    }
+
+    /// Wraps a message in a request with the YDB headers.
+    pub(crate) async fn request<T>(&self, message: T) -> Result<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = self.metadata().await?;
+        Ok(request)
+    }
+
+    async fn metadata(&self) -> Result<MetadataMap> {
+        let mut map = MetadataMap::new();
+        map.insert("x-ydb-database", ascii(self.database())?);
+        map.insert(
+            "x-ydb-sdk-build-info",
+            AsciiMetadataValue::from_static(BUILD_INFO),
+        );
+        if let Some(token) = self.token().await? {
+            map.insert("x-ydb-auth-ticket", ascii(&token)?);
+        }
+        Ok(map)
+    }
+
+    async fn token(&self) -> Result<Option<String>> {
+        match &self.config.credentials.0 {
+            Source::Anonymous => Ok(None),
+            Source::Static(t) => Ok(Some(t.clone())),
+            Source::Provider(p) => p.token().await,
+            Source::Login { user, password } => self
+                .login
+                .get(|| self.login(user, password))
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Forgets a cached login token after the server rejected it.
+    pub(crate) async fn token_rejected(&self) {
+        self.login.invalidate().await;
+    }
+
+    async fn login(&self, user: &str, password: &str) -> Result<String> {
+        let lane = self.lane()?;
+        let mut client = AuthServiceClient::new(lane.channel);
+        let mut request = tonic::Request::new(LoginRequest {
+            operation_params: None,
+            user: user.to_string(),
+            password: password.to_string(),
+        });
+        request
+            .metadata_mut()
+            .insert("x-ydb-database", ascii(self.database())?);
+        let response = client
+            .login(request)
+            .await
+            .map_err(|s| Error::from_grpc(s, "login"))?
+            .into_inner();
+        let result: LoginResult = unpack(response.operation, "login")?;
+        Ok(result.token)
+    }
+}
+
+fn ascii(value: &str) -> Result<AsciiMetadataValue> {
+    value.parse().map_err(|e| {
+        Error::with_source(
+            ErrorKind::InvalidArgument,
+            "header value is not printable ASCII",
+            e,
+        )
+    })
+}
+
+/// Checks an operation's status and decodes its result.
+pub(crate) fn unpack<M: prost::Message + Default>(
+    operation: Option<Operation>,
+    context: &str,
+) -> Result<M> {
+    let operation = check(operation, context)?;
+    let Some(any) = operation.result else {
+        return Ok(M::default());
+    };
+    M::decode(any.value.as_slice())
+        .map_err(|e| Error::with_source(ErrorKind::Protocol, format!("{context}: bad result"), e))
+}
+
+/// Checks an operation's status.
+pub(crate) fn check(operation: Option<Operation>, context: &str) -> Result<Operation> {
+    let operation = operation.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("{context}: no operation in the response"),
+        )
+    })?;
+    if !operation.ready {
+        return Err(Error::new(
+            ErrorKind::Protocol,
+            format!("{context}: the operation was not completed synchronously"),
+        ));
+    }
+    if operation.status != StatusCode::Success as i32 {
+        return Err(Error::from_ydb(
+            operation.status,
+            &operation.issues,
+            context,
+        ));
+    }
+    Ok(operation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Option<ConnectionInfo> {
+        ConnectionInfo::parse(s).ok()
+    }
+
+    #[test]
+    fn parses_both_sdk_forms() {
+        let a = parse("grpc://localhost:2136/local");
+        let b = parse("grpc://localhost:2136?database=/local");
+        assert_eq!(a, b);
+        assert_eq!(
+            a,
+            Some(ConnectionInfo {
+                tls: false,
+                authority: "localhost:2136".into(),
+                database: "/local".into()
+            })
+        );
+        let c = parse("grpcs://ydb.example.com:2135/ru-central1/b1g/etn");
+        assert_eq!(c.as_ref().map(|c| c.tls), Some(true));
+        assert_eq!(
+            c.map(|c| c.database),
+            Some("/ru-central1/b1g/etn".to_string())
+        );
+        assert_eq!(
+            parse("grpc://host/db").map(|c| c.authority),
+            Some("host:2135".to_string())
+        );
+        assert_eq!(
+            parse("grpc://[::1]:2136/db").map(|c| c.authority),
+            Some("[::1]:2136".to_string())
+        );
+    }
+
+    #[test]
+    fn rejects_bad_strings() {
+        for bad in [
+            "localhost:2136/local",
+            "ftp://h:1/db",
+            "grpc://h:1",
+            "grpc:///db",
+            "grpc://h:x/db",
+        ] {
+            let kind = ConnectionInfo::parse(bad).err().map(|e| e.kind());
+            assert_eq!(kind, Some(ErrorKind::InvalidArgument), "{bad}");
+        }
+    }
+}
