@@ -21,7 +21,7 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<String>>> +
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{TokenFuture, TokenProvider};
+/// use ydb_coordination::{Credentials, TokenFuture, TokenProvider};
 ///
 /// #[derive(Debug)]
 /// struct Vault;
@@ -31,6 +31,9 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<String>>> +
 ///         Box::pin(async { Ok(Some("t0ken".to_string())) })
 ///     }
 /// }
+///
+/// let credentials = Credentials::provider(Vault);
+/// # let _ = credentials;
 /// ```
 pub trait TokenProvider: Send + Sync + fmt::Debug {
     /// The current token. Called before every unary call and every stream attach, so cache
@@ -186,10 +189,10 @@ impl LoginCache {
         Fut: Future<Output = Result<String>>,
     {
         let mut slot = self.token.lock().await;
-        if let Some((token, at)) = slot.as_ref() {
-            if at.elapsed() < LOGIN_RENEW_AFTER {
-                return Ok(token.clone());
-            }
+        if let Some((token, at)) = slot.as_ref()
+            && at.elapsed() < LOGIN_RENEW_AFTER
+        {
+            return Ok(token.clone());
         }
         let token = fetch().await?;
         *slot = Some((token.clone(), Instant::now()));

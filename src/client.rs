@@ -28,7 +28,8 @@ use crate::transport::{self, ConnectionInfo, Transport, TransportConfig};
 /// ```no_run
 /// use ydb_coordination::{Client, Credentials};
 ///
-/// # async fn run() -> ydb_coordination::Result<()> {
+/// # #[tokio::main]
+/// # async fn main() -> ydb_coordination::Result<()> {
 /// let client = Client::builder("grpcs://ydb.example.com:2135/prod")
 ///     .credentials(Credentials::from_env()?)
 ///     .build()

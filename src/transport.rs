@@ -221,11 +221,11 @@ impl Transport {
             return;
         };
         let mut slots = self.lock();
-        if let Some(slot) = slots.get_mut(lane.index) {
-            if slot.generation == lane.generation {
-                slot.channel = channel;
-                slot.generation += 1;
-            }
+        if let Some(slot) = slots.get_mut(lane.index)
+            && slot.generation == lane.generation
+        {
+            slot.channel = channel;
+            slot.generation += 1;
         }
     }
 

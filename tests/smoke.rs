@@ -1,3 +1,4 @@
+//! A minimal end-to-end check: one session, one semaphore.
 use std::time::Duration;
 
 use tokio::time::timeout;

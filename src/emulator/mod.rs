@@ -151,7 +151,11 @@ impl EmulatorBuilder {
         });
         let net = Arc::new(Net::new(shutdown.clone()));
         let (conn_tx, conn_rx) = mpsc::unbounded_channel();
-        let accept = tokio::spawn(net::accept_loop(listener, net.clone(), conn_tx));
+        let accept = tokio::spawn(net::accept_loop(
+            listener,
+            net.clone(),
+            net::Upstream::Server(conn_tx),
+        ));
         let timers = tokio::spawn(service::run_timers(shared.clone()));
         let server = tonic::transport::Server::builder()
             .add_service(CoordinationService(shared.clone()))
@@ -336,5 +340,86 @@ impl NetFaults<'_> {
     /// Drops every new connection for the given time.
     pub fn refuse_for(&self, duration: Duration) {
         self.net.refuse_until(Instant::now() + duration);
+    }
+}
+
+/// A loopback TCP proxy with the same fault controls as [`Emulator::net`], for faults that
+/// hit only the clients behind it (one worker's network fails while the others' works).
+///
+/// Clients behind a proxy must turn discovery off, or they would be told the server's own
+/// address and bypass it.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use ydb_coordination::Client;
+/// use ydb_coordination::emulator::{Emulator, FaultProxy};
+///
+/// let emulator = Emulator::builder().node("/local/app").start().await?;
+/// let proxy = FaultProxy::start(emulator.local_addr()).await?;
+/// let client = Client::builder(proxy.connection_string(emulator.database()))
+///     .discovery(false)
+///     .build()
+///     .await?;
+/// proxy.net().stall(); // only this client's traffic stops
+/// # let _ = client;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct FaultProxy {
+    net: Arc<Net>,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and relays every connection to `target`.
+    ///
+    /// # Errors
+    ///
+    /// The listener could not be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes starts nothing.
+    pub async fn start(target: SocketAddr) -> io::Result<Self> {
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let net = Arc::new(Net::new(shutdown.clone()));
+        tokio::spawn(net::accept_loop(
+            listener,
+            net.clone(),
+            net::Upstream::Tcp(target),
+        ));
+        Ok(Self {
+            net,
+            addr,
+            shutdown,
+        })
+    }
+
+    /// The proxy's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A connection string through the proxy, `grpc://127.0.0.1:PORT{database}`.
+    pub fn connection_string(&self, database: &str) -> String {
+        format!("grpc://{}{}", self.addr, database)
+    }
+
+    /// The fault controls of this proxy's connections.
+    pub fn net(&self) -> NetFaults<'_> {
+        NetFaults { net: &self.net }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
     }
 }

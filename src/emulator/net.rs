@@ -97,12 +97,16 @@ impl Net {
     }
 }
 
-/// Accepts TCP connections and hands the server side of each relay to `server`.
-pub(crate) async fn accept_loop(
-    listener: TcpListener,
-    net: Arc<Net>,
-    server: mpsc::UnboundedSender<io::Result<DuplexStream>>,
-) {
+/// Where an accepted connection is relayed to.
+pub(crate) enum Upstream {
+    /// The emulator's own gRPC server, through an in-memory pipe.
+    Server(mpsc::UnboundedSender<io::Result<DuplexStream>>),
+    /// Another TCP address (a fault proxy in front of a server).
+    Tcp(SocketAddr),
+}
+
+/// Accepts TCP connections and relays each one to `upstream` under the fault switches.
+pub(crate) async fn accept_loop(listener: TcpListener, net: Arc<Net>, upstream: Upstream) {
     loop {
         let accepted = tokio::select! {
             _ = net.shutdown.cancelled() => return,
@@ -111,7 +115,7 @@ pub(crate) async fn accept_loop(
         let (tcp, _peer): (TcpStream, SocketAddr) = match accepted {
             Ok(pair) => pair,
             Err(err) => {
-                tracing::debug!(%err, "emulator accept failed");
+                tracing::debug!(%err, "accept failed");
                 continue;
             }
         };
@@ -120,21 +124,38 @@ pub(crate) async fn accept_loop(
             continue;
         }
         let _ = tcp.set_nodelay(true);
-        let (near, far) = tokio::io::duplex(PIPE_BYTES);
-        if server.send(Ok(far)).is_err() {
-            return;
+        match &upstream {
+            Upstream::Server(server) => {
+                let (near, far) = tokio::io::duplex(PIPE_BYTES);
+                if server.send(Ok(far)).is_err() {
+                    return;
+                }
+                tokio::spawn(relay(tcp, near, net.clone()));
+            }
+            Upstream::Tcp(target) => {
+                let (target, net) = (*target, net.clone());
+                tokio::spawn(async move {
+                    if let Ok(up) = TcpStream::connect(target).await {
+                        let _ = up.set_nodelay(true);
+                        relay(tcp, up, net).await;
+                    }
+                });
+            }
         }
-        tokio::spawn(relay(tcp, near, net.clone()));
     }
 }
 
 /// Copies bytes both ways until either side closes or the connection is cut.
-async fn relay(tcp: TcpStream, pipe: DuplexStream, net: Arc<Net>) {
+async fn relay<A, B>(a: A, b: B, net: Arc<Net>)
+where
+    A: AsyncRead + AsyncWrite + Send + 'static,
+    B: AsyncRead + AsyncWrite + Send + 'static,
+{
     let cut = net.current_cut();
-    let (tcp_read, tcp_write) = tcp.into_split();
-    let (pipe_read, pipe_write) = tokio::io::split(pipe);
-    let up = pump(tcp_read, pipe_write, &net);
-    let down = pump(pipe_read, tcp_write, &net);
+    let (a_read, a_write) = tokio::io::split(a);
+    let (b_read, b_write) = tokio::io::split(b);
+    let up = pump(a_read, b_write, &net);
+    let down = pump(b_read, a_write, &net);
     tokio::select! {
         _ = cut.cancelled() => {}
         _ = futures::future::join(up, down) => {}

@@ -161,10 +161,10 @@ fn start(
             return None;
         };
         let (session, effects) = node.attach(now, id, &start);
-        if session.is_some() {
-            if let Some(slot) = world.streams.get_mut(&id) {
-                slot.node = Some(path.clone());
-            }
+        if session.is_some()
+            && let Some(slot) = world.streams.get_mut(&id)
+        {
+            slot.node = Some(path.clone());
         }
         world.apply(effects);
         session.map(|_| {

@@ -298,7 +298,7 @@ pub(crate) struct DriverIo {
 }
 
 enum Link {
-    Up(Conn),
+    Up(Box<Conn>),
     Down {
         since: Instant,
         attempt: u32,
@@ -361,7 +361,7 @@ impl Driver {
             state: io.state.clone(),
             token: io.token.clone(),
             terminal: io.terminal.clone(),
-            link: Link::Up(attached.conn),
+            link: Link::Up(Box::new(attached.conn)),
             live,
             pending: PendingTable::default(),
             slots: HashMap::new(),
@@ -464,10 +464,10 @@ impl Driver {
     }
 
     fn write(&mut self, now: Instant, req_id: u64) {
-        if let Link::Up(conn) = &self.link {
-            if let Some(r) = self.pending.mark_sent(req_id, now) {
-                conn.send(r);
-            }
+        if let Link::Up(conn) = &self.link
+            && let Some(r) = self.pending.mark_sent(req_id, now)
+        {
+            conn.send(r);
         }
     }
 
@@ -797,10 +797,10 @@ impl Driver {
             return;
         };
         if let Some(pos) = slot.queue.iter().position(|q| q.cmd.id == id) {
-            if let Some(q) = slot.queue.remove(pos) {
-                if let Some(at) = q.deadline {
-                    self.queue_deadlines.remove(&(at, id));
-                }
+            if let Some(q) = slot.queue.remove(pos)
+                && let Some(at) = q.deadline
+            {
+                self.queue_deadlines.remove(&(at, id));
             }
             if slot.is_idle() {
                 self.slots.remove(name);
@@ -986,10 +986,10 @@ impl Driver {
                 }) = self.pending.get(p.req_id)
                 {
                     let (name, id) = (name.clone(), *id);
-                    if let Some(active) = self.active_mut(&name, id) {
-                        if let Some(q) = active.cmd.queued.take() {
-                            let _ = q.send(());
-                        }
+                    if let Some(active) = self.active_mut(&name, id)
+                        && let Some(q) = active.cmd.queued.take()
+                    {
+                        let _ = q.send(());
                     }
                 }
             }
@@ -1010,10 +1010,10 @@ impl Driver {
             }
             rs::Response::DescribeSemaphoreResult(r) => self.on_describe_result(now, r),
             rs::Response::DescribeSemaphoreChanged(c) => {
-                if let Some(name) = self.watch_reqs.get(&c.req_id).cloned() {
-                    if c.data_changed || c.owners_changed {
-                        self.arm_watch(now, &name);
-                    }
+                if let Some(name) = self.watch_reqs.get(&c.req_id).cloned()
+                    && (c.data_changed || c.owners_changed)
+                {
+                    self.arm_watch(now, &name);
                 }
             }
             rs::Response::CreateSemaphoreResult(r) => self.on_plain(r.req_id, r.status, &r.issues),
@@ -1108,15 +1108,14 @@ impl Driver {
                 if active.describe_req == Some(r.req_id) {
                     active.describe_req = None;
                 }
-                if ok {
-                    if let Some(owner) = r
+                if ok
+                    && let Some(owner) = r
                         .semaphore_description
                         .iter()
                         .flat_map(|d| d.owners.iter())
                         .find(|o| o.session_id == me)
-                    {
-                        active.order_id = Some(owner.order_id);
-                    }
+                {
+                    active.order_id = Some(owner.order_id);
                 }
                 self.try_complete(now, &name);
             }
@@ -1211,14 +1210,14 @@ impl Driver {
             );
             return;
         }
-        if let Some((at, _)) = &self.closing {
-            if *at <= now {
-                self.finish(
-                    SessionState::Closed,
-                    Error::new(ErrorKind::SessionClosed, "the session is closed"),
-                );
-                return;
-            }
+        if let Some((at, _)) = &self.closing
+            && *at <= now
+        {
+            self.finish(
+                SessionState::Closed,
+                Error::new(ErrorKind::SessionClosed, "the session is closed"),
+            );
+            return;
         }
         while let Some(((at, id), name)) = self
             .queue_deadlines
@@ -1229,12 +1228,11 @@ impl Driver {
                 break;
             }
             self.queue_deadlines.remove(&(at, id));
-            if let Some(slot) = self.slots.get_mut(&name) {
-                if let Some(pos) = slot.queue.iter().position(|q| q.cmd.id == id) {
-                    if let Some(q) = slot.queue.remove(pos) {
-                        let _ = q.cmd.reply.send(Ok(None));
-                    }
-                }
+            if let Some(slot) = self.slots.get_mut(&name)
+                && let Some(pos) = slot.queue.iter().position(|q| q.cmd.id == id)
+                && let Some(q) = slot.queue.remove(pos)
+            {
+                let _ = q.cmd.reply.send(Ok(None));
             }
         }
         match &mut self.link {
@@ -1336,7 +1334,7 @@ impl Driver {
             Ok(a) if a.session_id == self.cfg.session_id => {
                 tracing::info!(session_id = a.session_id, seq_no = self.cfg.seq_no, downtime = ?now.saturating_duration_since(since), "session reattached");
                 self.live.on_attached(a.sent_at, now);
-                self.link = Link::Up(a.conn);
+                self.link = Link::Up(Box::new(a.conn));
                 let _ = self.state.send_replace(SessionState::Attached {
                     session_id: self.cfg.session_id,
                 });
@@ -1404,17 +1402,17 @@ impl Driver {
         }
         for req_id in resend {
             // An acquire goes out with the time it has left, not its original timeout.
-            if let Some(entry) = self.pending.get(req_id) {
-                if let Kind::Acquire { name, id } = &entry.kind {
-                    let (name, id) = (name.clone(), *id);
-                    let left = self
-                        .active_mut(&name, id)
-                        .map(|a| remaining_millis(&a.cmd.opts, a.deadline, now));
-                    if let (Some(left), Some(entry)) = (left, self.pending.get_mut(req_id)) {
-                        if let rq::Request::AcquireSemaphore(a) = &mut entry.request {
-                            a.timeout_millis = left;
-                        }
-                    }
+            if let Some(entry) = self.pending.get(req_id)
+                && let Kind::Acquire { name, id } = &entry.kind
+            {
+                let (name, id) = (name.clone(), *id);
+                let left = self
+                    .active_mut(&name, id)
+                    .map(|a| remaining_millis(&a.cmd.opts, a.deadline, now));
+                if let (Some(left), Some(entry)) = (left, self.pending.get_mut(req_id))
+                    && let rq::Request::AcquireSemaphore(a) = &mut entry.request
+                {
+                    a.timeout_millis = left;
                 }
             }
             self.write(now, req_id);

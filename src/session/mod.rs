@@ -7,15 +7,15 @@ mod pending;
 mod state;
 mod types;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, PollSender};
 
 use self::driver::{AcquireCmd, Command, Control, Grant, Terminal};
 pub use self::lease::Lease;
@@ -301,7 +301,9 @@ impl Session {
             checked: Some(checked),
             queued: Some(queued_rx),
             reply: reply_rx,
+            sender: PollSender::new(self.inner.commands.clone()),
             submitted: false,
+            done: false,
         }
     }
 
@@ -357,7 +359,7 @@ impl Session {
     }
 }
 
-/// An acquire in progress, from [`Session::acquire`]. `.await` it for the [`Lease`].
+/// An acquire in progress, from [`Session::acquire`]: a future of the [`Lease`].
 ///
 /// # Examples
 ///
@@ -381,10 +383,11 @@ impl Session {
 #[derive(Debug)]
 #[must_use = "an acquire does nothing unless awaited"]
 pub struct Acquire {
-    // Field order matters: `reply` is dropped before the cancel guard runs in `Drop`, so the
-    // driver sees a closed reply if it has not processed the request yet.
+    // Field order matters: `reply` is closed before the cancel message is sent in `Drop`, so
+    // a driver that has not processed the request yet sees nobody is waiting.
     reply: oneshot::Receiver<Result<Option<Grant>>>,
     queued: Option<oneshot::Receiver<()>>,
+    sender: PollSender<Command>,
     session: Session,
     name: String,
     count: u64,
@@ -392,23 +395,28 @@ pub struct Acquire {
     cmd: Option<AcquireCmd>,
     checked: Option<Result<()>>,
     submitted: bool,
+    done: bool,
 }
 
 impl Acquire {
-    async fn submit(&mut self) -> Result<()> {
+    fn poll_submit(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if let Some(checked) = self.checked.take() {
             checked?;
         }
-        if let Some(cmd) = self.cmd.take() {
-            self.session
-                .inner
-                .commands
-                .send(Command::Acquire(cmd))
-                .await
-                .map_err(|_| self.session.gone())?;
-            self.submitted = true;
+        if self.cmd.is_none() {
+            return Poll::Ready(Ok(()));
         }
-        Ok(())
+        if ready!(self.sender.poll_reserve(cx)).is_err() {
+            return Poll::Ready(Err(self.session.gone()));
+        }
+        let Some(cmd) = self.cmd.take() else {
+            return Poll::Ready(Ok(()));
+        };
+        if self.sender.send_item(Command::Acquire(cmd)).is_err() {
+            return Poll::Ready(Err(self.session.gone()));
+        }
+        self.submitted = true;
+        Poll::Ready(Ok(()))
     }
 
     /// Waits until the server queues the request (`true`: someone else holds the tokens) or
@@ -418,7 +426,10 @@ impl Acquire {
     ///
     /// Cancel safe: the acquire stays in progress; await the `Acquire` itself afterwards.
     pub async fn queued(&mut self) -> bool {
-        if self.submit().await.is_err() {
+        if std::future::poll_fn(|cx| self.poll_submit(cx))
+            .await
+            .is_err()
+        {
             return false;
         }
         match self.queued.as_mut() {
@@ -430,35 +441,41 @@ impl Acquire {
             None => false,
         }
     }
+}
 
-    async fn finish(mut self) -> Result<Lease> {
-        self.submit().await?;
-        let result = (&mut self.reply).await;
-        self.submitted = false; // answered: nothing to withdraw
-        let grant = result.unwrap_or_else(|_| Err(self.session.gone()))?;
-        match grant {
+impl Future for Acquire {
+    type Output = Result<Lease>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(Err(Error::new(
+                ErrorKind::Cancelled,
+                "acquire polled after completion",
+            )));
+        }
+        if let Err(e) = ready!(this.poll_submit(cx)) {
+            this.done = true;
+            return Poll::Ready(Err(e));
+        }
+        let result = ready!(Pin::new(&mut this.reply).poll(cx));
+        this.done = true;
+        this.submitted = false; // answered: nothing to withdraw
+        let grant = result.unwrap_or_else(|_| Err(this.session.gone()))?;
+        Poll::Ready(match grant {
             Some(grant) => {
-                Ok(self
+                Ok(this
                     .session
-                    .lease(std::mem::take(&mut self.name), self.count, grant))
+                    .lease(std::mem::take(&mut this.name), this.count, grant))
             }
             None => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
                     "semaphore {:?} was not acquired within the timeout",
-                    self.name
+                    this.name
                 ),
             )),
-        }
-    }
-}
-
-impl IntoFuture for Acquire {
-    type Output = Result<Lease>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease>> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.finish())
+        })
     }
 }
 
