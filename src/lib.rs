@@ -5,7 +5,9 @@ mod auth;
 mod client;
 mod config;
 mod error;
+mod manager;
 pub(crate) mod proto;
+pub mod recipes;
 mod session;
 mod transport;
 
@@ -20,6 +22,11 @@ pub use config::{
     SessionOptions, WatchOptions,
 };
 pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
+pub use manager::{SessionManager, SessionStream};
+pub use recipes::{
+    Election, Leader, Leadership, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Semaphore, SemaphorePermit,
+};
 pub use session::{
     Acquire, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionState, WatchStream,
     WatchUpdate,

@@ -93,6 +93,12 @@ pub(crate) enum Control {
         name: String,
         id: u64,
     },
+    SetData {
+        name: String,
+        lease: u64,
+        data: Vec<u8>,
+        reply: Reply<()>,
+    },
 }
 
 /// The terminal cause, shared by every handle.
@@ -228,6 +234,10 @@ enum Kind {
         what: &'static str,
         name: String,
     },
+    SetData {
+        reply: Reply<()>,
+        name: String,
+    },
     Watch {
         name: String,
     },
@@ -253,10 +263,19 @@ struct Queued {
     deadline: Option<Instant>,
 }
 
+/// A granted lease as the driver remembers it.
+#[derive(Debug)]
+struct Held {
+    lease: u64,
+    token: CancellationToken,
+    count: u64,
+    ephemeral: bool,
+}
+
 /// Everything this session does with one semaphore name.
 #[derive(Debug, Default)]
 struct Slot {
-    held: Option<(u64, CancellationToken)>,
+    held: Option<Held>,
     active: Option<Active>,
     queue: VecDeque<Queued>,
 }
@@ -710,7 +729,12 @@ impl Driver {
         let lease = self.next_lease;
         self.next_lease += 1;
         let token = self.token.child_token();
-        slot.held = Some((lease, token.clone()));
+        slot.held = Some(Held {
+            lease,
+            token: token.clone(),
+            count: active.cmd.opts.count,
+            ephemeral: active.cmd.opts.ephemeral,
+        });
         let grant = Grant {
             lease,
             order_id,
@@ -768,15 +792,15 @@ impl Driver {
             .slots
             .get(name)
             .and_then(|s| s.held.as_ref())
-            .map(|(id, _)| *id);
+            .map(|h| h.lease);
         if held != Some(lease) {
             if let Some(reply) = reply {
                 let _ = reply.send(Ok(false));
             }
             return;
         }
-        if let Some((_, token)) = self.slots.get_mut(name).and_then(|s| s.held.take()) {
-            token.cancel();
+        if let Some(held) = self.slots.get_mut(name).and_then(|s| s.held.take()) {
+            held.token.cancel();
         }
         let n = name.to_string();
         self.submit(now, Kind::Release { reply }, Replay::Resend, |req_id| {
@@ -789,7 +813,52 @@ impl Driver {
         match control {
             Control::Release { name, lease, reply } => self.release(now, &name, lease, reply),
             Control::CancelAcquire { name, id } => self.cancel_acquire(now, &name, id),
+            Control::SetData {
+                name,
+                lease,
+                data,
+                reply,
+            } => self.set_data(now, name, lease, data, reply),
         }
+    }
+
+    /// Replaces a held lease's owner data: a repeated acquire with the same count, which the
+    /// server answers at once without changing the order of owners.
+    fn set_data(
+        &mut self,
+        now: Instant,
+        name: String,
+        lease: u64,
+        data: Vec<u8>,
+        reply: Reply<()>,
+    ) {
+        let held = self
+            .slots
+            .get(&name)
+            .and_then(|s| s.held.as_ref())
+            .filter(|h| h.lease == lease)
+            .map(|h| (h.count, h.ephemeral));
+        let Some((count, ephemeral)) = held else {
+            let _ = reply.send(Err(Error::new(
+                ErrorKind::SessionClosed,
+                format!("semaphore {name:?} is no longer held"),
+            )));
+            return;
+        };
+        let kind = Kind::SetData {
+            reply,
+            name: name.clone(),
+        };
+        self.submit(now, kind, Replay::Resend, |req_id| {
+            rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
+                req_id,
+                name,
+                timeout_millis: 0,
+                count,
+                data,
+                ephemeral,
+            })
+        });
     }
 
     fn cancel_acquire(&mut self, now: Instant, name: &str, id: u64) {
@@ -1057,10 +1126,30 @@ impl Driver {
     }
 
     fn on_acquire_result(&mut self, now: Instant, r: rs::AcquireSemaphoreResult) {
-        let Some(Kind::Acquire { name, id }) =
-            self.take_answer(r.req_id, |k| matches!(k, Kind::Acquire { .. }))
-        else {
-            return;
+        let kind = self.take_answer(r.req_id, |k| {
+            matches!(k, Kind::Acquire { .. } | Kind::SetData { .. })
+        });
+        let (name, id) = match kind {
+            Some(Kind::Acquire { name, id }) => (name, id),
+            Some(Kind::SetData { reply, name }) => {
+                let result = if r.status != StatusCode::Success as i32 {
+                    Err(Error::from_ydb(
+                        r.status,
+                        &r.issues,
+                        &format!("set owner data of {name:?}"),
+                    ))
+                } else if !r.acquired {
+                    Err(Error::new(
+                        ErrorKind::Aborted,
+                        format!("semaphore {name:?} is no longer held"),
+                    ))
+                } else {
+                    Ok(())
+                };
+                let _ = reply.send(result);
+                return;
+            }
+            _ => return,
         };
         if self.active_mut(&name, id).is_none() {
             return;
@@ -1184,7 +1273,7 @@ impl Driver {
             Kind::Describe { reply } => {
                 let _ = reply.send(Err(err));
             }
-            Kind::Plain { reply, .. } => {
+            Kind::Plain { reply, .. } | Kind::SetData { reply, .. } => {
                 let _ = reply.send(Err(err));
             }
             Kind::Watch { name } => {

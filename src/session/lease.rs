@@ -132,6 +132,36 @@ impl Lease {
         self.token.is_cancelled()
     }
 
+    /// Replaces this owner's data (what describes and watchers see for this owner), keeping
+    /// the lease and its fencing token.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for data over 1 MiB; [`ErrorKind::Aborted`] or a
+    /// session error if the lease is no longer held.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not withdraw a request already made.
+    pub async fn set_data(&self, data: &[u8]) -> Result<()> {
+        crate::config::check_data(data)?;
+        let (tx, rx) = oneshot::channel();
+        self.control
+            .send(Control::SetData {
+                name: self.name.clone(),
+                lease: self.id,
+                data: data.to_vec(),
+                reply: tx,
+            })
+            .map_err(|_| Error::new(ErrorKind::SessionClosed, "the session is closed"))?;
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::SessionClosed,
+                "the session is closed",
+            ))
+        })
+    }
+
     /// Releases the lease and waits for the server's answer: `true` if the server released
     /// it, `false` if the session no longer held it (it was lost).
     ///

@@ -1,0 +1,241 @@
+//! Leader election with observation.
+
+use futures::{Stream, StreamExt};
+
+use super::{Prepare, Scope, ensure_semaphore, guard};
+use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
+use crate::error::{ErrorKind, Result};
+use crate::session::{Lease, SemaphoreDescription, WatchStream};
+
+/// Leader election on a persistent semaphore with one token (created if missing): the
+/// owner is the leader and its owner data is the leader's value. Candidates queue in FIFO
+/// order; observers follow changes through an owner watch.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// let election = session.election("scheduler");
+/// let leadership = election.campaign(b"host-a:8080").await?;
+/// let leader = election.leader().await?.expect("we lead");
+/// assert_eq!(leader.data, b"host-a:8080");
+/// leadership.proclaim(b"host-a:9090").await?;
+/// leadership.resign().await?;
+/// assert!(election.leader().await?.is_none());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    scope: Scope,
+    name: String,
+}
+
+/// The current leader of an [`Election`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's value (its owner data).
+    pub data: Vec<u8>,
+    /// The leader's session.
+    pub session_id: u64,
+    /// The leader's fencing token.
+    pub fencing_token: u64,
+}
+
+/// Being the leader. Dereferences to the [`Lease`]: `token()` fires when leadership ends or
+/// may have been lost. Dropping it resigns.
+#[derive(Debug)]
+#[must_use = "dropping the leadership resigns"]
+pub struct Leadership {
+    lease: Lease,
+}
+
+guard!(Leadership, resign, "leadership");
+
+impl Leadership {
+    /// Publishes a new leader value, keeping the leadership.
+    ///
+    /// # Errors
+    ///
+    /// The leadership was lost; data over 1 MiB.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not withdraw a request already made.
+    pub async fn proclaim(&self, data: &[u8]) -> Result<()> {
+        self.lease.set_data(data).await
+    }
+}
+
+fn leader_of(d: &SemaphoreDescription) -> Option<Leader> {
+    d.owners.first().map(|o| Leader {
+        data: o.data.clone(),
+        session_id: o.session_id,
+        fencing_token: o.order_id,
+    })
+}
+
+impl Election {
+    pub(crate) fn new(scope: Scope, name: &str) -> Self {
+        Self {
+            scope,
+            name: name.to_string(),
+        }
+    }
+
+    /// Waits to become the leader, with `data` as the leader's value.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists with another
+    /// limit; session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the candidacy.
+    pub async fn campaign(&self, data: &[u8]) -> Result<Leadership> {
+        let options = AcquireOptions::new().count(1).data(data.to_vec());
+        let prepare = Prepare::Semaphore { limit: 1 };
+        let lease = self.scope.acquire(&self.name, &options, prepare).await?;
+        Ok(Leadership { lease })
+    }
+
+    /// The current leader, or `None`.
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let session = self.scope.session().await?;
+        match session
+            .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
+            .await
+        {
+            Ok(d) => Ok(leader_of(&d)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The leader now, then each change: a new leader, a new value, or `None` when nobody
+    /// leads. On a [`SessionManager`](crate::SessionManager) scope the stream carries on
+    /// across session loss (reporting the leader again after the gap); on a session scope it
+    /// ends with the session's error.
+    pub fn observe(&self) -> LeaderStream {
+        let state = Observe {
+            election: self.clone(),
+            watch: None,
+            last: None,
+            done: false,
+        };
+        LeaderStream {
+            inner: Box::pin(futures::stream::unfold(state, Observe::step)),
+        }
+    }
+}
+
+struct Observe {
+    election: Election,
+    watch: Option<WatchStream>,
+    last: Option<Option<Leader>>,
+    done: bool,
+}
+
+impl Observe {
+    async fn open(&self) -> Result<WatchStream> {
+        let session = self.election.scope.session().await?;
+        ensure_semaphore(&session, &self.election.name, 1).await?;
+        session
+            .watch_semaphore(&self.election.name, WatchOptions::owners_changes())
+            .await
+    }
+
+    async fn step(mut self) -> Option<(Result<Option<Leader>>, Self)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.watch.is_none() {
+                match self.open().await {
+                    Ok(w) => self.watch = Some(w),
+                    Err(e) => {
+                        // No session to watch in (the manager stopped, or the session
+                        // scope ended): the end of the stream.
+                        self.done = true;
+                        return Some((Err(e), self));
+                    }
+                }
+            }
+            let item = match self.watch.as_mut() {
+                Some(w) => w.next().await,
+                None => continue,
+            };
+            match item {
+                Some(Ok(update)) => {
+                    let leader = leader_of(&update.description);
+                    if self.last.as_ref() != Some(&leader) {
+                        self.last = Some(leader.clone());
+                        return Some((Ok(leader), self));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.watch = None;
+                    if e.kind() == ErrorKind::NotFound {
+                        // The semaphore was deleted: nobody leads; watch the new one.
+                        if self.last != Some(None) {
+                            self.last = Some(None);
+                            return Some((Ok(None), self));
+                        }
+                        continue;
+                    }
+                    return self.fail(e);
+                }
+                None => self.watch = None,
+            }
+        }
+    }
+
+    fn fail(mut self, e: crate::Error) -> Option<(Result<Option<Leader>>, Self)> {
+        if e.is_session_lost() && matches!(self.election.scope, Scope::Manager(_)) {
+            // The next session reports the leader again.
+            self.last = None;
+            self.watch = None;
+            return Some((Err(e), self));
+        }
+        self.done = true;
+        Some((Err(e), self))
+    }
+}
+
+/// The stream of [`Election::observe`].
+pub struct LeaderStream {
+    inner: std::pin::Pin<Box<dyn Stream<Item = Result<Option<Leader>>> + Send>>,
+}
+
+impl std::fmt::Debug for LeaderStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaderStream")
+    }
+}
+
+impl Stream for LeaderStream {
+    type Item = Result<Option<Leader>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}

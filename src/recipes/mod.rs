@@ -1,0 +1,198 @@
+//! Locks built from session operations, with tokio's and etcd's verbs: [`Mutex`],
+//! [`Semaphore`], [`RwLock`] and [`Election`].
+//!
+//! Each recipe can be made from a [`Session`] (it ends with the session) or from a
+//! [`SessionManager`] (a lock attempt interrupted by a session loss carries on in the
+//! replacement session, and [`Mutex::hold`] re-acquires a lost lock). None of them contains
+//! protocol code: they only call [`Session`] operations.
+//!
+//! Every guard dereferences to its [`Lease`], so `token()`, `is_lost()`, `cancelled()` and
+//! `fencing_token()` are available on all of them. A distributed guard can be lost while you
+//! hold it; that is the difference from `tokio::sync::MutexGuard`.
+
+mod election;
+mod mutex;
+mod rwlock;
+mod semaphore;
+
+pub use self::election::{Election, Leader, LeaderStream, Leadership};
+pub use self::mutex::{HeldMutex, Mutex, MutexGuard};
+pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use self::semaphore::{Semaphore, SemaphorePermit};
+
+use crate::config::AcquireOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::manager::SessionManager;
+use crate::session::{Lease, Session};
+
+/// Where a recipe gets its session from.
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    Session(Session),
+    Manager(SessionManager),
+}
+
+impl Scope {
+    /// The session to work in now.
+    pub(crate) async fn session(&self) -> Result<Session> {
+        match self {
+            Self::Session(s) => Ok(s.clone()),
+            Self::Manager(m) => m.current().await,
+        }
+    }
+
+    /// Runs `prepare` then acquires; on a manager, a session lost on the way is replaced
+    /// and the attempt repeated in the new session.
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        options: &AcquireOptions,
+        prepare: Prepare,
+    ) -> Result<Lease> {
+        loop {
+            let session = self.session().await?;
+            let attempt = async {
+                if let Prepare::Semaphore { limit } = prepare {
+                    ensure_semaphore(&session, name, limit).await?;
+                }
+                session.acquire(name, options.clone()).await
+            };
+            match attempt.await {
+                Err(e) if e.is_session_lost() && matches!(self, Self::Manager(_)) => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// As [`Scope::acquire`] with a zero timeout: `None` when not free at once.
+    pub(crate) async fn try_acquire(
+        &self,
+        name: &str,
+        options: &AcquireOptions,
+        prepare: Prepare,
+    ) -> Result<Option<Lease>> {
+        let options = options.clone().timeout(std::time::Duration::ZERO);
+        match self.acquire(name, &options, prepare).await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What to make sure of in a session before acquiring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Prepare {
+    /// Nothing (ephemeral semaphores are created by the acquire).
+    Nothing,
+    /// A persistent semaphore with this limit exists.
+    Semaphore { limit: u64 },
+}
+
+/// Creates a persistent semaphore with `limit` unless it exists; an existing one must have
+/// the same limit.
+pub(crate) async fn ensure_semaphore(session: &Session, name: &str, limit: u64) -> Result<()> {
+    match session.create_semaphore(name, limit, b"").await {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
+            ) =>
+        {
+            let d = session
+                .describe_semaphore(name, crate::DescribeOptions::new())
+                .await?;
+            if d.limit != limit || d.ephemeral {
+                return Err(Error::new(
+                    ErrorKind::PreconditionFailed,
+                    format!(
+                        "semaphore {name:?} exists with limit {}{}, not {limit}",
+                        d.limit,
+                        if d.ephemeral { " (ephemeral)" } else { "" }
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Implements `Deref<Target = Lease>` and the release verb for a guard type.
+macro_rules! guard {
+    ($guard:ident, $verb:ident, $what:literal) => {
+        impl std::ops::Deref for $guard {
+            type Target = crate::session::Lease;
+
+            fn deref(&self) -> &crate::session::Lease {
+                &self.lease
+            }
+        }
+
+        impl $guard {
+            #[doc = concat!("Releases the ", $what, " and waits for the server's answer (`false`: it was already lost).")]
+            ///
+            /// # Errors
+            ///
+            /// The session ended first (the server then releases everything itself).
+            ///
+            /// # Cancel safety
+            ///
+            /// The release is requested at once; dropping the future only skips the wait.
+            pub async fn $verb(self) -> crate::error::Result<bool> {
+                self.lease.release().await
+            }
+
+            /// The lease underneath.
+            pub fn into_lease(self) -> crate::session::Lease {
+                self.lease
+            }
+        }
+    };
+}
+pub(crate) use guard;
+
+impl Session {
+    /// A [`Mutex`] on the ephemeral semaphore `name`.
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(Scope::Session(self.clone()), name)
+    }
+
+    /// A counted [`Semaphore`] `name` with `limit` tokens (created if missing).
+    pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
+        Semaphore::new(Scope::Session(self.clone()), name, limit)
+    }
+
+    /// A [`RwLock`] on the ephemeral semaphore `name`.
+    pub fn rwlock(&self, name: &str) -> RwLock {
+        RwLock::new(Scope::Session(self.clone()), name)
+    }
+
+    /// An [`Election`] on the semaphore `name` (created with limit 1 if missing).
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(Scope::Session(self.clone()), name)
+    }
+}
+
+impl SessionManager {
+    /// A [`Mutex`] that survives session loss.
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(Scope::Manager(self.clone()), name)
+    }
+
+    /// A counted [`Semaphore`] that survives session loss.
+    pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
+        Semaphore::new(Scope::Manager(self.clone()), name, limit)
+    }
+
+    /// A [`RwLock`] that survives session loss.
+    pub fn rwlock(&self, name: &str) -> RwLock {
+        RwLock::new(Scope::Manager(self.clone()), name)
+    }
+
+    /// An [`Election`] that survives session loss.
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(Scope::Manager(self.clone()), name)
+    }
+}

@@ -1,0 +1,309 @@
+//! Recipes and the session manager against the emulator: mutual exclusion, FIFO fairness,
+//! counted limits, leader handover, observation, and held locks that come back.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Env, wait_state, within};
+use futures::StreamExt;
+use tokio::time::Instant;
+use ydb_coordination::emulator::FaultProxy;
+use ydb_coordination::{Client, ErrorKind, SessionOptions, SessionState};
+
+#[tokio::test(start_paused = true)]
+async fn mutex_excludes_under_contention() {
+    let env = Env::new().await;
+    let inside = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let session = env.session().await;
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            let mutex = session.mutex("job");
+            for _ in 0..5 {
+                let guard = mutex.lock().await.unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    assert!(env.emulator.semaphore_names("app").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn mutex_serves_waiters_in_arrival_order() {
+    let env = Env::new().await;
+    let holder = env.session().await;
+    let guard = within(holder.mutex("job").lock()).await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let session = env.session().await;
+        let order = order.clone();
+        let mut acquire = session.acquire(
+            "job",
+            ydb_coordination::AcquireOptions::exclusive().ephemeral(true),
+        );
+        within(acquire.queued()).await;
+        tasks.push(tokio::spawn(async move {
+            let lease = acquire.await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            drop(lease);
+            drop(session);
+        }));
+    }
+    within(guard.unlock()).await.unwrap();
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_lock_and_lock_timeout() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let guard = within(a.mutex("job").try_lock()).await.unwrap().unwrap();
+    assert!(within(b.mutex("job").try_lock()).await.unwrap().is_none());
+    let start = Instant::now();
+    assert!(
+        within(b.mutex("job").lock_timeout(Duration::from_secs(2)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(start.elapsed() >= Duration::from_secs(2));
+    drop(guard);
+    assert!(
+        within(b.mutex("job").lock_timeout(Duration::from_secs(2)))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn semaphore_never_exceeds_its_limit() {
+    let env = Env::new().await;
+    let held = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..10u64 {
+        let session = env.session().await;
+        let (held, peak) = (held.clone(), peak.clone());
+        tasks.push(tokio::spawn(async move {
+            let sem = session.semaphore("pool", 3);
+            let n = 1 + i % 2;
+            for _ in 0..3 {
+                let permit = sem.acquire(n).await.unwrap();
+                let now = held.fetch_add(n, Ordering::SeqCst) + n;
+                peak.fetch_max(now, Ordering::SeqCst);
+                assert!(now <= 3);
+                tokio::time::sleep(Duration::from_millis(7)).await;
+                held.fetch_sub(n, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn semaphore_with_another_limit_is_refused() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let _p = within(s.semaphore("pool", 3).acquire(1)).await.unwrap();
+    let err = within(s.semaphore("pool", 4).acquire(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    let err = within(s.semaphore("pool", 3).acquire(4)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rwlock_readers_share_and_writers_exclude() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let c = env.session().await;
+    let r1 = within(a.rwlock("cfg").read()).await.unwrap();
+    let r2 = within(b.rwlock("cfg").read()).await.unwrap();
+    assert!(within(c.rwlock("cfg").try_write()).await.unwrap().is_none());
+    let lock = c.rwlock("cfg");
+    let writer = tokio::spawn(async move { lock.write().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A reader arriving after the queued writer waits behind it.
+    let d = env.session().await;
+    assert!(within(d.rwlock("cfg").try_read()).await.unwrap().is_none());
+    drop(r1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!writer.is_finished());
+    drop(r2);
+    let w = within(writer).await.unwrap().unwrap();
+    assert!(within(b.rwlock("cfg").try_read()).await.unwrap().is_none());
+    drop(w);
+}
+
+#[tokio::test(start_paused = true)]
+async fn election_hands_over_and_observers_see_no_leader() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let watcher = env.session().await;
+    let mut observed = watcher.election("sched").observe();
+    assert_eq!(within(observed.next()).await.unwrap().unwrap(), None);
+    let lead_a = within(a.election("sched").campaign(b"a")).await.unwrap();
+    let seen = within(observed.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(seen.data, b"a");
+    assert_eq!(seen.session_id, a.id());
+    let election_b = b.election("sched");
+    let campaign_b = tokio::spawn(async move { election_b.campaign(b"b").await });
+    within(lead_a.proclaim(b"a2")).await.unwrap();
+    assert_eq!(
+        within(observed.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .data,
+        b"a2"
+    );
+    let token_a = lead_a.fencing_token();
+    within(lead_a.resign()).await.unwrap();
+    let lead_b = within(campaign_b).await.unwrap().unwrap();
+    assert!(lead_b.fencing_token() > token_a);
+    let seen = within(observed.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(seen.data, b"b");
+    // The leader dies: its session expires; nobody else campaigns.
+    env.emulator.expire_session("app", b.id());
+    within(lead_b.cancelled()).await;
+    assert_eq!(within(observed.next()).await.unwrap().unwrap(), None);
+    assert!(
+        within(watcher.election("sched").leader())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_stream_yields_a_new_session_after_loss() {
+    let env = Env::new().await;
+    let mut sessions = env.client.sessions(&env.node, SessionOptions::new());
+    let first = within(sessions.next()).await.unwrap().unwrap();
+    env.emulator.expire_session("app", first.id());
+    let second = within(sessions.next()).await.unwrap().unwrap();
+    assert_eq!(first.state(), SessionState::Expired);
+    assert_ne!(first.id(), second.id());
+    assert!(matches!(second.state(), SessionState::Attached { .. }));
+    let mut missing = env.client.sessions("/local/missing", SessionOptions::new());
+    assert_eq!(
+        within(missing.next()).await.unwrap().unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(within(missing.next()).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_mutex_comes_back_after_expiry_with_a_greater_fencing_token() {
+    let env = Env::new().await;
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut held = manager.mutex("job").hold();
+    let first = within(held.next()).await.unwrap().unwrap();
+    let old_token = first.token();
+    let old_session = first.session_id();
+    env.emulator.expire_session("app", old_session);
+    let second = within(held.next()).await.unwrap().unwrap();
+    // The old guard's token fired before the new guard was issued.
+    assert!(old_token.is_cancelled());
+    assert!(second.fencing_token() > first.fencing_token());
+    assert_ne!(second.session_id(), old_session);
+    assert!(!second.is_lost());
+    drop(first);
+    // Restart: survived without a new guard.
+    env.emulator.restart();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!second.is_lost());
+    manager.shutdown().await;
+    assert!(second.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_mutex_after_a_long_stall_never_overlaps() {
+    let env = Env::new().await;
+    let proxy = within(FaultProxy::start(env.emulator.local_addr()))
+        .await
+        .unwrap();
+    let behind = within(
+        Client::builder(proxy.connection_string(env.emulator.database()))
+            .discovery(false)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let manager_a = behind.session_manager(&env.node, SessionOptions::new());
+    let manager_b = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut held_a = manager_a.mutex("job").hold();
+    let guard_a = within(held_a.next()).await.unwrap().unwrap();
+    let token_a = guard_a.token();
+    let fired = tokio::spawn(async move {
+        token_a.cancelled().await;
+        Instant::now()
+    });
+    let mut held_b = manager_b.mutex("job").hold();
+    let b_next = tokio::spawn(async move {
+        let g = held_b.next().await;
+        (Instant::now(), g, held_b)
+    });
+    proxy.net().stall();
+    let fired_at = within(fired).await.unwrap();
+    let (granted_at, guard_b, _held_b) = within(b_next).await.unwrap();
+    let guard_b = guard_b.unwrap().unwrap();
+    assert!(fired_at < granted_at);
+    assert!(guard_b.fencing_token() > guard_a.fencing_token());
+    proxy.net().resume();
+    // A comes back with a new session and queues behind B.
+    let a_next = tokio::spawn(async move { held_a.next().await });
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!a_next.is_finished());
+    let fence_b = guard_b.fencing_token();
+    drop(guard_b);
+    let guard_a2 = within(a_next).await.unwrap().unwrap().unwrap();
+    assert!(guard_a2.fencing_token() > fence_b);
+}
+
+#[tokio::test(start_paused = true)]
+async fn manager_current_waits_for_a_replacement() {
+    let env = Env::new().await;
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let first = within(manager.current()).await.unwrap();
+    let mut news = manager.sessions();
+    assert_eq!(within(news.next()).await.unwrap().id(), first.id());
+    env.emulator.expire_session("app", first.id());
+    wait_state(&first, |s| s.is_terminal()).await;
+    let second = within(manager.current()).await.unwrap();
+    assert_ne!(second.id(), first.id());
+    assert_eq!(within(news.next()).await.unwrap().id(), second.id());
+    manager.shutdown().await;
+    assert_eq!(
+        within(manager.current()).await.unwrap_err().kind(),
+        ErrorKind::SessionClosed
+    );
+    assert_eq!(second.state(), SessionState::Closed);
+}
