@@ -9,7 +9,7 @@ use std::sync::{Arc, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use prost::Message;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -205,13 +205,7 @@ async fn serve_attached(
                 use session_request::Request as R;
                 match msg.request {
                     None => return fail(StatusCode::BadRequest, "Empty request"),
-                    Some(R::Ping(p)) => {
-                        let _ = tx.send(Outbound::Message(proto::response(
-                            proto::session_response::Response::Pong(
-                                proto::session_response::PingPong { opaque: p.opaque },
-                            ),
-                        )));
-                    }
+                    Some(R::Ping(p)) => send_pong(tx, p.opaque),
                     Some(R::Pong(p)) => {
                         if p.opaque != outstanding {
                             return fail(StatusCode::BadRequest, "Pong data mismatch");
@@ -228,22 +222,62 @@ async fn serve_attached(
                         | R::Unsupported14(_)
                         | R::Unsupported15(_),
                     ) => return fail(StatusCode::BadRequest, "Unimplemented request"),
-                    Some(req) => shared.with_world(|world| {
-                        let node = world.streams.get(&id).and_then(|s| s.node.clone());
-                        let effects = match node.and_then(|p| world.nodes.get_mut(&p)) {
-                            Some(node) => node.request(Instant::now(), id, req),
-                            None => {
+                    Some(req) => {
+                        let stopping = matches!(req, R::SessionStop(_));
+                        let own = shared.with_world(|world| {
+                            let node = world.streams.get(&id).and_then(|s| s.node.clone());
+                            let Some(node) = node.and_then(|p| world.nodes.get_mut(&p)) else {
                                 // The node was dropped under the stream.
                                 fail(StatusCode::Unavailable, "Link failure");
                                 closed.cancel();
-                                Vec::new()
+                                return Vec::new();
+                            };
+                            let effects = node.request(Instant::now(), id, req);
+                            if !stopping {
+                                world.apply(effects);
+                                return Vec::new();
                             }
-                        };
-                        world.apply(effects);
-                    }),
+                            // YDB answers a stop only after the tablet destroyed the
+                            // session; hold back this stream's own answer (below).
+                            let (own, others): (Vec<_>, Vec<_>) =
+                                effects.into_iter().partition(|e| effect_stream(e) == id);
+                            world.apply(others);
+                            own
+                        });
+                        if stopping {
+                            // A request that reached the server before the stop completed
+                            // closes the stream with BAD_SESSION instead of
+                            // `session_stopped`; the session is destroyed either way.
+                            // Pings and pongs never reach the tablet, so only a semaphore
+                            // request or another stop counts.
+                            while let Some(Some(Ok(next))) = inbound.next().now_or_never() {
+                                match next.request {
+                                    Some(R::Ping(p)) => send_pong(tx, p.opaque),
+                                    Some(R::Pong(_)) => {}
+                                    _ => {
+                                        fail(StatusCode::BadSession, "Session is not attached");
+                                        return;
+                                    }
+                                }
+                            }
+                            shared.with_world(|world| world.apply(own));
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+fn send_pong(tx: &mpsc::UnboundedSender<Outbound>, opaque: u64) {
+    let _ = tx.send(Outbound::Message(proto::response(
+        proto::session_response::Response::Pong(proto::session_response::PingPong { opaque }),
+    )));
+}
+
+fn effect_stream(effect: &super::state::Effect) -> StreamId {
+    match effect {
+        super::state::Effect::Send(stream, _) | super::state::Effect::Close(stream) => *stream,
     }
 }
 

@@ -190,6 +190,12 @@ pub(crate) async fn attach(
                 )
             })?;
         match msg.response {
+            Some(rs::Response::SessionStarted(s)) if s.session_id == 0 => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    "the server started a session with id 0",
+                ));
+            }
             Some(rs::Response::SessionStarted(s)) => {
                 return Ok(Attached {
                     conn: Conn { tx, inbound, lane },
@@ -748,11 +754,34 @@ impl Driver {
 
     /// Ends the active acquire of `name` with `result` and starts the next local waiter.
     fn finish_active(&mut self, now: Instant, name: &str, result: Result<Option<Grant>>) {
+        self.end_active(now, name, result, false);
+    }
+
+    /// Ends the active acquire of `name`. With `withdraw`, the server's view is unknown (it
+    /// may have queued or granted the request), so a release is sent to be sure.
+    fn end_active(
+        &mut self,
+        now: Instant,
+        name: &str,
+        result: Result<Option<Grant>>,
+        withdraw: bool,
+    ) {
         let Some(active) = self.slots.get_mut(name).and_then(|s| s.active.take()) else {
             return;
         };
+        let acquire = self.pending.remove(active.acquire_req);
         if let Some(req) = active.describe_req {
             self.pending.remove(req);
+        }
+        let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
+        if withdraw && sent {
+            let n = name.to_string();
+            self.submit(
+                now,
+                Kind::Release { reply: None },
+                Replay::Resend,
+                |req_id| rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name: n }),
+            );
         }
         let _ = active.cmd.reply.send(result);
         self.next_in_line(now, name);
@@ -1262,7 +1291,7 @@ impl Driver {
             Kind::Acquire { name, id } | Kind::AcquireDescribe { name, id } => {
                 if self.active_mut(&name, id).is_some() {
                     let now = Instant::now();
-                    self.finish_active(now, &name, Err(err));
+                    self.end_active(now, &name, Err(err), true);
                 }
             }
             Kind::Release { reply } => {
@@ -1432,7 +1461,7 @@ impl Driver {
             Ok(a) => self.finish(
                 SessionState::Expired,
                 Error::new(
-                    ErrorKind::Protocol,
+                    ErrorKind::SessionExpired,
                     format!(
                         "reattach to session {} answered with session {}",
                         self.cfg.session_id, a.session_id

@@ -6,7 +6,13 @@
 //! everything else to the test. Every wait is guarded by a timeout so a bug fails the test
 //! instead of hanging it.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -155,8 +161,9 @@ impl WeakTx {
     }
 }
 
-type Opening =
-    Pin<Box<dyn Future<Output = Result<tonic::Response<Streaming<SessionResponse>>, Status>> + Send>>;
+type Opening = Pin<
+    Box<dyn Future<Output = Result<tonic::Response<Streaming<SessionResponse>>, Status>> + Send>,
+>;
 
 /// How a stream treats server pings and its own reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -321,6 +328,25 @@ impl Raw {
             }
         }
         self.ended = true;
+    }
+
+    /// Waits up to `within` for the stream to end, skipping messages. Returns `None` when it
+    /// did not end in time, else its end status (`None` inside for gRPC OK).
+    pub async fn wait_end(&mut self, within: Duration) -> Option<Option<Status>> {
+        if self.ended {
+            return Some(None);
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(Event::End { status, .. })) => {
+                    self.ended = true;
+                    return Some(status);
+                }
+                Ok(Some(Event::Msg { .. })) => {}
+                Ok(None) | Err(_) => return None,
+            }
+        }
     }
 
     // ---- sending ----
@@ -555,7 +581,12 @@ impl Raw {
     }
 
     /// Expects `acquire_semaphore_result{req_id, status, acquired}`; returns its arrival time.
-    pub async fn expect_acquire(&mut self, req_id: u64, status: StatusCode, acquired: bool) -> Instant {
+    pub async fn expect_acquire(
+        &mut self,
+        req_id: u64,
+        status: StatusCode,
+        acquired: bool,
+    ) -> Instant {
         match self.recv_at().await {
             (at, Rs::AcquireSemaphoreResult(r)) => {
                 assert_eq!(r.req_id, req_id, "acquire result req_id");

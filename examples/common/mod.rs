@@ -1,0 +1,37 @@
+//! Where the examples run: a real YDB when `YDB_CONNECTION_STRING` is set, otherwise the
+//! embedded emulator.
+#![allow(dead_code, unreachable_pub)]
+
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{Client, Credentials, NodeConfig};
+
+/// A client, the coordination node to use, and the emulator when one is running.
+pub struct Setup {
+    pub client: Client,
+    pub node: String,
+    pub emulator: Option<Emulator>,
+}
+
+/// Connects and makes a fresh coordination node named `name`.
+pub async fn setup(name: &str) -> Result<Setup, Box<dyn std::error::Error>> {
+    let (conn, emulator) = match std::env::var("YDB_CONNECTION_STRING") {
+        Ok(conn) if !conn.is_empty() => (conn, None),
+        _ => {
+            let emulator = Emulator::builder().start().await?;
+            println!("(embedded emulator at {})", emulator.connection_string());
+            (emulator.connection_string(), Some(emulator))
+        }
+    };
+    let client = Client::builder(&conn)
+        .credentials(Credentials::from_env()?)
+        .build()
+        .await?;
+    let node = format!("{}/examples-{name}", client.database());
+    let _ = client.drop_node(&node).await;
+    client.create_node(&node, NodeConfig::new()).await?;
+    Ok(Setup {
+        client,
+        node,
+        emulator,
+    })
+}
