@@ -775,16 +775,17 @@ impl Driver {
         }
         let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
         if withdraw && sent {
-            let n = name.to_string();
-            self.submit(
-                now,
-                Kind::Release { reply: None },
-                Replay::Resend,
-                |req_id| rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name: n }),
-            );
+            self.submit_release(now, name, None);
         }
         let _ = active.cmd.reply.send(result);
         self.next_in_line(now, name);
+    }
+
+    fn submit_release(&mut self, now: Instant, name: &str, reply: Option<Reply<bool>>) {
+        let name = name.to_string();
+        self.submit(now, Kind::Release { reply }, Replay::Resend, |req_id| {
+            rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name })
+        });
     }
 
     fn next_in_line(&mut self, now: Instant, name: &str) {
@@ -831,10 +832,7 @@ impl Driver {
         if let Some(held) = self.slots.get_mut(name).and_then(|s| s.held.take()) {
             held.token.cancel();
         }
-        let n = name.to_string();
-        self.submit(now, Kind::Release { reply }, Replay::Resend, |req_id| {
-            rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name: n })
-        });
+        self.submit_release(now, name, reply);
         self.next_in_line(now, name);
     }
 
@@ -920,13 +918,7 @@ impl Driver {
         }
         if sent || active.granted {
             // Withdraw the waiter (or give back a grant nobody will take).
-            let n = name.to_string();
-            self.submit(
-                now,
-                Kind::Release { reply: None },
-                Replay::Resend,
-                |req_id| rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name: n }),
-            );
+            self.submit_release(now, name, None);
         }
         self.next_in_line(now, name);
     }
