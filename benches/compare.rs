@@ -1,0 +1,2 @@
+//! Side-by-side benchmarks (placeholder until the suite lands).
+fn main() {}
