@@ -1,4 +1,102 @@
 //! Distributed locks, semaphores and leader election on YDB coordination nodes.
+//!
+//! A [`Session`] is one YDB coordination session kept alive by a background task that
+//! reattaches after a broken stream without losing what it holds. A [`Lease`] is a held
+//! semaphore with a [`CancellationToken`](tokio_util::sync::CancellationToken) that fires
+//! when the lease is released or may have been lost, and a fencing token. The
+//! [`recipes`] ([`Mutex`], [`Semaphore`], [`RwLock`], [`Election`]) use tokio's and etcd's
+//! verbs; a [`SessionManager`] replaces lost sessions and re-takes held locks. The
+//! [`emulator`] (feature `emulator`) runs YDB's coordination service in process.
+//!
+//! # Quick start
+//!
+//! ```
+//! # use ydb_coordination::emulator::Emulator;
+//! use ydb_coordination::{Client, SessionOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let emulator = Emulator::builder().node("/local/jobs").start().await?;
+//! # let connection_string = emulator.connection_string();
+//! let client = Client::connect(&connection_string).await?;
+//! let session = client.session("jobs", SessionOptions::new()).await?;
+//!
+//! let guard = session.mutex("charge-card-42").lock().await?;
+//! let work = async { /* charge, passing guard.fencing_token() along */ };
+//! if guard.token().run_until_cancelled(work).await.is_none() {
+//!     eprintln!("lock lost: the work was stopped");
+//! }
+//! guard.unlock().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Behavior
+//!
+//! - **A broken stream is not a lost session.** When the gRPC stream fails (a reset, a
+//!   proxy restart, `UNAVAILABLE` from a restarting tablet) or goes silent for two ping
+//!   intervals, the session task opens a new connection and reattaches with the same
+//!   session id and protection key and the next sequence number, with jittered exponential
+//!   backoff. Leases stay held and their tokens do not fire; the state goes
+//!   [`SessionState::Reattaching`] then [`SessionState::Attached`]. Requests that were in
+//!   flight are sent again (acquire, release, describe, update: the server answers from its
+//!   current state); create and delete fail with [`ErrorKind::OutcomeUnknown`]; watches
+//!   are re-armed and report [`WatchUpdate::resynced`].
+//! - **When a lease token fires.** On release or drop of the lease; on
+//!   [`Session::close`]; when the server ends the session (`SESSION_EXPIRED`,
+//!   `BAD_SESSION`, `NOT_FOUND`, `UNAUTHORIZED`); and when the client has had no confirmed
+//!   contact for `timeout - safety_margin`. *Confirmed contact* is the send time of the
+//!   last request the server answered, so the token fires before the server, which counts
+//!   from a later moment, can hand the semaphore to another session.
+//! - **Per-request errors never end the session**: `ALREADY_EXISTS`, `NOT_FOUND`,
+//!   `ABORTED`, `BAD_REQUEST` come back to the caller as [`ErrorKind`]s.
+//!
+//! # Reattach and timeouts
+//!
+//! With the defaults (timeout 10 s, ping interval 2 s, safety margin 1 s):
+//!
+//! ```text
+//!  t=0     last ping answered (sent at t=0)          server: attached
+//!  t=0.1   network breaks
+//!  t=4     2 silent ping intervals: stream dead      state: Reattaching
+//!  t=4..   reattach attempts, 50 ms .. 1 s backoff   leases held, tokens quiet
+//!  t=6     network back: reattached                  state: Attached, nothing lost
+//!
+//!  ...or, if the network stays down:
+//!  t=9     0 + 10 s - 1 s: every lease token fires  state: Expired
+//!  t>=10   the server may expire the session (its clock starts when it notices the
+//!          stream is gone, which is after t=0) and grant the semaphores to others
+//! ```
+//!
+//! # Cancellation
+//!
+//! Every async function documents its cancel safety. Dropping an [`Acquire`] (or a recipe's
+//! `lock()` future) withdraws the request: a queued waiter is removed from the server's
+//! queue. Dropping a [`Lease`] or guard releases it without blocking (no task is spawned in
+//! `Drop`; the release is queued on the session). Dropping every handle, lease and watch of
+//! a session closes it.
+//!
+//! # Fencing
+//!
+//! [`Lease::fencing_token`] is the server's `order_id` of the ownership. It guarantees:
+//! - successive owners of one semaphore get strictly increasing tokens (the server grants in
+//!   queue order, and the counter is node-wide and persisted);
+//! - one owner keeps one token for its whole tenure, across reattaches and server restarts;
+//! - a new session after a loss gets a greater token for the same lock.
+//!
+//! It does not guarantee:
+//! - exclusion for shared leases: concurrent holders of a counted semaphore have distinct,
+//!   increasing tokens but hold at the same time;
+//! - anything across a coordination node dropped and recreated (the counter restarts at 1);
+//! - anything if the resource does not check: it must reject writes whose token is older
+//!   than the newest it has accepted (a conditional write; see `examples/fencing.rs`).
+//!
+//! # Features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls |
+//! | `cli` | no | the `ydb-coord` binary (implies `emulator`) |
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
@@ -12,6 +110,7 @@ mod session;
 mod transport;
 
 #[cfg(feature = "emulator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
 pub mod emulator;
 
 pub use auth::{Credentials, TokenFuture, TokenProvider};

@@ -16,6 +16,9 @@ use ydb_coordination::{Client, ErrorKind, SessionOptions, SessionState};
 #[tokio::test(start_paused = true)]
 async fn mutex_excludes_under_contention() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let inside = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -163,6 +166,9 @@ async fn rwlock_readers_share_and_writers_exclude() {
 #[tokio::test(start_paused = true)]
 async fn election_hands_over_and_observers_see_no_leader() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let a = env.session().await;
     let b = env.session().await;
     let watcher = env.session().await;
@@ -205,6 +211,9 @@ async fn election_hands_over_and_observers_see_no_leader() {
 #[tokio::test(start_paused = true)]
 async fn sessions_stream_yields_a_new_session_after_loss() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let mut sessions = env.client.sessions(&env.node, SessionOptions::new());
     let first = within(sessions.next()).await.unwrap().unwrap();
     env.emulator.expire_session("app", first.id());
@@ -223,6 +232,9 @@ async fn sessions_stream_yields_a_new_session_after_loss() {
 #[tokio::test(start_paused = true)]
 async fn held_mutex_comes_back_after_expiry_with_a_greater_fencing_token() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let manager = env.client.session_manager(&env.node, SessionOptions::new());
     let mut held = manager.mutex("job").hold();
     let first = within(held.next()).await.unwrap().unwrap();
@@ -247,6 +259,9 @@ async fn held_mutex_comes_back_after_expiry_with_a_greater_fencing_token() {
 #[tokio::test(start_paused = true)]
 async fn held_mutex_after_a_long_stall_never_overlaps() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let proxy = within(FaultProxy::start(env.emulator.local_addr()))
         .await
         .unwrap();
@@ -291,6 +306,9 @@ async fn held_mutex_after_a_long_stall_never_overlaps() {
 #[tokio::test(start_paused = true)]
 async fn manager_current_waits_for_a_replacement() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let manager = env.client.session_manager(&env.node, SessionOptions::new());
     let first = within(manager.current()).await.unwrap();
     let mut news = manager.sessions();

@@ -20,6 +20,9 @@ fn lock() -> AcquireOptions {
 #[tokio::test(start_paused = true)]
 async fn reattaches_after_wire_cut_and_keeps_lease() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
     let token = lease.token();
@@ -51,6 +54,9 @@ async fn reattaches_after_wire_cut_and_keeps_lease() {
 #[tokio::test(start_paused = true)]
 async fn survives_a_tablet_restart_without_losing_leases() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
     let fence = lease.fencing_token();
@@ -67,6 +73,9 @@ async fn survives_a_tablet_restart_without_losing_leases() {
 #[tokio::test(start_paused = true)]
 async fn pending_acquire_is_resent_after_reattach_and_granted_on_the_new_stream() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let holder = env.session().await;
     let waiter = env.session().await;
     let held = within(holder.acquire("job", lock())).await.unwrap();
@@ -87,6 +96,9 @@ async fn pending_acquire_is_resent_after_reattach_and_granted_on_the_new_stream(
 #[tokio::test(start_paused = true)]
 async fn create_in_flight_during_a_cut_is_outcome_unknown() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     env.emulator.net().stall();
     let s2 = s.clone();
@@ -102,6 +114,9 @@ async fn create_in_flight_during_a_cut_is_outcome_unknown() {
 #[tokio::test(start_paused = true)]
 async fn stalled_network_is_detected_and_the_session_reattaches_after_it_heals() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
     let stalled_at = Instant::now();
@@ -117,6 +132,9 @@ async fn stalled_network_is_detected_and_the_session_reattaches_after_it_heals()
 #[tokio::test(start_paused = true)]
 async fn lease_token_fires_before_another_session_can_be_granted_the_semaphore() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let proxy = within(FaultProxy::start(env.emulator.local_addr()))
         .await
         .unwrap();
@@ -163,6 +181,9 @@ async fn lease_token_fires_before_another_session_can_be_granted_the_semaphore()
 #[tokio::test(start_paused = true)]
 async fn expired_session_fires_tokens_and_fails_waiters_with_a_typed_error() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let holder = env.session().await;
     let s = env.session().await;
     let _held = within(holder.acquire("job", lock())).await.unwrap();
@@ -209,6 +230,9 @@ async fn dropping_a_queued_acquire_withdraws_the_waiter() {
 #[tokio::test(start_paused = true)]
 async fn close_stops_the_session_and_frees_its_semaphores() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
     within(s.close()).await;
@@ -225,6 +249,9 @@ async fn close_stops_the_session_and_frees_its_semaphores() {
 #[tokio::test(start_paused = true)]
 async fn dropping_every_handle_closes_the_session() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
     drop(s);
@@ -332,6 +359,9 @@ async fn a_second_acquire_of_the_same_name_in_one_session_waits_for_the_first_le
 #[tokio::test(start_paused = true)]
 async fn watch_reports_changes_and_resyncs_after_a_reattach() {
     let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
     let s = env.session().await;
     let other = env.session().await;
     within(s.create_semaphore("sem", 2, b"a")).await.unwrap();

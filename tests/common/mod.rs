@@ -19,11 +19,15 @@ pub async fn within<F: IntoFuture>(f: F) -> F::Output {
     }
 }
 
-/// An emulator with a node `/local/app` and a client connected to it.
+/// A coordination node to test on and a client connected to it: the embedded emulator's
+/// `/local/app`, or a fresh node on the real YDB named by `YDB_CONNECTION_STRING`.
 pub struct Env {
+    /// The emulator. With a real YDB it still runs, but the client does not use it, so
+    /// tests that need its fault controls call [`Env::emulated`] first and skip.
     pub emulator: Emulator,
     pub client: Client,
     pub node: String,
+    real: bool,
 }
 
 impl Env {
@@ -31,6 +35,14 @@ impl Env {
         let emulator = within(Emulator::builder().node("/local/app").start())
             .await
             .unwrap();
+        if let Some((client, node)) = real_ydb("app").await {
+            return Self {
+                emulator,
+                client,
+                node,
+                real: true,
+            };
+        }
         let client = within(Client::connect(&emulator.connection_string()))
             .await
             .unwrap();
@@ -38,7 +50,17 @@ impl Env {
             emulator,
             client,
             node: "/local/app".to_string(),
+            real: false,
         }
+    }
+
+    /// Whether the client talks to the emulator; tests that need its fault controls or
+    /// introspection return early (and say so) when it does not.
+    pub fn emulated(&self) -> bool {
+        if self.real {
+            eprintln!("skipped: needs the emulator's fault controls");
+        }
+        !self.real
     }
 
     pub async fn session(&self) -> Session {
@@ -50,13 +72,23 @@ impl Env {
     }
 }
 
-/// A real YDB from `YDB_CONNECTION_STRING`, with a fresh node, when one is configured.
+/// A real YDB from `YDB_CONNECTION_STRING`, with a fresh node, when one is configured;
+/// the test's paused clock is resumed.
 pub async fn real_ydb(node: &str) -> Option<(Client, String)> {
     let conn = std::env::var("YDB_CONNECTION_STRING")
         .ok()
         .filter(|s| !s.is_empty())?;
+    // A real server answers in real time: a paused clock would jump ahead while the
+    // runtime waits for the network and fire every timeout. (Call from paused tests.)
+    tokio::time::resume();
     let client = within(Client::connect(&conn)).await.unwrap();
-    let path = format!("{}/{node}-{}", client.database(), std::process::id());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = format!(
+        "{}/ydb-coordination-test-{node}-{}-{n}",
+        client.database(),
+        std::process::id()
+    );
     let _ = within(client.drop_node(&path)).await;
     within(client.create_node(&path, NodeConfig::new()))
         .await
