@@ -429,7 +429,8 @@ impl Client {
             seq_no,
         };
         let driver = driver::Driver::new(cfg, attached, &io);
-        tokio::spawn(driver.run(io));
+        let span = tracing::info_span!("coordination_session", session_id, node = %path);
+        tokio::spawn(tracing::Instrument::instrument(driver.run(io), span));
         Ok(Session::new(
             session_id,
             path,

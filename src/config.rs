@@ -44,6 +44,7 @@ pub struct SessionOptions {
     pub(crate) stop_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) protection_key: Option<Vec<u8>>,
+    pub(crate) semaphore_labels: bool,
 }
 
 impl Default for SessionOptions {
@@ -57,6 +58,7 @@ impl Default for SessionOptions {
             stop_timeout: Duration::from_secs(2),
             connect_timeout: None,
             protection_key: None,
+            semaphore_labels: false,
         }
     }
 }
@@ -111,6 +113,13 @@ impl SessionOptions {
     /// timeout).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Adds the semaphore name as a `semaphore` label to the per-lease metrics (off by
+    /// default: names can be unbounded, and every distinct label value is a new time series).
+    pub fn semaphore_labels(mut self, on: bool) -> Self {
+        self.semaphore_labels = on;
         self
     }
 

@@ -127,6 +127,6 @@ pub use recipes::{
     Semaphore, SemaphorePermit,
 };
 pub use session::{
-    Acquire, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionState, WatchStream,
-    WatchUpdate,
+    Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,
+    SessionState, WaitingAcquire, WatchStream, WatchUpdate,
 };

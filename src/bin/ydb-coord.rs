@@ -1,27 +1,192 @@
 //! `ydb-coord`: coordination nodes, semaphores and locked commands from the shell.
 
+#[path = "ydb_coord/admin.rs"]
+mod admin;
+#[path = "ydb_coord/duration.rs"]
+mod duration;
+#[path = "ydb_coord/fail.rs"]
+mod fail;
+#[path = "ydb_coord/lock.rs"]
+mod lock;
+#[path = "ydb_coord/output.rs"]
+mod output;
+
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind as ClapErrorKind};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{
+    Client, ConsistencyMode, Credentials, NodeConfig, RateLimiterCountersMode, Session,
+    SessionOptions,
+};
 
-/// Work with YDB coordination nodes from the command line.
+use self::admin::{NodeOp, SemaphoreOp};
+use self::fail::Failure;
+use self::lock::{Kind, Request, Signals, Wait};
+use self::output::Out;
+
+const MAIN_HELP: &str = "\
+Examples:
+  export YDB_CONNECTION_STRING=grpc://localhost:2136/local
+  ydb-coord node create /local/app
+  ydb-coord lock /local/app nightly-report -- ./report.sh --full
+  ydb-coord lock /local/app migrations --no-wait -- ./migrate.sh
+  ydb-coord elect /local/app scheduler --data \"$(hostname)\" -- ./scheduler
+  ydb-coord semaphore describe /local/app nightly-report --owners --waiters
+  ydb-coord --json watch /local/app pool
+
+Credentials come from the environment, as in the YDB SDKs: YDB_ACCESS_TOKEN_CREDENTIALS,
+YDB_STATIC_CREDENTIALS_USER and YDB_STATIC_CREDENTIALS_PASSWORD, YDB_ANONYMOUS_CREDENTIALS=1.
+
+Exit codes:
+  0    success (lock, elect: the command's own exit code is passed through)
+  1    error (connection, missing node or semaphore, server error)
+  2    bad command line
+  75   lock or leadership not obtained in time (--wait elapsed, or --no-wait and it is held)
+  76   the lease may have been lost while the command ran; the command was stopped
+  126  the command could not be executed;  127  the command was not found
+  128+N  the command was killed by signal N (or ydb-coord was interrupted while waiting)";
+
+const LOCK_HELP: &str = "\
+Examples:
+  # One instance of the job across the fleet; wait as long as it takes:
+  ydb-coord lock /local/app nightly-report -- ./report.sh --full
+  # Give up at once if another machine holds it (exit code 75):
+  ydb-coord lock /local/app migrations --no-wait -- ./migrate.sh
+  # At most 3 concurrent runs (persistent semaphore \"pool\" with limit 3, created if missing):
+  ydb-coord lock /local/app pool --limit 3 --wait 5m -- ./crawl.sh
+  # Readers share, a plain `lock` (writer) excludes them all:
+  ydb-coord lock /local/app config --shared -- ./read-config.sh
+
+The command runs in its own process group with YDB_COORD_FENCING_TOKEN (increases with each
+new holder: pass it to the resource you protect) and YDB_COORD_SESSION_ID in its environment.
+SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease may have been
+lost while it runs (the session expired or could not be confirmed in time), it gets SIGTERM,
+then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in time: 75.
+Otherwise ydb-coord exits with the command's exit code.";
+
+const ELECT_HELP: &str = "\
+Examples:
+  # Campaign; run the scheduler while leader (stopped with SIGTERM if leadership is lost):
+  ydb-coord elect /local/app scheduler --data \"$(hostname):8080\" -- ./scheduler
+  # Follow who leads:
+  ydb-coord elect /local/app scheduler --observe
+  ydb-coord --json elect /local/app scheduler --observe
+
+The election is a persistent semaphore with limit 1 (created if missing); the leader's value
+is its owner data. Exit codes as for `lock`: 75 not elected in time, 76 leadership lost.";
+
+const NODE_HELP: &str = "\
+Examples:
+  ydb-coord node create /local/app
+  ydb-coord node create app --session-grace-period 30s --read-consistency strict
+  ydb-coord node alter /local/app --self-check-period 2s
+  ydb-coord --json node describe /local/app
+  ydb-coord node drop /local/app
+
+Relative paths are taken inside the database of the connection string.";
+
+const SEMAPHORE_HELP: &str = "\
+Examples:
+  ydb-coord semaphore create /local/app pool --limit 5 --data 'crawler pool'
+  ydb-coord semaphore update /local/app pool --data 'crawler pool, v2'
+  ydb-coord semaphore describe /local/app pool --owners --waiters
+  ydb-coord --json semaphore describe /local/app pool --owners
+  ydb-coord semaphore delete /local/app pool --force";
+
+const WATCH_HELP: &str = "\
+Examples:
+  ydb-coord watch /local/app pool
+  ydb-coord --json watch /local/app pool --waiters | jq .count
+
+Prints the description, then one line per change of data or owners, until interrupted
+(exit 0) or the semaphore is deleted (a last `deleted` line, exit 0). An ephemeral lock
+is deleted when its last holder and waiter leave.";
+
+const EMULATOR_HELP: &str = "\
+Examples:
+  ydb-coord emulator --listen 127.0.0.1:2136 --database /local --node app
+  export YDB_CONNECTION_STRING=$(ydb-coord emulator --listen 127.0.0.1:0 --node app | head -1)";
+
+/// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
+/// commands and leader election.
 #[derive(Debug, Parser)]
-#[command(name = "ydb-coord", version, about)]
+#[command(name = "ydb-coord", version, about, after_help = MAIN_HELP)]
 struct Cli {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// Print one JSON object per line instead of text.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Debug, Args)]
+struct ConnArgs {
+    /// Connection string, e.g. grpc://localhost:2136/local or grpcs://host:2135/Root/db.
+    #[arg(
+        short = 'c',
+        long,
+        env = "YDB_CONNECTION_STRING",
+        global = true,
+        value_name = "URL"
+    )]
+    connection_string: Option<String>,
+    /// Time limit for connecting and for each admin call.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
+          value_parser = duration::parse)]
+    timeout: Duration,
+    /// Use only the endpoint of the connection string (skip endpoint discovery).
+    #[arg(long, global = true)]
+    no_discovery: bool,
+    /// Session timeout for lock, elect and watch: how long the server keeps the session
+    /// (and its locks) after losing contact.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
+          value_parser = duration::parse)]
+    session_timeout: Duration,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create, alter, describe or drop a coordination node.
+    #[command(after_help = NODE_HELP)]
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// Create, update, describe or delete a semaphore.
+    #[command(after_help = SEMAPHORE_HELP)]
+    Semaphore {
+        #[command(subcommand)]
+        action: SemaphoreAction,
+    },
+    /// Run a command while holding a lock; release it when the command exits.
+    #[command(after_help = LOCK_HELP)]
+    Lock(LockArgs),
+    /// Campaign for leadership and run a command while leader, or observe the leader.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Print a semaphore's description, then a line for each change.
+    #[command(after_help = WATCH_HELP)]
+    Watch {
+        /// Coordination node path.
+        path: String,
+        /// Semaphore name.
+        name: String,
+        /// Include the waiters' queue in every description.
+        #[arg(long)]
+        waiters: bool,
+    },
     /// Run an in-process YDB coordination-service emulator.
     ///
     /// Prints the connection string on one line of stdout when ready and serves until
     /// interrupted (SIGINT or SIGTERM).
-    ///
-    /// Example: ydb-coord emulator --listen 127.0.0.1:2136 --database /local
+    #[command(after_help = EMULATOR_HELP)]
     Emulator {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:2136")]
@@ -35,52 +200,564 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    /// Create a coordination node.
+    #[command(after_help = NODE_HELP)]
+    Create {
+        /// Coordination node path.
+        path: String,
+        #[command(flatten)]
+        config: NodeConfigArgs,
+    },
+    /// Change a coordination node's settings (only those given).
+    #[command(after_help = NODE_HELP)]
+    Alter {
+        /// Coordination node path.
+        path: String,
+        #[command(flatten)]
+        config: NodeConfigArgs,
+    },
+    /// Print a coordination node's settings.
+    #[command(after_help = NODE_HELP)]
+    Describe {
+        /// Coordination node path.
+        path: String,
+    },
+    /// Drop a coordination node with all its semaphores.
+    #[command(after_help = NODE_HELP)]
+    Drop {
+        /// Coordination node path.
+        path: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct NodeConfigArgs {
+    /// How often the node checks its sessions.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    self_check_period: Option<Duration>,
+    /// How long sessions survive a leader change of the node.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    session_grace_period: Option<Duration>,
+    /// Consistency of reads (describe).
+    #[arg(long, value_name = "MODE")]
+    read_consistency: Option<Consistency>,
+    /// Consistency of session attach.
+    #[arg(long, value_name = "MODE")]
+    attach_consistency: Option<Consistency>,
+    /// Rate limiter counters mode.
+    #[arg(long, value_name = "MODE")]
+    rate_limiter_counters: Option<Counters>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Consistency {
+    Strict,
+    Relaxed,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Counters {
+    Aggregated,
+    Detailed,
+}
+
+impl NodeConfigArgs {
+    fn config(&self) -> NodeConfig {
+        let mode = |c: Consistency| match c {
+            Consistency::Strict => ConsistencyMode::Strict,
+            Consistency::Relaxed => ConsistencyMode::Relaxed,
+        };
+        let mut config = NodeConfig::new();
+        if let Some(d) = self.self_check_period {
+            config = config.self_check_period(d);
+        }
+        if let Some(d) = self.session_grace_period {
+            config = config.session_grace_period(d);
+        }
+        if let Some(c) = self.read_consistency {
+            config = config.read_consistency_mode(mode(c));
+        }
+        if let Some(c) = self.attach_consistency {
+            config = config.attach_consistency_mode(mode(c));
+        }
+        if let Some(c) = self.rate_limiter_counters {
+            config = config.rate_limiter_counters_mode(match c {
+                Counters::Aggregated => RateLimiterCountersMode::Aggregated,
+                Counters::Detailed => RateLimiterCountersMode::Detailed,
+            });
+        }
+        config
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum SemaphoreAction {
+    /// Create a persistent semaphore.
+    #[command(after_help = SEMAPHORE_HELP)]
+    Create {
+        /// Coordination node path.
+        path: String,
+        /// Semaphore name.
+        name: String,
+        /// Number of tokens.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// The semaphore's data.
+        #[arg(long, default_value = "")]
+        data: String,
+    },
+    /// Replace a semaphore's data.
+    #[command(after_help = SEMAPHORE_HELP)]
+    Update {
+        /// Coordination node path.
+        path: String,
+        /// Semaphore name.
+        name: String,
+        /// The new data.
+        #[arg(long)]
+        data: String,
+    },
+    /// Print a semaphore: limit, count, data, and optionally owners and waiters.
+    #[command(after_help = SEMAPHORE_HELP)]
+    Describe {
+        /// Coordination node path.
+        path: String,
+        /// Semaphore name.
+        name: String,
+        /// List the owners.
+        #[arg(long)]
+        owners: bool,
+        /// List the waiters in queue order.
+        #[arg(long)]
+        waiters: bool,
+    },
+    /// Delete a persistent semaphore.
+    #[command(after_help = SEMAPHORE_HELP)]
+    Delete {
+        /// Coordination node path.
+        path: String,
+        /// Semaphore name.
+        name: String,
+        /// Delete even if it has owners or waiters (waiters fail; owners are not told).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct WaitArgs {
+    /// Give up after waiting this long (exit code 75). Default: wait as long as it takes.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse,
+          conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Give up at once if it is held or someone is queued (exit code 75).
+    #[arg(long)]
+    no_wait: bool,
+    /// After SIGTERM on lease loss, how long the command has before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
+    kill_grace: Duration,
+}
+
+impl WaitArgs {
+    fn wait(&self) -> Wait {
+        match (self.no_wait, self.wait) {
+            (true, _) => Wait::AtOnce,
+            (false, Some(d)) => Wait::For(d),
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct LockArgs {
+    /// Coordination node path.
+    path: String,
+    /// Lock (semaphore) name.
+    name: String,
+    /// Take N tokens of a persistent counted semaphore (with --limit: created if missing).
+    #[arg(long, value_name = "N", conflicts_with = "shared",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
+    /// Take a shared lock: any number of --shared holders, excluded by a plain lock.
+    #[arg(long)]
+    shared: bool,
+    /// Use a persistent semaphore with N tokens, created if missing (takes 1 unless --count).
+    #[arg(long, value_name = "N", conflicts_with = "shared",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+    /// Owner data shown to describe and watch (e.g. the host name).
+    #[arg(long, default_value = "")]
+    data: String,
+    #[command(flatten)]
+    wait: WaitArgs,
+    /// The command to run under the lock, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct ElectArgs {
+    /// Coordination node path.
+    path: String,
+    /// Election (semaphore) name.
+    name: String,
+    /// The value published while leader (e.g. host:port).
+    #[arg(long, required_unless_present = "observe")]
+    data: Option<String>,
+    /// Print the leader now and after each change instead of campaigning.
+    #[arg(long, conflicts_with_all = ["data", "command", "wait", "no_wait"])]
+    observe: bool,
+    #[command(flatten)]
+    wait: WaitArgs,
+    /// The command to run while leader, after `--`.
+    #[arg(last = true, required_unless_present = "observe", value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// The connection settings, shared by the commands.
+#[derive(Debug)]
+struct Conn {
+    args: ConnArgs,
+}
+
+impl Conn {
+    async fn client(&self) -> Result<Client, Failure> {
+        let Some(cs) = self.args.connection_string.as_deref() else {
+            return Err(Failure::with_code(
+                fail::USAGE,
+                "no connection string: pass -c/--connection-string or set YDB_CONNECTION_STRING",
+            ));
+        };
+        let credentials = Credentials::from_env().map_err(|e| Failure::new(fail::chain(&e)))?;
+        Client::builder(cs)
+            .credentials(credentials)
+            .discovery(!self.args.no_discovery)
+            .connect_timeout(self.args.timeout)
+            .request_timeout(self.args.timeout)
+            .build()
+            .await
+            .map_err(|e| Failure::lib(&format!("connect to {cs}"), &e))
+    }
+
+    /// The node's full path, as the server names it.
+    fn node(client: &Client, path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("{}/{path}", client.database().trim_end_matches('/'))
+        }
+    }
+
+    async fn session(
+        &self,
+        client: &Client,
+        node: &str,
+        description: String,
+    ) -> Result<Session, Failure> {
+        let options = SessionOptions::new()
+            .timeout(self.args.session_timeout)
+            .connect_timeout(self.args.timeout)
+            .description(description);
+        client
+            .session(node, options)
+            .await
+            .map_err(|e| fail::node_error("open a session on", node, &e))
+    }
+}
+
+/// The subcommand words of the command line (`ydb-coord lock`, `ydb-coord node create`).
+fn subcommand_of(args: &[OsString]) -> String {
+    const TOP: [&str; 6] = ["node", "semaphore", "lock", "elect", "watch", "emulator"];
+    const ACTIONS: [&str; 7] = [
+        "create", "alter", "describe", "drop", "update", "delete", "help",
+    ];
+    let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
+    let mut out = vec!["ydb-coord"];
+    if let Some(i) = words.iter().position(|w| TOP.contains(w)) {
+        out.push(words[i]);
+        if matches!(words[i], "node" | "semaphore")
+            && let Some(action) = words.get(i + 1).filter(|w| ACTIONS.contains(w))
+        {
+            out.push(action);
+        }
+    }
+    out.join(" ")
+}
+
+/// One line for a command-line error, in the words of clap, with a hint where it helps.
+fn usage_error(err: &clap::Error, args: &[OsString]) -> String {
+    let rendered = err.render().to_string();
+    let mut first = String::new();
+    let mut tip = None;
+    let mut lines = rendered.lines();
+    for line in lines.by_ref() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            break;
+        }
+        if !first.is_empty() && !first.ends_with(':') {
+            first.push(',');
+        }
+        if !first.is_empty() {
+            first.push(' ');
+        }
+        first.push_str(trimmed);
+    }
+    for line in lines {
+        if let Some(t) = line.trim().strip_prefix("tip: ") {
+            tip = Some(t.to_string());
+        }
+    }
+    if first.is_empty() {
+        first = "error: invalid command line".to_string();
+    }
+    let subcommand = subcommand_of(args);
+    let takes_command = subcommand == "ydb-coord lock" || subcommand == "ydb-coord elect";
+    let has_separator = args.iter().any(|a| a == "--");
+    let invalid: Vec<String> = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    if takes_command && !has_separator {
+        let usage = format!("usage: {subcommand} PATH NAME [OPTIONS] -- CMD [ARGS]...");
+        match err.kind() {
+            ClapErrorKind::UnknownArgument
+                if invalid.first().is_some_and(|a| !a.starts_with('-')) =>
+            {
+                let cmd = invalid.first().map(String::as_str).unwrap_or_default();
+                return format!("error: missing `--` before the command {cmd:?} ({usage})");
+            }
+            ClapErrorKind::MissingRequiredArgument if invalid.iter().any(|a| a.contains("CMD")) => {
+                return format!("error: missing the command to run after `--` ({usage})");
+            }
+            _ => {}
+        }
+    }
+    match tip {
+        Some(tip) => format!("{first} ({tip}; see {subcommand} --help)"),
+        None => format!("{first} (see {subcommand} --help)"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(err) => match err.kind() {
+            ClapErrorKind::DisplayHelp
+            | ClapErrorKind::DisplayVersion
+            | ClapErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => err.exit(),
+            _ => {
+                eprintln!("{}", usage_error(&err, &args));
+                return ExitCode::from(fail::USAGE);
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(fail::ERROR);
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(failure) => {
+            if !failure.message.is_empty() {
+                eprintln!("{failure}");
+            }
+            failure.code
+        }
+    };
+    // Background tasks (session drivers) must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::from(code)
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    let out = Out { json: cli.json };
+    let conn = Conn { args: cli.conn };
     match cli.command {
         Command::Emulator {
             listen,
             database,
             nodes,
-        } => {
-            let mut builder = Emulator::builder().listen(listen).database(database);
-            for node in nodes {
-                builder = builder.node(node);
-            }
-            let emulator = match builder.start().await {
-                Ok(e) => e,
-                Err(err) => {
-                    eprintln!("error: cannot listen on {listen}: {err}");
-                    return ExitCode::FAILURE;
+        } => emulator(listen, database, nodes).await,
+        Command::Node { action } => {
+            let client = conn.client().await?;
+            let (path, op) = match action {
+                NodeAction::Create { path, config } => (path, NodeOp::Create(config.config())),
+                NodeAction::Alter { path, config } => (path, NodeOp::Alter(config.config())),
+                NodeAction::Describe { path } => (path, NodeOp::Describe),
+                NodeAction::Drop { path } => (path, NodeOp::Drop),
+            };
+            let node = Conn::node(&client, &path);
+            let call = admin::node(&client, &node, op, out);
+            admin::bounded(conn.args.timeout, "node", call).await?;
+            Ok(0)
+        }
+        Command::Semaphore { action } => {
+            let (path, name, op) = match action {
+                SemaphoreAction::Create {
+                    path,
+                    name,
+                    limit,
+                    data,
+                } => (
+                    path,
+                    name,
+                    SemaphoreOp::Create {
+                        limit,
+                        data: data.into_bytes(),
+                    },
+                ),
+                SemaphoreAction::Update { path, name, data } => (
+                    path,
+                    name,
+                    SemaphoreOp::Update {
+                        data: data.into_bytes(),
+                    },
+                ),
+                SemaphoreAction::Describe {
+                    path,
+                    name,
+                    owners,
+                    waiters,
+                } => (path, name, SemaphoreOp::Describe { owners, waiters }),
+                SemaphoreAction::Delete { path, name, force } => {
+                    (path, name, SemaphoreOp::Delete { force })
                 }
             };
-            println!("{}", emulator.connection_string());
-            wait_for_signal().await;
-            emulator.shutdown().await;
-            ExitCode::SUCCESS
+            let client = conn.client().await?;
+            let node = Conn::node(&client, &path);
+            let session = conn
+                .session(&client, &node, "ydb-coord semaphore".to_string())
+                .await?;
+            let call = admin::semaphore(&session, &name, op, out);
+            let result = admin::bounded(conn.args.timeout, "semaphore", call).await;
+            session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Watch {
+            path,
+            name,
+            waiters,
+        } => {
+            let mut signals = Signals::install()?;
+            let client = signals.interruptible(conn.client()).await?;
+            let node = Conn::node(&client, &path);
+            let description = format!("ydb-coord watch {name}");
+            let session = signals
+                .interruptible(conn.session(&client, &node, description))
+                .await?;
+            let result = admin::watch(&session, &name, waiters, out, &mut signals).await;
+            session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Lock(args) => {
+            if let (Some(count), Some(limit)) = (args.count, args.limit)
+                && count > limit
+            {
+                return Err(Failure::with_code(
+                    fail::USAGE,
+                    format!("--count {count} exceeds --limit {limit}"),
+                ));
+            }
+            let kind = match (args.shared, args.count, args.limit) {
+                (true, _, _) => Kind::Shared,
+                (false, None, None) => Kind::Exclusive,
+                (false, count, limit) => Kind::Counted {
+                    count: count.unwrap_or(1),
+                    limit,
+                },
+            };
+            let request = Request {
+                node: String::new(),
+                name: args.name,
+                kind,
+                data: args.data.into_bytes(),
+                wait: args.wait.wait(),
+                kill_grace: args.wait.kill_grace,
+                command: args.command,
+                what: "lock",
+            };
+            locked(&conn, &args.path, request, out).await
+        }
+        Command::Elect(args) if args.observe => {
+            let mut signals = Signals::install()?;
+            let client = signals.interruptible(conn.client()).await?;
+            let node = Conn::node(&client, &args.path);
+            let description = format!("ydb-coord elect --observe {}", args.name);
+            let session = signals
+                .interruptible(conn.session(&client, &node, description))
+                .await?;
+            let result = admin::observe(&session, &args.name, out, &mut signals).await;
+            session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Elect(args) => {
+            let request = Request {
+                node: String::new(),
+                name: args.name,
+                kind: Kind::Counted {
+                    count: 1,
+                    limit: Some(1),
+                },
+                data: args.data.unwrap_or_default().into_bytes(),
+                wait: args.wait.wait(),
+                kill_grace: args.wait.kill_grace,
+                command: args.command,
+                what: "leadership",
+            };
+            locked(&conn, &args.path, request, out).await
         }
     }
 }
 
+/// `lock` and `elect` with a command.
+async fn locked(conn: &Conn, path: &str, mut request: Request, out: Out) -> Result<u8, Failure> {
+    let mut signals = Signals::install()?;
+    let client = signals.interruptible(conn.client()).await?;
+    request.node = Conn::node(&client, path);
+    let description = format!("ydb-coord pid {} {}", std::process::id(), request.name);
+    let session = signals
+        .interruptible(conn.session(&client, &request.node, description))
+        .await?;
+    lock::run(session, &request, out, &mut signals).await
+}
+
+async fn emulator(listen: SocketAddr, database: String, nodes: Vec<String>) -> Result<u8, Failure> {
+    let mut builder = Emulator::builder().listen(listen).database(database);
+    for node in nodes {
+        builder = builder.node(node);
+    }
+    let emulator = builder
+        .start()
+        .await
+        .map_err(|err| Failure::new(format!("cannot listen on {listen}: {err}")))?;
+    println!("{}", emulator.connection_string());
+    wait_for_signal().await;
+    emulator.shutdown().await;
+    Ok(0)
+}
+
 async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -174,11 +174,21 @@ impl Stream for HeldMutex {
             let previous = this.previous.take();
             let mutex = this.mutex.clone();
             this.next = Some(Box::pin(async move {
+                let again = previous.is_some();
                 if let Some(previous) = previous {
                     // The old guard's token fires before anything new is issued.
                     previous.cancelled().await;
                 }
-                mutex.lock().await
+                let guard = mutex.lock().await?;
+                if again {
+                    tracing::info!(
+                        mutex = mutex.name.as_str(),
+                        session_id = guard.session_id(),
+                        fencing_token = guard.fencing_token(),
+                        "held lock re-acquired"
+                    );
+                }
+                Ok(guard)
             }));
         }
         let Some(next) = this.next.as_mut() else {

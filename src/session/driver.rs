@@ -14,9 +14,10 @@ use tonic::Streaming;
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 
 use super::keepalive::Liveness;
+use super::metrics::Metrics;
 use super::pending::{PendingTable, Replay};
 use super::state::SessionState;
-use super::types::{SemaphoreDescription, WatchUpdate};
+use super::types::{HeldLease, SemaphoreDescription, SessionSnapshot, WaitingAcquire, WatchUpdate};
 use crate::config::{AcquireOptions, DescribeOptions, SessionOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{
@@ -44,6 +45,8 @@ pub(crate) struct AcquireCmd {
     pub(crate) opts: AcquireOptions,
     pub(crate) queued: Option<oneshot::Sender<()>>,
     pub(crate) reply: Reply<Option<Grant>>,
+    /// When the caller asked (for the wait-time metric).
+    pub(crate) requested_at: Instant,
 }
 
 /// Requests from handles (bounded channel: backpressure).
@@ -98,6 +101,9 @@ pub(crate) enum Control {
         lease: u64,
         data: Vec<u8>,
         reply: Reply<()>,
+    },
+    Snapshot {
+        reply: oneshot::Sender<SessionSnapshot>,
     },
 }
 
@@ -249,6 +255,22 @@ enum Kind {
     },
 }
 
+impl Kind {
+    /// The operation's name in metrics.
+    fn op(&self) -> &'static str {
+        match self {
+            Kind::Acquire { .. } | Kind::SetData { .. } => "acquire",
+            Kind::AcquireDescribe { .. } | Kind::Describe { .. } | Kind::Watch { .. } => "describe",
+            Kind::Release { .. } => "release",
+            Kind::Plain { what, .. } => match *what {
+                "create semaphore" => "create",
+                "update semaphore" => "update",
+                _ => "delete",
+            },
+        }
+    }
+}
+
 /// An acquire the server is working on.
 #[derive(Debug)]
 struct Active {
@@ -260,6 +282,8 @@ struct Active {
     order_id: Option<u64>,
     /// A describe after the grant was sent (the first one saw us still waiting).
     confirming: bool,
+    /// The server answered `acquire_semaphore_pending`.
+    queued: bool,
 }
 
 /// An acquire waiting locally behind another lease of the same name in this session.
@@ -276,6 +300,8 @@ struct Held {
     token: CancellationToken,
     count: u64,
     ephemeral: bool,
+    order_id: u64,
+    since: Instant,
 }
 
 /// Everything this session does with one semaphore name.
@@ -359,6 +385,7 @@ pub(crate) struct Driver {
     next_lease: u64,
     closing: Option<(Instant, Vec<oneshot::Sender<()>>)>,
     done: bool,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for Driver {
@@ -374,6 +401,8 @@ impl Driver {
     /// A driver for a session that just attached.
     pub(crate) fn new(cfg: DriverConfig, attached: Attached, io: &DriverIo) -> Self {
         let now = Instant::now();
+        let metrics = Metrics::new(cfg.options.semaphore_labels);
+        metrics.session_state(None, Some("attached"));
         let live = Liveness::new(
             cfg.options.get_timeout(),
             cfg.options.get_safety_margin(),
@@ -398,6 +427,7 @@ impl Driver {
             next_lease: 1,
             closing: None,
             done: false,
+            metrics,
         }
     }
 
@@ -668,6 +698,7 @@ impl Driver {
             granted: false,
             order_id: None,
             confirming: false,
+            queued: false,
         });
     }
 
@@ -711,14 +742,11 @@ impl Driver {
             if active.confirming {
                 // The grant happened, yet a describe right after it does not list us:
                 // ownership already ended (force delete).
-                let Some(active) = slot.active.take() else {
-                    return;
-                };
-                let _ = active.cmd.reply.send(Err(Error::new(
+                let err = Error::new(
                     ErrorKind::Aborted,
                     format!("semaphore {name:?}: ownership ended before it could be confirmed"),
-                )));
-                self.next_in_line(now, name);
+                );
+                self.end_active(now, name, Err(err), false);
                 return;
             }
             active.confirming = true;
@@ -729,7 +757,10 @@ impl Driver {
             }
             return;
         };
-        let Some(active) = slot.active.take() else {
+        let Some(active) = self.take_active(name) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
         let lease = self.next_lease;
@@ -740,7 +771,19 @@ impl Driver {
             token: token.clone(),
             count: active.cmd.opts.count,
             ephemeral: active.cmd.opts.ephemeral,
+            order_id,
+            since: now,
         });
+        let waited = now.saturating_duration_since(active.cmd.requested_at);
+        self.metrics.acquire_ended(name, "acquired", waited);
+        tracing::debug!(
+            semaphore = name,
+            count = active.cmd.opts.count,
+            ephemeral = active.cmd.opts.ephemeral,
+            fencing_token = order_id,
+            ?waited,
+            "acquired"
+        );
         let grant = Grant {
             lease,
             order_id,
@@ -766,9 +809,18 @@ impl Driver {
         result: Result<Option<Grant>>,
         withdraw: bool,
     ) {
-        let Some(active) = self.slots.get_mut(name).and_then(|s| s.active.take()) else {
+        let Some(active) = self.take_active(name) else {
             return;
         };
+        let outcome = match &result {
+            Ok(Some(_)) => "acquired",
+            Ok(None) => "timed_out",
+            Err(e) if e.kind() == ErrorKind::Cancelled => "cancelled",
+            Err(_) => "error",
+        };
+        let waited = now.saturating_duration_since(active.cmd.requested_at);
+        self.metrics.acquire_ended(name, outcome, waited);
+        tracing::debug!(semaphore = name, outcome, ?waited, "acquire ended");
         let acquire = self.pending.remove(active.acquire_req);
         if let Some(req) = active.describe_req {
             self.pending.remove(req);
@@ -779,6 +831,15 @@ impl Driver {
         }
         let _ = active.cmd.reply.send(result);
         self.next_in_line(now, name);
+    }
+
+    /// Removes the active acquire of `name`, keeping the queued gauge right.
+    fn take_active(&mut self, name: &str) -> Option<Active> {
+        let active = self.slots.get_mut(name).and_then(|s| s.active.take())?;
+        if active.queued {
+            self.metrics.queued(name, -1.0);
+        }
+        Some(active)
     }
 
     fn submit_release(&mut self, now: Instant, name: &str, reply: Option<Reply<bool>>) {
@@ -809,6 +870,8 @@ impl Driver {
                 continue;
             }
             if q.deadline.is_some_and(|d| d <= now) {
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(name, "timed_out", waited);
                 let _ = q.cmd.reply.send(Ok(None));
                 continue;
             }
@@ -831,6 +894,14 @@ impl Driver {
         }
         if let Some(held) = self.slots.get_mut(name).and_then(|s| s.held.take()) {
             held.token.cancel();
+            let held_for = now.saturating_duration_since(held.since);
+            self.metrics.lease_ended(name, held_for, None);
+            tracing::debug!(
+                semaphore = name,
+                fencing_token = held.order_id,
+                ?held_for,
+                "released"
+            );
         }
         self.submit_release(now, name, reply);
         self.next_in_line(now, name);
@@ -846,6 +917,50 @@ impl Driver {
                 data,
                 reply,
             } => self.set_data(now, name, lease, data, reply),
+            Control::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+        }
+    }
+
+    /// What the session holds and waits for, from the driver's own tables.
+    fn snapshot(&self) -> SessionSnapshot {
+        let mut held = Vec::new();
+        let mut waiting = Vec::new();
+        for (name, slot) in &self.slots {
+            if let Some(h) = &slot.held {
+                held.push(HeldLease {
+                    name: name.clone(),
+                    count: h.count,
+                    fencing_token: h.order_id,
+                    since: h.since,
+                });
+            }
+            if let Some(a) = &slot.active {
+                waiting.push(WaitingAcquire {
+                    name: name.clone(),
+                    count: a.cmd.opts.count,
+                    since: a.cmd.requested_at,
+                    queued_on_server: a.queued,
+                });
+            }
+            for q in &slot.queue {
+                waiting.push(WaitingAcquire {
+                    name: name.clone(),
+                    count: q.cmd.opts.count,
+                    since: q.cmd.requested_at,
+                    queued_on_server: false,
+                });
+            }
+        }
+        held.sort_by(|a, b| a.name.cmp(&b.name));
+        waiting.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.name.cmp(&b.name)));
+        SessionSnapshot {
+            session_id: self.cfg.session_id,
+            state: *self.state.borrow(),
+            held,
+            waiting,
+            requests_in_flight: self.pending.len(),
         }
     }
 
@@ -906,21 +1021,9 @@ impl Driver {
         if slot.active.as_ref().is_none_or(|a| a.cmd.id != id) {
             return;
         }
-        let Some(active) = slot.active.take() else {
-            return;
-        };
-        let sent = self
-            .pending
-            .remove(active.acquire_req)
-            .is_some_and(|e| e.sent_at.is_some());
-        if let Some(req) = active.describe_req {
-            self.pending.remove(req);
-        }
-        if sent || active.granted {
-            // Withdraw the waiter (or give back a grant nobody will take).
-            self.submit_release(now, name, None);
-        }
-        self.next_in_line(now, name);
+        // Withdraw the waiter (or give back a grant nobody will take).
+        let cancelled = Error::new(ErrorKind::Cancelled, "the acquire was dropped");
+        self.end_active(now, name, Err(cancelled), true);
     }
 
     // ---- watches -------------------------------------------------------------------------
@@ -1076,10 +1179,13 @@ impl Driver {
                 }) = self.pending.get(p.req_id)
                 {
                     let (name, id) = (name.clone(), *id);
-                    if let Some(active) = self.active_mut(&name, id)
-                        && let Some(q) = active.cmd.queued.take()
-                    {
-                        let _ = q.send(());
+                    if let Some(active) = self.active_mut(&name, id) {
+                        if let Some(q) = active.cmd.queued.take() {
+                            let _ = q.send(());
+                        }
+                        if !std::mem::replace(&mut active.queued, true) {
+                            self.metrics.queued(&name, 1.0);
+                        }
                     }
                 }
             }
@@ -1131,6 +1237,8 @@ impl Driver {
         let entry = self.pending.remove(req_id)?;
         if let Some(sent) = entry.sent_at {
             self.live.on_confirmed(sent);
+            let took = Instant::now().saturating_duration_since(sent);
+            self.metrics.request(entry.kind.op(), took);
         }
         if matches {
             return Some(entry.kind);
@@ -1342,6 +1450,8 @@ impl Driver {
                 && let Some(pos) = slot.queue.iter().position(|q| q.cmd.id == id)
                 && let Some(q) = slot.queue.remove(pos)
             {
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(&name, "timed_out", waited);
                 let _ = q.cmd.reply.send(Ok(None));
             }
         }
@@ -1430,6 +1540,8 @@ impl Driver {
         tracing::info!(session_id = self.session_id(), %cause, "session stream lost; reattaching");
         self.cfg.transport.reconnect(&conn.lane);
         self.pings.clear();
+        self.metrics
+            .session_state(Some("attached"), Some("reattaching"));
         let _ = self
             .state
             .send_replace(SessionState::Reattaching { since: now });
@@ -1445,6 +1557,9 @@ impl Driver {
                 tracing::info!(session_id = a.session_id, seq_no = self.cfg.seq_no, downtime = ?now.saturating_duration_since(since), "session reattached");
                 self.live.on_attached(a.sent_at, now);
                 self.link = Link::Up(Box::new(a.conn));
+                self.metrics
+                    .session_state(Some("reattaching"), Some("attached"));
+                self.metrics.reattached();
                 let _ = self.state.send_replace(SessionState::Attached {
                     session_id: self.cfg.session_id,
                 });
@@ -1568,8 +1683,39 @@ impl Driver {
         self.terminal.set(err.clone());
         self.token.cancel();
         let _ = self.state.send_replace(state);
+        let was = if matches!(self.link, Link::Up(_)) {
+            "attached"
+        } else {
+            "reattaching"
+        };
+        self.metrics.session_state(Some(was), None);
+        let cause = match (state, err.kind()) {
+            (SessionState::Closed, _) => "closed",
+            (_, ErrorKind::SessionExpired) if err.status().is_none() => "deadline",
+            _ => "session_expired",
+        };
         if matches!(state, SessionState::Expired) {
-            tracing::warn!(session_id = self.session_id(), %err, "session lost");
+            tracing::warn!(session_id = self.session_id(), %err, cause, "session lost");
+        } else {
+            tracing::debug!(session_id = self.session_id(), "session closed");
+        }
+        let now = Instant::now();
+        for (name, slot) in &self.slots {
+            if let Some(held) = &slot.held {
+                let held_for = now.saturating_duration_since(held.since);
+                self.metrics.lease_ended(name, held_for, Some(cause));
+                if cause != "closed" {
+                    tracing::warn!(
+                        semaphore = name.as_str(),
+                        fencing_token = held.order_id,
+                        why = cause,
+                        "lease lost"
+                    );
+                }
+            }
+            if slot.active.as_ref().is_some_and(|a| a.queued) {
+                self.metrics.queued(name, -1.0);
+            }
         }
         for (_, entry) in self.pending.drain() {
             match entry.kind {

@@ -3,6 +3,7 @@
 pub(crate) mod driver;
 mod keepalive;
 mod lease;
+pub(crate) mod metrics;
 mod pending;
 mod state;
 mod types;
@@ -20,7 +21,9 @@ use tokio_util::sync::{CancellationToken, PollSender};
 use self::driver::{AcquireCmd, Command, Control, Grant, Terminal};
 pub use self::lease::Lease;
 pub use self::state::SessionState;
-pub use self::types::{SemaphoreDescription, SemaphoreSession, WatchUpdate};
+pub use self::types::{
+    HeldLease, SemaphoreDescription, SemaphoreSession, SessionSnapshot, WaitingAcquire, WatchUpdate,
+};
 use crate::config::{self, AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -117,6 +120,49 @@ impl Session {
     /// A receiver of state changes (`Attached`, `Reattaching`, `Expired`, `Closed`).
     pub fn state_changes(&self) -> watch::Receiver<SessionState> {
         self.inner.state.clone()
+    }
+
+    /// What the session holds and waits for (names, counts, fencing tokens, since when),
+    /// answered by the session task without asking the server.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{AcquireOptions, Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let _lease = session.acquire("job", AcquireOptions::exclusive().ephemeral(true)).await?;
+    /// let snapshot = session.snapshot().await;
+    /// assert_eq!(snapshot.held[0].name, "job");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn snapshot(&self) -> SessionSnapshot {
+        let (tx, rx) = oneshot::channel();
+        let ended = || SessionSnapshot {
+            session_id: self.inner.id,
+            state: self.state(),
+            held: Vec::new(),
+            waiting: Vec::new(),
+            requests_in_flight: 0,
+        };
+        if self
+            .inner
+            .control
+            .send(Control::Snapshot { reply: tx })
+            .is_err()
+        {
+            return ended();
+        }
+        rx.await.unwrap_or_else(|_| ended())
     }
 
     /// Why the session ended, once it has.
@@ -297,6 +343,7 @@ impl Session {
                 opts: options,
                 queued: Some(queued_tx),
                 reply: reply_tx,
+                requested_at: tokio::time::Instant::now(),
             }),
             checked: Some(checked),
             queued: Some(queued_rx),

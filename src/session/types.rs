@@ -88,3 +88,48 @@ pub struct WatchUpdate {
     /// stream was down were not reported one by one and may have been missed.
     pub resynced: bool,
 }
+
+/// What a session holds and waits for, from [`Session::snapshot`](crate::Session::snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionSnapshot {
+    /// The session's id.
+    pub session_id: u64,
+    /// Its state.
+    pub state: crate::SessionState,
+    /// Held leases, by name.
+    pub held: Vec<HeldLease>,
+    /// Acquires not yet granted, oldest first.
+    pub waiting: Vec<WaitingAcquire>,
+    /// Requests sent (or to be sent) and not yet answered.
+    pub requests_in_flight: usize,
+}
+
+/// A held lease in a [`SessionSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldLease {
+    /// The semaphore.
+    pub name: String,
+    /// Tokens held.
+    pub count: u64,
+    /// The lease's fencing token.
+    pub fencing_token: u64,
+    /// When it was granted.
+    pub since: tokio::time::Instant,
+}
+
+/// An acquire in progress in a [`SessionSnapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitingAcquire {
+    /// The semaphore.
+    pub name: String,
+    /// Tokens wanted.
+    pub count: u64,
+    /// When it was asked for.
+    pub since: tokio::time::Instant,
+    /// Whether the server has queued it (`false`: sent and not yet answered, or waiting
+    /// locally behind another lease of the same name in this session).
+    pub queued_on_server: bool,
+}

@@ -1,0 +1,225 @@
+//! `node`, `semaphore`, `watch` and `elect --observe`: administration and observation.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use ydb_coordination::{Client, DescribeOptions, ErrorKind, NodeConfig, Session, WatchOptions};
+
+use super::fail::{Failure, node_error, semaphore_error};
+use super::lock::Signals;
+use super::output::{self, Out};
+
+/// Awaits an admin call within `limit`.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
+        Err(Failure::new(format!(
+            "{what}: no answer within {} (see --timeout)",
+            super::duration::format(limit)
+        )))
+    })
+}
+
+/// `node create|alter|describe|drop`.
+#[derive(Debug)]
+pub(crate) enum NodeOp {
+    Create(NodeConfig),
+    Alter(NodeConfig),
+    Describe,
+    Drop,
+}
+
+/// Runs a node command.
+pub(crate) async fn node(client: &Client, node: &str, op: NodeOp, out: Out) -> Result<(), Failure> {
+    let done = |action: &str| {
+        out.print(json!({"ok": true, "action": action, "node": node}), || {
+            format!("{action} coordination node {node}")
+        })
+    };
+    match op {
+        NodeOp::Create(config) => {
+            let r = client.create_node(node, config).await;
+            r.map_err(|e| node_error("create", node, &e))?;
+            done("created");
+        }
+        NodeOp::Alter(config) => {
+            let r = client.alter_node(node, config).await;
+            r.map_err(|e| node_error("alter", node, &e))?;
+            done("altered");
+        }
+        NodeOp::Describe => {
+            let c = client
+                .describe_node(node)
+                .await
+                .map_err(|e| node_error("describe", node, &e))?;
+            out.print(output::node_json(node, &c), || output::node_text(node, &c));
+        }
+        NodeOp::Drop => {
+            let r = client.drop_node(node).await;
+            r.map_err(|e| node_error("drop", node, &e))?;
+            done("dropped");
+        }
+    }
+    Ok(())
+}
+
+/// `semaphore create|update|describe|delete`.
+#[derive(Debug)]
+pub(crate) enum SemaphoreOp {
+    Create { limit: u64, data: Vec<u8> },
+    Update { data: Vec<u8> },
+    Describe { owners: bool, waiters: bool },
+    Delete { force: bool },
+}
+
+/// Runs a semaphore command in `session`.
+pub(crate) async fn semaphore(
+    session: &Session,
+    name: &str,
+    op: SemaphoreOp,
+    out: Out,
+) -> Result<(), Failure> {
+    let node = session.path();
+    let done = |action: &str| {
+        out.print(
+            json!({"ok": true, "action": action, "node": node, "name": name}),
+            || format!("{action} semaphore {name:?} on {node}"),
+        )
+    };
+    match op {
+        SemaphoreOp::Create { limit, data } => {
+            let r = session.create_semaphore(name, limit, &data).await;
+            r.map_err(|e| semaphore_error("create", name, node, &e))?;
+            done("created");
+        }
+        SemaphoreOp::Update { data } => {
+            let r = session.update_semaphore(name, &data).await;
+            r.map_err(|e| semaphore_error("update", name, node, &e))?;
+            done("updated");
+        }
+        SemaphoreOp::Describe { owners, waiters } => {
+            let options = DescribeOptions::new().owners(owners).waiters(waiters);
+            let d = session
+                .describe_semaphore(name, options)
+                .await
+                .map_err(|e| semaphore_error("describe", name, node, &e))?;
+            out.print(Value::Object(output::semaphore_json(node, &d)), || {
+                output::semaphore_text(node, &d, owners || waiters)
+            });
+        }
+        SemaphoreOp::Delete { force } => {
+            let r = session.delete_semaphore(name, force).await;
+            r.map_err(|e| match e.kind() {
+                ErrorKind::PreconditionFailed if !force => Failure::new(format!(
+                    "semaphore {name:?} on {node} is in use or ephemeral \
+                     (--force deletes one in use)"
+                )),
+                _ => semaphore_error("delete", name, node, &e),
+            })?;
+            done("deleted");
+        }
+    }
+    Ok(())
+}
+
+/// `watch`: the description, then one line per change, until interrupted or deleted.
+pub(crate) async fn watch(
+    session: &Session,
+    name: &str,
+    waiters: bool,
+    out: Out,
+    signals: &mut Signals,
+) -> Result<(), Failure> {
+    let node = session.path();
+    let describe = DescribeOptions::new().owners(true).waiters(waiters);
+    let options = WatchOptions::new().describe(describe);
+    let mut stream = session
+        .watch_semaphore(name, options)
+        .await
+        .map_err(|e| semaphore_error("watch", name, node, &e))?;
+    let mut first = true;
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = signals.recv() => return Ok(()),
+        };
+        let update = match item {
+            Some(Ok(update)) => update,
+            Some(Err(e)) if e.kind() == ErrorKind::NotFound && !first => {
+                out.print(
+                    json!({"event": "deleted", "node": node, "name": name}),
+                    || "deleted".to_string(),
+                );
+                return Ok(());
+            }
+            Some(Err(e)) => return Err(semaphore_error("watch", name, node, &e)),
+            None => return Ok(()),
+        };
+        let d = &update.description;
+        let event = if first { "initial" } else { "changed" };
+        let mut map = output::semaphore_json(node, d);
+        map.insert("event".into(), json!(event));
+        map.insert("resynced".into(), json!(update.resynced));
+        out.print(Value::Object(map), || {
+            if first {
+                output::semaphore_text(node, d, true)
+            } else {
+                let resynced = if update.resynced {
+                    " (after reconnect; changes in between may be missed)"
+                } else {
+                    ""
+                };
+                format!("changed: {}{resynced}", output::semaphore_line(d))
+            }
+        });
+        first = false;
+    }
+}
+
+/// `elect --observe`: the leader now, then each change, until interrupted.
+pub(crate) async fn observe(
+    session: &Session,
+    name: &str,
+    out: Out,
+    signals: &mut Signals,
+) -> Result<(), Failure> {
+    let node = session.path();
+    let election = session.election(name);
+    let mut stream = election.observe();
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = signals.recv() => return Ok(()),
+        };
+        match item {
+            Some(Ok(Some(leader))) => {
+                let mut map = serde_json::Map::new();
+                map.insert("event".into(), json!("leader"));
+                map.insert("node".into(), json!(node));
+                map.insert("name".into(), json!(name));
+                map.insert("session_id".into(), json!(leader.session_id));
+                map.insert("fencing_token".into(), json!(leader.fencing_token));
+                output::put_data(&mut map, &leader.data);
+                out.print(Value::Object(map), || {
+                    format!(
+                        "leader: {} (session {}, fencing token {})",
+                        output::show_data(&leader.data),
+                        leader.session_id,
+                        leader.fencing_token
+                    )
+                });
+            }
+            Some(Ok(None)) => out.print(
+                json!({"event": "no_leader", "node": node, "name": name}),
+                || "no leader".to_string(),
+            ),
+            Some(Err(e)) => return Err(semaphore_error("observe", name, node, &e)),
+            None => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1m30s`.
+
+use std::time::Duration;
+
+/// Parses a duration such as `500ms`, `30s`, `2m`, `1h`, `1.5s` or `1m30s`. A bare number is
+/// rejected (the unit is required) except `0`.
+pub(crate) fn parse(input: &str) -> Result<Duration, String> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err("empty duration (expected e.g. 500ms, 30s, 2m, 1h)".to_string());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let bad = || format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)");
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+            return Err(bad());
+        }
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds_per_unit = match unit {
+            "ms" => 0.001,
+            "s" | "sec" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            "" => {
+                return Err(format!(
+                    "duration {input:?} needs a unit (ms, s, m, h or d)"
+                ));
+            }
+            _ => return Err(bad()),
+        };
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let part = Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|_| bad())?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// Formats a duration the way [`parse`] reads it (`1h2m3s`, `1.5s`, `250ms`).
+pub(crate) fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_string();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if !ms.is_multiple_of(1000) && ms < 60_000 {
+        return format!("{}s", d.as_secs_f64());
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_units() {
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in [
+            "", "abc", "10", "10x", "s", "-1s", ".5s", "1.s", "1e3s", "5 s",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for d in ["250ms", "1.5s", "30s", "2m", "1h", "1h2m3s"] {
+            let parsed = parse(d).ok();
+            assert_eq!(parsed.map(format).as_deref(), Some(d));
+        }
+    }
+}

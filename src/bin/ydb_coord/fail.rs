@@ -1,0 +1,124 @@
+//! Exit codes and the one-line error a command ends with.
+
+use std::error::Error as _;
+use std::fmt;
+
+use ydb_coordination::{Error, ErrorKind};
+
+/// Exit code: the command could not be carried out (connection, missing node, server error).
+pub(crate) const ERROR: u8 = 1;
+/// Exit code: bad command line (unknown flag, bad duration, missing `--`).
+pub(crate) const USAGE: u8 = 2;
+/// Exit code: `lock`/`elect` did not get the lock or leadership within `--wait`, or at once
+/// with `--no-wait` (sysexits' `EX_TEMPFAIL`: try again later).
+pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// Exit code: the lease may have been lost while the command ran; the command was stopped.
+pub(crate) const LEASE_LOST: u8 = 76;
+/// Exit code: the command was found but could not be executed (shell convention).
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// Exit code: the command was not found (shell convention).
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// Why a command failed: printed as `error: {message}`, the process exits with `code`.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A failure with exit code [`ERROR`].
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self::with_code(ERROR, message)
+    }
+
+    /// A failure with the given exit code.
+    pub(crate) fn with_code(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: one_line(&message.into()),
+        }
+    }
+
+    /// A library error, in the context of `what` (e.g. `describe semaphore "x" on /local/app`).
+    pub(crate) fn lib(what: &str, err: &Error) -> Self {
+        Self::new(format!("{what}: {}", chain(err)))
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error: {}", self.message)
+    }
+}
+
+/// The error's message followed by its causes, de-duplicated, on one line.
+pub(crate) fn chain(err: &Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    one_line(&out)
+}
+
+/// Collapses whitespace runs containing newlines so the message stays on one line.
+pub(crate) fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The errors of operations on a semaphore, named the way an operator thinks of them.
+pub(crate) fn semaphore_error(verb: &str, name: &str, node: &str, err: &Error) -> Failure {
+    match err.kind() {
+        ErrorKind::NotFound => Failure::new(format!("semaphore {name:?} not found on {node}")),
+        ErrorKind::AlreadyExists => {
+            Failure::new(format!("semaphore {name:?} already exists on {node}"))
+        }
+        _ => {
+            // The library's message usually names the operation already.
+            let message = chain(err);
+            if message.starts_with(&format!("{verb} semaphore")) {
+                Failure::new(format!("{message} (on {node})"))
+            } else {
+                Failure::new(format!("{verb} semaphore {name:?} on {node}: {message}"))
+            }
+        }
+    }
+}
+
+/// The errors of opening a session (or any node-level call) on `node`.
+pub(crate) fn node_error(verb: &str, node: &str, err: &Error) -> Failure {
+    match err.kind() {
+        ErrorKind::NotFound => Failure::new(format!("coordination node {node} not found")),
+        ErrorKind::AlreadyExists => {
+            Failure::new(format!("coordination node {node} already exists"))
+        }
+        _ => Failure::lib(&format!("{verb} {node}"), err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_stay_on_one_line() {
+        let f = Failure::new("first\n  second\tthird");
+        assert_eq!(f.to_string(), "error: first second third");
+    }
+
+    #[test]
+    fn not_found_names_the_semaphore_and_node() {
+        let err = Error::new(ErrorKind::NotFound, "describe semaphore: NOT_FOUND");
+        let f = semaphore_error("describe", "x", "/local/app", &err);
+        assert_eq!(
+            f.to_string(),
+            r#"error: semaphore "x" not found on /local/app"#
+        );
+    }
+}

@@ -1,0 +1,434 @@
+//! `lock` and `elect`: acquire, run a command under the lease, stop it if the lease may be
+//! lost, release.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::io::IsTerminal;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use ydb_coordination::{AcquireOptions, DescribeOptions, ErrorKind, Lease, Session};
+
+use super::duration;
+use super::fail::{self, Failure, semaphore_error};
+use super::output::Out;
+
+/// The signals `ydb-coord` catches: while waiting they end the wait, while the command
+/// runs they are forwarded to it.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers (SIGINT, SIGTERM, SIGHUP).
+    pub(crate) fn install() -> Result<Self, Failure> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let get = |kind: SignalKind| {
+            signal(kind).map_err(|e| Failure::new(format!("cannot install signal handlers: {e}")))
+        };
+        Ok(Self {
+            int: get(SignalKind::interrupt())?,
+            term: get(SignalKind::terminate())?,
+            hup: get(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    ///
+    /// Cancel safe (tokio's `Signal::recv` is).
+    pub(crate) async fn recv(&mut self) -> Signal {
+        async fn next(s: &mut tokio::signal::unix::Signal, sig: Signal) -> Signal {
+            match s.recv().await {
+                Some(()) => sig,
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            s = next(&mut self.int, Signal::SIGINT) => s,
+            s = next(&mut self.term, Signal::SIGTERM) => s,
+            s = next(&mut self.hup, Signal::SIGHUP) => s,
+        }
+    }
+
+    /// Runs `fut` unless a signal arrives first, which ends the program with 128 + signal.
+    pub(crate) async fn interruptible<T>(
+        &mut self,
+        fut: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        tokio::select! {
+            r = fut => r,
+            sig = self.recv() => Err(interrupted(sig)),
+        }
+    }
+}
+
+/// The silent failure of being interrupted by `sig` (exit code 128 + signal number).
+pub(crate) fn interrupted(sig: Signal) -> Failure {
+    Failure::with_code(128u8.saturating_add(sig as u8), "")
+}
+
+/// What to acquire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// The ephemeral semaphore with all its tokens.
+    Exclusive,
+    /// One token of the ephemeral semaphore (shared with other `--shared` holders).
+    Shared,
+    /// `count` tokens of a persistent semaphore, created with `limit` when given.
+    Counted { count: u64, limit: Option<u64> },
+}
+
+/// How long to wait for the lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    Forever,
+    For(Duration),
+    AtOnce,
+}
+
+/// A `lock` or `elect` request.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) node: String,
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) data: Vec<u8>,
+    pub(crate) wait: Wait,
+    pub(crate) kill_grace: Duration,
+    pub(crate) command: Vec<OsString>,
+    /// "lock" or "leadership", for messages.
+    pub(crate) what: &'static str,
+}
+
+/// Acquires, runs the command, releases; returns the exit code.
+pub(crate) async fn run(
+    session: Session,
+    req: &Request,
+    out: Out,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let result = hold_and_run(&session, req, out, signals).await;
+    session.close().await;
+    result
+}
+
+async fn hold_and_run(
+    session: &Session,
+    req: &Request,
+    out: Out,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let progress = std::io::stderr().is_terminal() && !out.json;
+    let lease = acquire(session, req, signals, progress).await?;
+    out.event(
+        json!({
+            "event": "acquired",
+            "node": req.node,
+            "name": req.name,
+            "session_id": session.id(),
+            "fencing_token": lease.fencing_token(),
+            "count": lease.count(),
+        }),
+        String::new,
+    );
+    let env = [
+        ("YDB_COORD_FENCING_TOKEN", lease.fencing_token().to_string()),
+        ("YDB_COORD_SESSION_ID", session.id().to_string()),
+    ];
+    let on_lost = || {
+        out.event(
+            json!({
+                "event": "lost",
+                "node": req.node,
+                "name": req.name,
+                "fencing_token": lease.fencing_token(),
+            }),
+            || {
+                format!(
+                    "warning: the {} {:?} on {} may be lost; stopping the command \
+                     (SIGTERM, SIGKILL after {})",
+                    req.what,
+                    req.name,
+                    req.node,
+                    duration::format(req.kill_grace)
+                )
+            },
+        )
+    };
+    let end = run_child(
+        &req.command,
+        &env,
+        lease.token(),
+        req.kill_grace,
+        signals,
+        on_lost,
+    )
+    .await?;
+    out.event(
+        json!({"event": "exited", "code": end.code, "lost": end.lost}),
+        String::new,
+    );
+    if end.lost {
+        drop(lease);
+        return Err(Failure::with_code(
+            fail::LEASE_LOST,
+            format!(
+                "lost the {} {:?} on {} while the command ran; the command was stopped",
+                req.what, req.name, req.node
+            ),
+        ));
+    }
+    // The server releases everything of a closed session anyway; waiting for the answer
+    // only makes the next holder's start prompt.
+    let _ = timeout(Duration::from_secs(5), lease.release()).await;
+    Ok(end.code)
+}
+
+fn options(req: &Request) -> AcquireOptions {
+    let options = match req.kind {
+        Kind::Exclusive => AcquireOptions::exclusive().ephemeral(true),
+        Kind::Shared => AcquireOptions::shared().ephemeral(true),
+        Kind::Counted { count, .. } => AcquireOptions::new().count(count),
+    };
+    let options = options.data(req.data.clone());
+    match req.wait {
+        Wait::Forever => options.wait_forever(),
+        Wait::For(d) => options.timeout(d),
+        Wait::AtOnce => options.timeout(Duration::ZERO),
+    }
+}
+
+/// Creates the persistent semaphore with `limit` tokens unless it exists with that limit.
+async fn ensure(session: &Session, req: &Request, limit: u64) -> Result<(), Failure> {
+    let (name, node) = (&req.name, &req.node);
+    let err = match session.create_semaphore(name, limit, b"").await {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    match err.kind() {
+        ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown => {}
+        ErrorKind::PreconditionFailed => {
+            return Err(Failure::new(format!(
+                "semaphore {name:?} on {node} is an ephemeral lock in use; \
+                 a counted lock needs a persistent semaphore of another name"
+            )));
+        }
+        _ => return Err(semaphore_error("create", name, node, &err)),
+    }
+    let d = session
+        .describe_semaphore(name, DescribeOptions::new())
+        .await
+        .map_err(|e| semaphore_error("describe", name, node, &e))?;
+    if d.ephemeral || d.limit != limit {
+        let has = if d.ephemeral {
+            "is an ephemeral lock".to_string()
+        } else {
+            format!("exists with limit {}", d.limit)
+        };
+        return Err(Failure::new(format!(
+            "semaphore {name:?} on {node} {has}, not limit {limit}"
+        )));
+    }
+    Ok(())
+}
+
+/// Acquires as the request says, showing the queue position on stderr when `progress`.
+async fn acquire(
+    session: &Session,
+    req: &Request,
+    signals: &mut Signals,
+    progress: bool,
+) -> Result<Lease, Failure> {
+    if let Kind::Counted {
+        limit: Some(limit), ..
+    } = req.kind
+    {
+        signals.interruptible(ensure(session, req, limit)).await?;
+    }
+    let acquire = session.acquire(&req.name, options(req));
+    tokio::pin!(acquire);
+    let started = Instant::now();
+    let mut tick =
+        tokio::time::interval_at(started + Duration::from_millis(300), Duration::from_secs(1));
+    let mut shown = false;
+    let clear = |shown: bool| {
+        if shown {
+            eprint!("\r\x1b[2K");
+        }
+    };
+    let result = loop {
+        tokio::select! {
+            r = &mut acquire => break r,
+            sig = signals.recv() => {
+                clear(shown);
+                return Err(interrupted(sig));
+            }
+            _ = tick.tick(), if progress => {
+                let line = queue_line(session, req, started).await;
+                eprint!("\r\x1b[2K{line}");
+                shown = true;
+            }
+        }
+    };
+    clear(shown);
+    let (name, node) = (&req.name, &req.node);
+    result.map_err(|e| match e.kind() {
+        ErrorKind::Timeout => {
+            let message = match req.wait {
+                Wait::For(d) => format!(
+                    "{} {name:?} on {node} not obtained within {}",
+                    req.what,
+                    duration::format(d)
+                ),
+                _ => format!(
+                    "{} {name:?} on {node} is held or waited for by another session (--no-wait)",
+                    req.what
+                ),
+            };
+            Failure::with_code(fail::NOT_ACQUIRED, message)
+        }
+        ErrorKind::NotFound if matches!(req.kind, Kind::Counted { limit: None, .. }) => {
+            Failure::new(format!(
+                "semaphore {name:?} not found on {node} (pass --limit N to create it)"
+            ))
+        }
+        _ => semaphore_error("acquire", name, node, &e),
+    })
+}
+
+/// The progress line: where this session stands in the queue.
+async fn queue_line(session: &Session, req: &Request, started: Instant) -> String {
+    let waited = duration::format(Duration::from_secs(started.elapsed().as_secs()));
+    let head = format!("waiting for {:?} on {} ({waited})", req.name, req.node);
+    let describe =
+        session.describe_semaphore(&req.name, DescribeOptions::new().owners(true).waiters(true));
+    let Ok(Ok(d)) = timeout(Duration::from_millis(800), describe).await else {
+        return head;
+    };
+    let holders = match d.owners.len() {
+        1 => "1 holder".to_string(),
+        n => format!("{n} holders"),
+    };
+    match d.waiters.iter().position(|w| w.session_id == session.id()) {
+        Some(i) => format!(
+            "{head}: position {} of {} in queue, {holders}",
+            i + 1,
+            d.waiters.len()
+        ),
+        None => format!("{head}: {holders}"),
+    }
+}
+
+/// How the command ended.
+#[derive(Debug)]
+struct ChildEnd {
+    code: u8,
+    lost: bool,
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(fail::ERROR),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(fail::ERROR),
+        (None, None) => fail::ERROR,
+    }
+}
+
+/// Sends `sig` to the command's process group (it runs in its own), or to the command
+/// alone if it left the group.
+fn signal_group(pid: Pid, sig: Signal) {
+    if killpg(pid, sig).is_err() {
+        let _ = kill(pid, sig);
+    }
+}
+
+/// Runs the command in its own process group with `env` added; forwards the signals
+/// `ydb-coord` receives; when `token` fires, sends SIGTERM, then SIGKILL after `grace`.
+async fn run_child(
+    command: &[OsString],
+    env: &[(&str, String)],
+    token: CancellationToken,
+    grace: Duration,
+    signals: &mut Signals,
+    on_lost: impl FnOnce(),
+) -> Result<ChildEnd, Failure> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(Failure::with_code(fail::USAGE, "no command given after --"));
+    };
+    let shown = program.to_string_lossy();
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => fail::NOT_FOUND,
+                _ => fail::CANNOT_EXECUTE,
+            };
+            Failure::with_code(code, format!("cannot run {shown:?}: {e}"))
+        })?;
+    let pid = Pid::from_raw(
+        i32::try_from(child.id())
+            .map_err(|_| Failure::new("the command's process id is out of range"))?,
+    );
+    let (tx, mut exited) = oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let mut on_lost = Some(on_lost);
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = &mut exited => break status,
+            sig = signals.recv() => signal_group(pid, sig),
+            () = token.cancelled(), if on_lost.is_some() => {
+                if let Some(f) = on_lost.take() {
+                    f();
+                }
+                signal_group(pid, Signal::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
+            () = kill_timer => {
+                signal_group(pid, Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    let status = status
+        .map_err(|_| Failure::new("lost track of the command"))?
+        .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?;
+    let lost = on_lost.is_none();
+    if lost {
+        // The command is gone; whatever else it started in its group gets the rest of
+        // the grace period, then SIGKILL.
+        let deadline = kill_at.unwrap_or_else(Instant::now);
+        while killpg(pid, None).is_ok() {
+            if Instant::now() >= deadline {
+                let _ = killpg(pid, Signal::SIGKILL);
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(ChildEnd {
+        code: exit_code(status),
+        lost,
+    })
+}
