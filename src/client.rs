@@ -235,7 +235,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::AlreadyExists`] if the path exists; other server errors.
+    /// Server errors. Creating a node that already exists succeeds and leaves its config as
+    /// it was (YDB's behaviour); use [`Client::describe_node`] to check it.
     ///
     /// # Cancel safety
     ///

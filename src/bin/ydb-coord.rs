@@ -115,7 +115,7 @@ Examples:
 /// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
 /// commands and leader election.
 #[derive(Debug, Parser)]
-#[command(name = "ydb-coord", version, about, after_help = MAIN_HELP)]
+#[command(name = "ydb-coord", version, after_help = MAIN_HELP)]
 struct Cli {
     #[command(flatten)]
     conn: ConnArgs,
@@ -133,6 +133,7 @@ struct ConnArgs {
         short = 'c',
         long,
         env = "YDB_CONNECTION_STRING",
+        hide_env_values = true,
         global = true,
         value_name = "URL"
     )]

@@ -81,6 +81,8 @@ pub struct EmulatorBuilder {
     database: String,
     listen: SocketAddr,
     nodes: Vec<String>,
+    users: Vec<(String, String)>,
+    tokens: Vec<String>,
 }
 
 impl Default for EmulatorBuilder {
@@ -89,6 +91,8 @@ impl Default for EmulatorBuilder {
             database: "/local".to_string(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             nodes: Vec::new(),
+            users: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 }
@@ -119,6 +123,22 @@ impl EmulatorBuilder {
         self
     }
 
+    /// A user who can log in (`Ydb.Auth.V1.AuthService/Login`) and get a token. With any
+    /// user or token configured, every coordination call must carry an accepted token in
+    /// `x-ydb-auth-ticket`: sessions without one fail with `UNAUTHORIZED`, as on a YDB that
+    /// enforces authentication. Discovery stays open.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.users.push((name.into(), password.into()));
+        self
+    }
+
+    /// A fixed token to accept (as an OAuth or IAM token would be); turns checking on like
+    /// [`EmulatorBuilder::user`].
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.tokens.push(token.into());
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Errors
@@ -142,7 +162,12 @@ impl EmulatorBuilder {
             // A repeated path in the builder is harmless: the node already exists.
             let _ = world.create_node(path, NodeConfigProto::default());
         }
+        let auth = (!self.users.is_empty() || !self.tokens.is_empty()).then(|| service::Auth {
+            users: self.users.into_iter().collect(),
+            tokens: std::sync::Mutex::new(self.tokens.into_iter().collect()),
+        });
         let shared = Arc::new(Shared {
+            auth,
             database: self.database,
             advertised: addr,
             world: std::sync::Mutex::new(world),
@@ -160,6 +185,7 @@ impl EmulatorBuilder {
         let server = tonic::transport::Server::builder()
             .add_service(CoordinationService(shared.clone()))
             .add_service(DiscoveryService(shared.clone()))
+            .add_service(service::AuthService(shared.clone()))
             .serve_with_incoming_shutdown(
                 UnboundedReceiverStream::new(conn_rx),
                 shutdown.clone().cancelled_owned(),

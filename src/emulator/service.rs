@@ -2,6 +2,7 @@
 //! `Ydb.Discovery.V1.DiscoveryService`, one task per `Session` stream (first-message checks,
 //! the server's ping cadence, dispatch into the state machine) and one timer task.
 
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +20,7 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
+use ydb_grpc::ydb_proto::auth::{LoginRequest, LoginResponse, LoginResult};
 use ydb_grpc::ydb_proto::coordination::{
     AlterNodeRequest, AlterNodeResponse, CreateNodeRequest, CreateNodeResponse,
     DescribeNodeRequest, DescribeNodeResponse, DescribeNodeResult, DropNodeRequest,
@@ -35,6 +37,15 @@ use super::state::StreamId;
 use super::world::{AdminError, Outbound, World};
 use crate::proto::{self, SessionRequest, SessionResponse, StatusCode, session_request};
 
+/// Token checking, when the emulator was built with users or tokens.
+#[derive(Debug, Default)]
+pub(crate) struct Auth {
+    /// user -> password, for `AuthService/Login`.
+    pub(crate) users: HashMap<String, String>,
+    /// Tokens accepted in `x-ydb-auth-ticket` (fixed ones and those issued by login).
+    pub(crate) tokens: std::sync::Mutex<HashSet<String>>,
+}
+
 /// Everything the services, the stream tasks and the handle share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -44,6 +55,8 @@ pub(crate) struct Shared {
     /// Woken whenever state changed, so the timer task recomputes its deadline.
     pub(crate) changed: Notify,
     pub(crate) shutdown: CancellationToken,
+    /// `None`: every request is allowed.
+    pub(crate) auth: Option<Auth>,
 }
 
 impl Shared {
@@ -56,6 +69,44 @@ impl Shared {
         let out = f(&mut self.world());
         self.changed.notify_one();
         out
+    }
+
+    /// Whether a request carries an accepted token (always, when auth is off).
+    fn authorized<T>(&self, req: &Request<T>) -> bool {
+        let Some(auth) = &self.auth else {
+            return true;
+        };
+        let Some(ticket) = req
+            .metadata()
+            .get("x-ydb-auth-ticket")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return false;
+        };
+        auth.tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(ticket)
+    }
+
+    /// `AuthService/Login`: a fresh token for a known user and password.
+    fn login(&self, user: &str, password: &str) -> Result<String, AdminError> {
+        let Some(auth) = &self.auth else {
+            // Without users, any login succeeds; the token is not checked anyway.
+            return Ok(format!("{user}@emulator"));
+        };
+        if auth.users.get(user).is_none_or(|p| p != password) {
+            return Err(AdminError {
+                status: StatusCode::Unauthorized,
+                message: "Invalid user or password".to_string(),
+            });
+        }
+        let token = format!("{user}@emulator:{:016x}", rand::random::<u64>());
+        auth.tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token.clone());
+        Ok(token)
     }
 
     /// A node path from a request: absolute, or relative to the request's database.
@@ -103,6 +154,7 @@ fn database_of<T>(req: &Request<T>) -> Option<String> {
 async fn run_stream(
     shared: Arc<Shared>,
     database: Option<String>,
+    authorized: bool,
     mut inbound: Streaming<SessionRequest>,
     tx: mpsc::UnboundedSender<Outbound>,
 ) {
@@ -110,7 +162,7 @@ async fn run_stream(
     let id = shared.world().open_stream(tx.clone(), closed.clone());
     let timeout_millis = tokio::select! {
         _ = closed.cancelled() => None,
-        first = inbound.next() => start(&shared, database.as_deref(), id, first, &tx),
+        first = inbound.next() => start(&shared, database.as_deref(), authorized, id, first, &tx),
     };
     if let Some(timeout_millis) = timeout_millis {
         serve_attached(
@@ -130,6 +182,7 @@ async fn run_stream(
 fn start(
     shared: &Shared,
     database: Option<&str>,
+    authorized: bool,
     id: StreamId,
     first: Option<Result<SessionRequest, Status>>,
     tx: &mpsc::UnboundedSender<Outbound>,
@@ -160,6 +213,13 @@ fn start(
             )));
             return None;
         };
+        if !authorized {
+            let _ = tx.send(Outbound::Message(proto::failure(
+                StatusCode::Unauthorized,
+                "User has no access to the coordination node",
+            )));
+            return None;
+        }
         let (session, effects) = node.attach(now, id, &start);
         if session.is_some()
             && let Some(slot) = world.streams.get_mut(&id)
@@ -305,6 +365,49 @@ impl NamedService for CoordinationService {
     const NAME: &'static str = "Ydb.Coordination.V1.CoordinationService";
 }
 
+/// The auth service (`Login`).
+#[derive(Debug, Clone)]
+pub(crate) struct AuthService(pub(crate) Arc<Shared>);
+
+impl NamedService for AuthService {
+    const NAME: &'static str = "Ydb.Auth.V1.AuthService";
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for AuthService
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let shared = self.0.clone();
+        match req.uri().path() {
+            "/Ydb.Auth.V1.AuthService/Login" => Box::pin(async move {
+                let svc = Unary(move |r: Request<LoginRequest>| {
+                    let r = r.into_inner();
+                    let result = shared
+                        .login(&r.user, &r.password)
+                        .map(|token| pack("Ydb.Auth.LoginResult", &LoginResult { token }));
+                    Ok(Response::new(LoginResponse {
+                        operation: Some(operation(result)),
+                    }))
+                });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                    .unary(svc, req)
+                    .await)
+            }),
+            _ => Box::pin(async { Ok(unimplemented()) }),
+        }
+    }
+}
+
 impl NamedService for DiscoveryService {
     const NAME: &'static str = "Ydb.Discovery.V1.DiscoveryService";
 }
@@ -335,10 +438,12 @@ impl tonic::server::StreamingService<SessionRequest> for SessionSvc {
 
     fn call(&mut self, request: Request<Streaming<SessionRequest>>) -> Self::Future {
         let database = database_of(&request);
+        let authorized = self.0.authorized(&request);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run_stream(
             self.0.clone(),
             database,
+            authorized,
             request.into_inner(),
             tx,
         ));
@@ -383,6 +488,62 @@ fn no_result(r: Result<(), AdminError>) -> Result<Option<Any>, AdminError> {
     r.map(|()| None)
 }
 
+/// A request of node administration: carries a node path.
+trait NodeRequest: Message + Default + Send + 'static {
+    fn path(&self) -> &str;
+}
+
+macro_rules! node_request {
+    ($($t:ty),*) => {$(
+        impl NodeRequest for $t {
+            fn path(&self) -> &str {
+                &self.path
+            }
+        }
+    )*};
+}
+node_request!(
+    CreateNodeRequest,
+    AlterNodeRequest,
+    DropNodeRequest,
+    DescribeNodeRequest
+);
+
+/// Serves one node-administration call: checks the token, resolves the path, runs
+/// `handle` and wraps its outcome in a completed operation.
+fn admin<B, Req, Resp>(
+    shared: Arc<Shared>,
+    req: http::Request<B>,
+    handle: fn(&Shared, String, Req) -> Result<Option<Any>, AdminError>,
+    wrap: fn(Option<Operation>) -> Resp,
+) -> BoxFuture<Result<http::Response<Body>, Infallible>>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    Req: NodeRequest,
+    Resp: Message + Send + 'static,
+{
+    Box::pin(async move {
+        let svc = Unary(move |r: Request<Req>| {
+            let result = if shared.authorized(&r) {
+                let db = database_of(&r);
+                let r = r.into_inner();
+                let path = shared.resolve(db.as_deref(), r.path());
+                handle(&shared, path, r)
+            } else {
+                Err(AdminError {
+                    status: StatusCode::Unauthorized,
+                    message: "Access denied".to_string(),
+                })
+            };
+            Ok(Response::new(wrap(Some(operation(result)))))
+        });
+        Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+            .unary(svc, req)
+            .await)
+    })
+}
+
 fn unimplemented() -> http::Response<Body> {
     let mut response = http::Response::new(Body::default());
     let headers = response.headers_mut();
@@ -418,74 +579,51 @@ where
                 let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
                 Ok(grpc.streaming(SessionSvc(shared), req).await)
             }),
-            "/Ydb.Coordination.V1.CoordinationService/CreateNode" => Box::pin(async move {
-                let svc = Unary(move |r: Request<CreateNodeRequest>| {
-                    let db = database_of(&r);
-                    let r = r.into_inner();
-                    let path = shared.resolve(db.as_deref(), &r.path);
+            "/Ydb.Coordination.V1.CoordinationService/CreateNode" => admin(
+                shared,
+                req,
+                |shared, path, r: CreateNodeRequest| {
                     let config = r.config.unwrap_or_default();
-                    let res = shared.with_world(|w| w.create_node(path, config));
-                    Ok(Response::new(CreateNodeResponse {
-                        operation: Some(operation(no_result(res))),
-                    }))
-                });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
-            }),
-            "/Ydb.Coordination.V1.CoordinationService/AlterNode" => Box::pin(async move {
-                let svc = Unary(move |r: Request<AlterNodeRequest>| {
-                    let db = database_of(&r);
-                    let r = r.into_inner();
-                    let path = shared.resolve(db.as_deref(), &r.path);
+                    no_result(shared.with_world(|w| w.create_node(path, config)))
+                },
+                |operation| CreateNodeResponse { operation },
+            ),
+            "/Ydb.Coordination.V1.CoordinationService/AlterNode" => admin(
+                shared,
+                req,
+                |shared, path, r: AlterNodeRequest| {
                     let config = r.config.unwrap_or_default();
-                    let res = shared.with_world(|w| w.alter_node(&path, &config));
-                    Ok(Response::new(AlterNodeResponse {
-                        operation: Some(operation(no_result(res))),
-                    }))
-                });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
-            }),
-            "/Ydb.Coordination.V1.CoordinationService/DropNode" => Box::pin(async move {
-                let svc = Unary(move |r: Request<DropNodeRequest>| {
-                    let db = database_of(&r);
-                    let path = shared.resolve(db.as_deref(), &r.into_inner().path);
-                    let res = shared.with_world(|w| w.drop_node(&path));
-                    Ok(Response::new(DropNodeResponse {
-                        operation: Some(operation(no_result(res))),
-                    }))
-                });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
-            }),
-            "/Ydb.Coordination.V1.CoordinationService/DescribeNode" => Box::pin(async move {
-                let svc = Unary(move |r: Request<DescribeNodeRequest>| {
-                    let db = database_of(&r);
-                    let path = shared.resolve(db.as_deref(), &r.into_inner().path);
-                    let res = shared.world().describe_node(&path).map(|config| {
-                        let name = path.rsplit('/').next().unwrap_or_default().to_string();
-                        let result = DescribeNodeResult {
-                            self_: Some(Entry {
-                                name,
-                                owner: "root@builtin".to_string(),
-                                r#type: entry::Type::CoordinationNode as i32,
-                                ..Entry::default()
-                            }),
-                            config: Some(config),
-                        };
-                        pack("Ydb.Coordination.DescribeNodeResult", &result)
-                    });
-                    Ok(Response::new(DescribeNodeResponse {
-                        operation: Some(operation(res)),
-                    }))
-                });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
-            }),
+                    no_result(shared.with_world(|w| w.alter_node(&path, &config)))
+                },
+                |operation| AlterNodeResponse { operation },
+            ),
+            "/Ydb.Coordination.V1.CoordinationService/DropNode" => admin(
+                shared,
+                req,
+                |shared, path, _: DropNodeRequest| {
+                    no_result(shared.with_world(|w| w.drop_node(&path)))
+                },
+                |operation| DropNodeResponse { operation },
+            ),
+            "/Ydb.Coordination.V1.CoordinationService/DescribeNode" => admin(
+                shared,
+                req,
+                |shared, path, _: DescribeNodeRequest| {
+                    let config = shared.world().describe_node(&path)?;
+                    let name = path.rsplit('/').next().unwrap_or_default().to_string();
+                    let result = DescribeNodeResult {
+                        self_: Some(Entry {
+                            name,
+                            owner: "root@builtin".to_string(),
+                            r#type: entry::Type::CoordinationNode as i32,
+                            ..Entry::default()
+                        }),
+                        config: Some(config),
+                    };
+                    Ok(pack("Ydb.Coordination.DescribeNodeResult", &result))
+                },
+                |operation| DescribeNodeResponse { operation },
+            ),
             _ => Box::pin(async { Ok(unimplemented()) }),
         }
     }

@@ -146,10 +146,9 @@ impl World {
             ));
         }
         if self.nodes.contains_key(&path) {
-            return Err(AdminError::new(
-                StatusCode::AlreadyExists,
-                format!("Check failed: path: '{path}', error: path exist"),
-            ));
+            // YDB's create accepts an existing coordination node (the scheme shard answers
+            // "already exists", which the RPC layer reports as SUCCESS) and leaves its config.
+            return Ok(());
         }
         self.nodes.insert(path, NodeState::new(config));
         Ok(())

@@ -109,7 +109,7 @@ pub(crate) async fn semaphore(
                 .await
                 .map_err(|e| semaphore_error("describe", name, node, &e))?;
             out.print(Value::Object(output::semaphore_json(node, &d)), || {
-                output::semaphore_text(node, &d, owners || waiters)
+                output::semaphore_text(node, &d, owners, waiters)
             });
         }
         SemaphoreOp::Delete { force } => {
@@ -167,7 +167,7 @@ pub(crate) async fn watch(
         map.insert("resynced".into(), json!(update.resynced));
         out.print(Value::Object(map), || {
             if first {
-                output::semaphore_text(node, d, true)
+                output::semaphore_text(node, d, true, waiters)
             } else {
                 let resynced = if update.resynced {
                     " (after reconnect; changes in between may be missed)"

@@ -141,6 +141,15 @@ async fn hold_and_run(
         }),
         String::new,
     );
+    if lease.is_lost() {
+        return Err(Failure::with_code(
+            fail::LEASE_LOST,
+            format!(
+                "lost the {} {:?} on {} before the command started; it was not run",
+                req.what, req.name, req.node
+            ),
+        ));
+    }
     let env = [
         ("YDB_COORD_FENCING_TOKEN", lease.fencing_token().to_string()),
         ("YDB_COORD_SESSION_ID", session.id().to_string()),

@@ -93,6 +93,15 @@ pub(crate) fn semaphore_json(node: &str, d: &SemaphoreDescription) -> Map<String
     map
 }
 
+/// A token count for people: an exclusive lock on an ephemeral semaphore takes them all.
+fn count_text(count: u64) -> String {
+    if count == u64::MAX {
+        "all (exclusive)".to_string()
+    } else {
+        count.to_string()
+    }
+}
+
 fn limit_text(d: &SemaphoreDescription) -> String {
     if d.ephemeral {
         "unlimited (ephemeral)".to_string()
@@ -102,16 +111,23 @@ fn limit_text(d: &SemaphoreDescription) -> String {
 }
 
 /// A semaphore description as a small table.
-pub(crate) fn semaphore_text(node: &str, d: &SemaphoreDescription, lists: bool) -> String {
+pub(crate) fn semaphore_text(
+    node: &str,
+    d: &SemaphoreDescription,
+    owners: bool,
+    waiters: bool,
+) -> String {
     let mut out = String::new();
     let row = |out: &mut String, k: &str, v: String| out.push_str(&format!("{k:<10} {v}\n"));
     row(&mut out, "node", node.to_string());
     row(&mut out, "semaphore", d.name.clone());
     row(&mut out, "limit", limit_text(d));
-    row(&mut out, "count", d.count.to_string());
+    row(&mut out, "count", count_text(d.count));
     row(&mut out, "data", show_data(&d.data));
-    if lists {
+    if owners {
         table(&mut out, "owners", &d.owners, false);
+    }
+    if waiters {
         table(&mut out, "waiters", &d.waiters, true);
     }
     out.trim_end().to_string()
@@ -136,7 +152,7 @@ fn table(out: &mut String, title: &str, rows: &[SemaphoreSession], waiter: bool)
         out.push_str(&format!(
             "  {:<20} {:<8} {:<10} {:<8} {}\n",
             r.session_id,
-            r.count,
+            count_text(r.count).trim_end_matches(" (exclusive)"),
             r.order_id,
             timeout,
             show_data(&r.data)
@@ -155,7 +171,9 @@ pub(crate) fn semaphore_line(d: &SemaphoreDescription) -> String {
             } else {
                 format!(" {}", show_data(&o.data))
             };
-            format!("{}x{}{data}", o.session_id, o.count)
+            let count = count_text(o.count);
+            let count = count.trim_end_matches(" (exclusive)");
+            format!("session {} ({count}){data}", o.session_id)
         })
         .collect();
     let limit = if d.ephemeral {
@@ -165,7 +183,7 @@ pub(crate) fn semaphore_line(d: &SemaphoreDescription) -> String {
     };
     format!(
         "count={}/{limit} owners=[{}] waiters={} data={}",
-        d.count,
+        count_text(d.count).trim_end_matches(" (exclusive)"),
         owners.join(", "),
         d.waiters.len(),
         show_data(&d.data)

@@ -1,0 +1,528 @@
+//! The `ydb-coord` binary against an emulator in the test process: locked commands exclude
+//! each other, lease loss stops the command, exit codes, JSON output and one-line errors.
+#![cfg(feature = "cli")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use ydb_coordination::emulator::Emulator;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ydb-coord");
+const NODE: &str = "/local/app";
+/// The bound on any wait in these tests (they take well under a second each when healthy).
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Exit codes documented in `ydb-coord --help`.
+const NOT_ACQUIRED: i32 = 75;
+const LEASE_LOST: i32 = 76;
+
+/// An emulator serving `/local/app` on a runtime kept alive for the test, and a scratch
+/// directory.
+struct Env {
+    emulator: Emulator,
+    cs: String,
+    dir: PathBuf,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    fn new(test: &str) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let emulator = rt.block_on(Emulator::builder().node(NODE).start()).unwrap();
+        let cs = emulator.connection_string();
+        let dir = std::env::temp_dir().join(format!("ydb-coord-cli-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            emulator,
+            cs,
+            dir,
+            _rt: rt,
+        }
+    }
+
+    /// `ydb-coord ARGS` connected to the emulator, with a clean credentials environment.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("YDB_CONNECTION_STRING", &self.cs)
+            .env_remove("YDB_ACCESS_TOKEN_CREDENTIALS")
+            .env_remove("YDB_STATIC_CREDENTIALS_USER")
+            .env_remove("YDB_ANONYMOUS_CREDENTIALS")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `ydb-coord ARGS` to completion (bounded).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = assert_cmd::Command::from_std(self.command(args));
+        cmd.timeout(LIMIT);
+        cmd.output().unwrap()
+    }
+
+    /// Starts `ydb-coord ARGS` in the background with piped output.
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits for `child` to exit, killing it and failing the test after `LIMIT`.
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ydb-coord did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `cond` holds, failing the test after `LIMIT`.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+}
+
+/// The lines a child prints on stdout, as they come.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn next_json(rx: &mpsc::Receiver<String>) -> Value {
+    let line = rx.recv_timeout(LIMIT).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+}
+
+/// Asserts a failed run printed exactly one line, `error: ...`, on stderr.
+fn assert_one_line_error(o: &Output, code: i32, contains: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err:?}");
+    assert!(
+        err.contains(contains),
+        "{err:?} does not mention {contains:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}
+
+fn file_exists(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+#[test]
+fn two_lock_processes_never_run_their_commands_at_once() {
+    let env = Env::new("exclusive");
+    let log = env.path("log");
+    let script = format!("echo start >> {log}; sleep 0.3; echo end >> {log}");
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| env.spawn(&["lock", NODE, "job", "--", "sh", "-c", &script]))
+        .collect();
+    for child in &mut children {
+        assert!(wait_exit(child).success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        got,
+        ["start", "end", "start", "end", "start", "end"],
+        "{text}"
+    );
+}
+
+#[test]
+fn expired_session_stops_the_command_and_exits_with_lease_lost() {
+    let env = Env::new("expire");
+    let pidfile = env.path("pid");
+    // The command ignores SIGTERM, so it takes the SIGKILL after the grace period.
+    let script = format!("trap '' TERM; echo $$ > {pidfile}; while :; do sleep 0.05; done");
+    let mut child = env.spawn(&[
+        "lock",
+        NODE,
+        "job",
+        "--kill-grace",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until("the command to start", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let ids = env.emulator.session_ids(NODE);
+    assert_eq!(ids.len(), 1);
+    let started = Instant::now();
+    assert!(env.emulator.expire_session(NODE, ids[0]));
+    let status = wait_exit(&mut child);
+    assert_eq!(status.code(), Some(LEASE_LOST));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        kill(Pid::from_raw(pid), None).is_err(),
+        "the command is still running"
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("may be lost"), "{err}");
+    assert!(
+        err.lines()
+            .last()
+            .unwrap_or("")
+            .starts_with("error: lost the lock"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_wait_fails_fast_while_another_process_holds_the_lock() {
+    let env = Env::new("nowait");
+    let marker = env.path("held");
+    let script = format!("touch {marker}; sleep 30");
+    let mut holder = env.spawn(&["lock", NODE, "job", "--", "sh", "-c", &script]);
+    wait_until("the holder's command to start", || file_exists(&marker));
+
+    let started = Instant::now();
+    let o = env.run(&["lock", NODE, "job", "--no-wait", "--", "true"]);
+    assert_one_line_error(&o, NOT_ACQUIRED, "--no-wait");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let o = env.run(&["lock", NODE, "job", "--wait", "200ms", "--", "true"]);
+    assert_one_line_error(&o, NOT_ACQUIRED, "within 200ms");
+
+    // SIGTERM to ydb-coord reaches the command; its death by SIGTERM is the exit code.
+    signal(&holder, Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut holder).code(), Some(128 + 15));
+    let o = env.run(&["lock", NODE, "job", "--no-wait", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn command_exit_code_and_environment_are_passed_through() {
+    let env = Env::new("exitcode");
+    let o = env.run(&[
+        "lock",
+        NODE,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_SESSION_ID; exit 7",
+    ]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    let out = stdout(&o);
+    let fields: Vec<u64> = out.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fields.len(), 2, "{out}");
+    assert!(fields[1] > 0);
+
+    let o = env.run(&["lock", NODE, "job", "--", "no-such-command-ydb-coord"]);
+    assert_one_line_error(&o, 127, "no-such-command-ydb-coord");
+}
+
+#[test]
+fn counted_lock_admits_up_to_the_limit() {
+    let env = Env::new("counted");
+    let (a, b) = (env.path("a"), env.path("b"));
+    let hold = |marker: &str| format!("touch {marker}; sleep 30");
+    let (sa, sb) = (hold(&a), hold(&b));
+    let mut first = env.spawn(&["lock", NODE, "pool", "--limit", "2", "--", "sh", "-c", &sa]);
+    let mut second = env.spawn(&["lock", NODE, "pool", "--limit", "2", "--", "sh", "-c", &sb]);
+    wait_until("both holders to start", || {
+        file_exists(&a) && file_exists(&b)
+    });
+    let o = env.run(&[
+        "lock",
+        NODE,
+        "pool",
+        "--limit",
+        "2",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_one_line_error(&o, NOT_ACQUIRED, "pool");
+    let o = env.run(&["lock", NODE, "pool", "--limit", "3", "--", "true"]);
+    assert_one_line_error(&o, 1, "limit 2");
+    for child in [&mut first, &mut second] {
+        signal(child, Signal::SIGINT);
+        assert_eq!(wait_exit(child).code(), Some(128 + 2));
+    }
+}
+
+#[test]
+fn json_output_parses() {
+    let env = Env::new("json");
+    let o = env.run(&[
+        "semaphore",
+        "create",
+        NODE,
+        "pool",
+        "--limit",
+        "3",
+        "--data",
+        "d1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = env.run(&[
+        "--json",
+        "semaphore",
+        "describe",
+        NODE,
+        "pool",
+        "--owners",
+        "--waiters",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["name"], "pool");
+    assert_eq!(v["node"], NODE);
+    assert_eq!(v["limit"], 3);
+    assert_eq!(v["data"], "d1");
+    assert_eq!(v["ephemeral"], false);
+    assert!(v["owners"].as_array().unwrap().is_empty());
+
+    let o = env.run(&["--json", "node", "describe", NODE]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["node"], NODE);
+
+    // Lock events go to stderr (stdout belongs to the command), one object per line.
+    let o = env.run(&["--json", "lock", NODE, "job", "--", "echo", "out"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "out\n");
+    let events: Vec<Value> = stderr(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{}", stderr(&o));
+    assert_eq!(events[0]["event"], "acquired");
+    assert!(events[0]["fencing_token"].as_u64().is_some());
+    assert_eq!(events[1]["event"], "exited");
+    assert_eq!(events[1]["code"], 0);
+}
+
+#[test]
+fn bad_input_gives_a_clear_one_line_error() {
+    let env = Env::new("bad");
+    let o = env.run(&["lock", "/local/nope", "job", "--", "true"]);
+    assert_one_line_error(&o, 1, "/local/nope not found");
+    let o = env.run(&["node", "describe", "/local/nope"]);
+    assert_one_line_error(&o, 1, "/local/nope not found");
+    let o = env.run(&["semaphore", "describe", NODE, "x"]);
+    assert_one_line_error(&o, 1, r#"semaphore "x" not found on /local/app"#);
+    let o = env.run(&["lock", NODE, "job", "--bogus", "--", "true"]);
+    assert_one_line_error(&o, 2, "--bogus");
+    let o = env.run(&["lock", NODE, "job", "echo", "hi"]);
+    assert_one_line_error(&o, 2, "missing `--`");
+    let o = env.run(&["lock", NODE, "job"]);
+    assert_one_line_error(&o, 2, "missing the command");
+    let o = env.run(&["lock", NODE, "job", "--wait", "soon", "--", "true"]);
+    assert_one_line_error(&o, 2, "invalid duration");
+    let o = env.run(&["lock", NODE, "job", "--wait", "10", "--", "true"]);
+    assert_one_line_error(&o, 2, "needs a unit");
+    let o = env.run(&[
+        "lock", NODE, "job", "--shared", "--count", "2", "--", "true",
+    ]);
+    assert_one_line_error(&o, 2, "--shared");
+    let mut cmd = env.command(&["node", "describe", NODE]);
+    cmd.env_remove("YDB_CONNECTION_STRING");
+    let o = assert_cmd::Command::from_std(cmd)
+        .timeout(LIMIT)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, 2, "YDB_CONNECTION_STRING");
+}
+
+#[test]
+fn node_and_semaphore_commands_round_trip() {
+    let env = Env::new("roundtrip");
+    let ok = |args: &[&str]| {
+        let o = env.run(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    ok(&[
+        "node",
+        "create",
+        "/local/n2",
+        "--session-grace-period",
+        "30s",
+    ]);
+    let v: Value = serde_json::from_str(&ok(&["--json", "node", "describe", "n2"])).unwrap();
+    assert_eq!(v["node"], "/local/n2");
+    assert_eq!(v["session_grace_period_ms"], 30_000);
+    ok(&["node", "alter", "/local/n2", "--read-consistency", "strict"]);
+    let text = ok(&["node", "describe", "/local/n2"]);
+    assert!(text.contains("strict"), "{text}");
+    ok(&["node", "drop", "/local/n2"]);
+    assert_one_line_error(&env.run(&["node", "describe", "/local/n2"]), 1, "not found");
+
+    ok(&[
+        "semaphore",
+        "create",
+        NODE,
+        "s",
+        "--limit",
+        "2",
+        "--data",
+        "one",
+    ]);
+    assert_one_line_error(
+        &env.run(&["semaphore", "create", NODE, "s", "--limit", "2"]),
+        1,
+        "already exists",
+    );
+    ok(&["semaphore", "update", NODE, "s", "--data", "two"]);
+    let text = ok(&["semaphore", "describe", NODE, "s"]);
+    assert!(text.contains("\"two\"") && text.contains("limit"), "{text}");
+    ok(&["semaphore", "delete", NODE, "s"]);
+    assert_one_line_error(
+        &env.run(&["semaphore", "describe", NODE, "s"]),
+        1,
+        r#"semaphore "s" not found"#,
+    );
+}
+
+#[test]
+fn elect_runs_the_leader_and_observe_prints_it() {
+    let env = Env::new("elect");
+    let marker = env.path("leading");
+    let script = format!("touch {marker}; sleep 30");
+    let mut leader = env.spawn(&[
+        "elect", NODE, "boss", "--data", "host-a", "--", "sh", "-c", &script,
+    ]);
+    wait_until("the leader's command to start", || file_exists(&marker));
+    let o = env.run(&[
+        "elect",
+        NODE,
+        "boss",
+        "--data",
+        "host-b",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_one_line_error(&o, NOT_ACQUIRED, "leadership");
+
+    let mut observer = env.spawn(&["--json", "elect", NODE, "boss", "--observe"]);
+    let rx = lines(&mut observer);
+    let v = next_json(&rx);
+    assert_eq!(v["event"], "leader");
+    assert_eq!(v["data"], "host-a");
+
+    signal(&leader, Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut leader).code(), Some(128 + 15));
+    let v = next_json(&rx);
+    assert_eq!(v["event"], "no_leader");
+    signal(&observer, Signal::SIGINT);
+    assert!(wait_exit(&mut observer).success());
+}
+
+#[test]
+fn watch_prints_the_description_then_each_change() {
+    let env = Env::new("watch");
+    let o = env.run(&[
+        "semaphore",
+        "create",
+        NODE,
+        "cfg",
+        "--limit",
+        "1",
+        "--data",
+        "v1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut watcher = env.spawn(&["--json", "watch", NODE, "cfg"]);
+    let rx = lines(&mut watcher);
+    let v = next_json(&rx);
+    assert_eq!(v["event"], "initial");
+    assert_eq!(v["data"], "v1");
+    let o = env.run(&["semaphore", "update", NODE, "cfg", "--data", "v2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = next_json(&rx);
+    assert_eq!(v["event"], "changed");
+    assert_eq!(v["data"], "v2");
+    signal(&watcher, Signal::SIGTERM);
+    assert!(wait_exit(&mut watcher).success());
+}
+
+#[test]
+fn silent_server_stops_the_command_with_lease_lost() {
+    let env = Env::new("stall");
+    let marker = env.path("started");
+    let script = format!("touch {marker}; sleep 30");
+    let mut child = env.spawn(&[
+        "--session-timeout",
+        "1s",
+        "lock",
+        NODE,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until("the command to start", || file_exists(&marker));
+    let stalled = Instant::now();
+    env.emulator.net().stall();
+    assert_eq!(wait_exit(&mut child).code(), Some(LEASE_LOST));
+    assert!(stalled.elapsed() < Duration::from_secs(8));
+}
