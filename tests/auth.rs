@@ -19,7 +19,7 @@ async fn emulator() -> Emulator {
     .unwrap()
 }
 
-async fn client(emulator: &Emulator, credentials: Credentials) -> Client {
+async fn connect(emulator: &Emulator, credentials: Credentials) -> Client {
     within(
         Client::builder(emulator.connection_string())
             .credentials(credentials)
@@ -32,7 +32,7 @@ async fn client(emulator: &Emulator, credentials: Credentials) -> Client {
 #[tokio::test(start_paused = true)]
 async fn anonymous_requests_are_unauthorized() {
     let emulator = emulator().await;
-    let client = client(&emulator, Credentials::anonymous()).await;
+    let client = connect(&emulator, Credentials::anonymous()).await;
     let err = within(client.session("/local/app", SessionOptions::new()))
         .await
         .unwrap_err();
@@ -46,7 +46,7 @@ async fn anonymous_requests_are_unauthorized() {
 #[tokio::test(start_paused = true)]
 async fn a_static_token_is_sent_with_every_call() {
     let emulator = emulator().await;
-    let client = client(&emulator, Credentials::token("static-token")).await;
+    let client = connect(&emulator, Credentials::token("static-token")).await;
     within(client.create_node("/local/other", NodeConfig::new()))
         .await
         .unwrap();
@@ -56,7 +56,7 @@ async fn a_static_token_is_sent_with_every_call() {
     within(session.create_semaphore("sem", 1, b""))
         .await
         .unwrap();
-    let wrong = client(&emulator, Credentials::token("wrong")).await;
+    let wrong = connect(&emulator, Credentials::token("wrong")).await;
     let err = within(wrong.session("/local/app", SessionOptions::new()))
         .await
         .unwrap_err();
@@ -66,7 +66,7 @@ async fn a_static_token_is_sent_with_every_call() {
 #[tokio::test(start_paused = true)]
 async fn login_exchanges_user_and_password_for_a_token() {
     let emulator = emulator().await;
-    let client = client(&emulator, Credentials::login("root", "secret")).await;
+    let client = connect(&emulator, Credentials::login("root", "secret")).await;
     let session = within(client.session("/local/app", SessionOptions::new()))
         .await
         .unwrap();
@@ -79,7 +79,7 @@ async fn login_exchanges_user_and_password_for_a_token() {
         .await
         .unwrap();
 
-    let bad = client(&emulator, Credentials::login("root", "nope")).await;
+    let bad = connect(&emulator, Credentials::login("root", "nope")).await;
     let err = within(bad.session("/local/app", SessionOptions::new()))
         .await
         .unwrap_err();
@@ -95,7 +95,7 @@ async fn a_provider_is_asked_for_the_token() {
         counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         async { Ok(Some("static-token".to_string())) }
     });
-    let client = client(&emulator, credentials).await;
+    let client = connect(&emulator, credentials).await;
     within(client.describe_node("/local/app")).await.unwrap();
     assert!(calls.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     // A provider that fails fails the call with its own error.
@@ -105,7 +105,7 @@ async fn a_provider_is_asked_for_the_token() {
             "vault sealed",
         ))
     });
-    let client = client(&emulator, failing).await;
+    let client = connect(&emulator, failing).await;
     let err = within(client.describe_node("/local/app"))
         .await
         .unwrap_err();
