@@ -1,2 +1,1084 @@
-//! Side-by-side benchmarks (placeholder until the suite lands).
-fn main() {}
+//! Side-by-side benchmarks; run with `cargo bench --bench compare --all-features`.
+//!
+//! This crate vs the official `ydb` crate (0.18.2) vs the protocol floor, all against the
+//! in-process emulator over loopback TCP, in one run, on a multi-thread tokio runtime in real
+//! time. Prints a markdown table (medians, p90, ratios) to stdout.
+//!
+//! Rows:
+//! 1. lock cycle latency: one session, sequential exclusive acquire + confirmed release;
+//!    the floor is two ping/pong round trips on a bare `Session` stream;
+//! 2. pipelined throughput: 1,000 tasks on one session, each cycling its own semaphore;
+//! 3. contended handoff: 16 sessions on one mutex;
+//! 4. recovery: stream cut to `Attached`; session expiry to the next `hold()` guard;
+//! 5. memory per held lease and per idle session (RSS, in separate processes).
+//!
+//! Environment:
+//! - `COMPARE_ROWS=1,2,3,4,5` selects rows (default all);
+//! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
+//!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
+//!   below 1.
+
+#[path = "compare/memory.rs"]
+mod memory;
+#[path = "compare/stats.rs"]
+mod stats;
+
+use std::error::Error;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{AcquireOptions, Client, SessionOptions, SessionState};
+use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
+use ydb_grpc::ydb_proto::coordination::{
+    SessionRequest, SessionResponse, session_request, session_response,
+};
+
+use self::stats::{Summary, fmt_bytes, fmt_rate, group, ratio};
+
+type R<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// The bound on any single await of the `ydb` crate (its request controller can lose a
+/// response that arrives before the request is registered, and then waits forever).
+const STEP: Duration = Duration::from_secs(10);
+/// The session timeout for every session in rows 1-3.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Awaits `fut` for at most `limit`, turning a timeout or an error into an error naming `what`.
+async fn within<T, E, F>(what: &str, limit: Duration, fut: F) -> R<T>
+where
+    F: Future<Output = Result<T, E>>,
+    E: std::fmt::Debug,
+{
+    match tokio::time::timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e:?}").into()),
+        Err(_) => Err(format!("{what}: no answer within {limit:?}").into()),
+    }
+}
+
+/// A `ydb` client on the emulator (its default discovery included).
+async fn ydb_client(connection: &str) -> R<ydb::Client> {
+    let builder = ydb::ClientBuilder::new_from_connection_string(connection)?;
+    within("ydb ClientBuilder::build", STEP, builder.build()).await
+}
+
+fn ydb_session_options() -> R<ydb::SessionOptions> {
+    Ok(ydb::SessionOptionsBuilder::default()
+        .timeout(SESSION_TIMEOUT)
+        .build()?)
+}
+
+async fn ydb_session(client: &ydb::Client, node: &str) -> R<ydb::CoordinationSession> {
+    within(
+        "ydb create_session",
+        STEP,
+        client
+            .coordination_client()
+            .create_session(node.to_string(), ydb_session_options()?),
+    )
+    .await
+}
+
+fn ours_session_options() -> SessionOptions {
+    SessionOptions::new().timeout(SESSION_TIMEOUT)
+}
+
+/// Run settings from the environment.
+#[derive(Debug, Clone)]
+struct Config {
+    rows: Vec<u8>,
+    scale: f64,
+}
+
+impl Config {
+    fn from_env() -> R<Self> {
+        let rows = match std::env::var("COMPARE_ROWS") {
+            Ok(v) => v
+                .split(',')
+                .map(|r| r.trim().parse::<u8>())
+                .collect::<Result<Vec<_>, _>>()?,
+            Err(_) => vec![1, 2, 3, 4, 5],
+        };
+        let scale = match std::env::var("COMPARE_SCALE") {
+            Ok(v) => v.parse::<f64>()?,
+            Err(_) => 1.0,
+        };
+        if !(scale > 0.0 && scale.is_finite()) {
+            return Err("COMPARE_SCALE must be a positive number".into());
+        }
+        Ok(Self { rows, scale })
+    }
+
+    fn has(&self, row: u8) -> bool {
+        self.rows.contains(&row)
+    }
+
+    fn count(&self, base: usize, min: usize) -> usize {
+        ((base as f64 * self.scale).round() as usize).max(min)
+    }
+
+    fn duration(&self, base: Duration) -> Duration {
+        base.mul_f64(self.scale).max(Duration::from_millis(200))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The floor: a bare bidi `Session` stream, ping/pong round trips.
+// ---------------------------------------------------------------------------------------
+
+/// One raw `Session` stream through the generated client: the bench task writes requests
+/// into the stream and reads responses itself, with no task in between.
+struct Floor {
+    tx: mpsc::UnboundedSender<SessionRequest>,
+    rx: tonic::Streaming<SessionResponse>,
+    next: u64,
+}
+
+impl Floor {
+    async fn open(emulator: &Emulator, node: &str) -> R<Self> {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", emulator.local_addr()))?
+                .tcp_nodelay(true)
+                .connect()
+                .await?;
+        let (tx, requests) = mpsc::unbounded_channel();
+        tx.send(SessionRequest {
+            request: Some(session_request::Request::SessionStart(
+                session_request::SessionStart {
+                    path: node.to_string(),
+                    session_id: 0,
+                    timeout_millis: SESSION_TIMEOUT.as_millis() as u64,
+                    description: "floor".to_string(),
+                    seq_no: 1,
+                    protection_key: vec![7; 16],
+                },
+            )),
+        })?;
+        let mut client = CoordinationServiceClient::new(channel);
+        let rx = within(
+            "floor session stream",
+            STEP,
+            client.session(UnboundedReceiverStream::new(requests)),
+        )
+        .await?
+        .into_inner();
+        let mut floor = Self { tx, rx, next: 0 };
+        loop {
+            match floor.recv().await? {
+                session_response::Response::SessionStarted(_) => return Ok(floor),
+                other => return Err(format!("floor: unexpected {other:?}").into()),
+            }
+        }
+    }
+
+    /// The next response that is not a server ping (those are answered here).
+    async fn recv(&mut self) -> R<session_response::Response> {
+        loop {
+            let msg = within("floor recv", STEP, self.rx.message())
+                .await?
+                .ok_or("floor: stream ended")?;
+            match msg.response {
+                Some(session_response::Response::Ping(p)) => {
+                    self.tx.send(SessionRequest {
+                        request: Some(session_request::Request::Pong(session_request::PingPong {
+                            opaque: p.opaque,
+                        })),
+                    })?;
+                }
+                Some(other) => return Ok(other),
+                None => return Err("floor: empty response".into()),
+            }
+        }
+    }
+
+    /// One client ping and its pong.
+    async fn ping(&mut self) -> R<()> {
+        self.next += 1;
+        let opaque = self.next;
+        self.tx.send(SessionRequest {
+            request: Some(session_request::Request::Ping(session_request::PingPong {
+                opaque,
+            })),
+        })?;
+        loop {
+            if let session_response::Response::Pong(p) = self.recv().await?
+                && p.opaque == opaque
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 1: lock cycle latency.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Latency {
+    /// acquire(count 1 of a limit-1 semaphore) + `Lease::release().await`.
+    ours: Vec<Duration>,
+    /// `session.mutex(..).lock()` + `unlock()` (ephemeral, exclusive).
+    ours_mutex: Vec<Duration>,
+    /// acquire + drop (one release request) + describe until the owner is gone.
+    ydb_confirmed: Vec<Duration>,
+    /// Describe requests the confirmed `ydb` cycles needed.
+    ydb_describes: u64,
+    /// acquire + drop, until the release request is sent (not confirmed).
+    ydb_sent: Vec<Duration>,
+    /// Two sequential ping round trips.
+    floor: Vec<Duration>,
+    /// Single ping round trips.
+    ping: Vec<Duration>,
+}
+
+async fn row_latency(cfg: &Config) -> R<Latency> {
+    let emulator = Emulator::builder()
+        .node("/local/ours")
+        .node("/local/ydb")
+        .node("/local/floor")
+        .start()
+        .await?;
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let session = client
+        .session("/local/ours", ours_session_options())
+        .await?;
+    session.create_semaphore("cycle", 1, b"").await?;
+    let mutex = session.mutex("cycle-mutex");
+
+    let ydb = ydb_client(&emulator.connection_string()).await?;
+    let ydb_session = ydb_session(&ydb, "/local/ydb").await?;
+    within(
+        "ydb create_semaphore",
+        STEP,
+        ydb_session.create_semaphore("cycle", 1, Vec::new()),
+    )
+    .await?;
+    let acquire = ydb::AcquireOptionsBuilder::default()
+        .timeout(SESSION_TIMEOUT)
+        .build()?;
+    let describe = ydb::DescribeOptionsBuilder::default()
+        .with_owners(true)
+        .build()?;
+
+    let mut floor = Floor::open(&emulator, "/local/floor").await?;
+
+    let mut out = Latency::default();
+    let batch = 50;
+    let rounds = cfg.count(2000, 200).div_ceil(batch);
+    let warmup_rounds = 4;
+    for round in 0..warmup_rounds + rounds {
+        let record = round >= warmup_rounds;
+        // Interleaved in small batches, so drift on a shared machine hits every variant alike.
+        for _ in 0..batch {
+            let t = Instant::now();
+            let lease = session.acquire("cycle", AcquireOptions::new()).await?;
+            if !lease.release().await? {
+                return Err("ours: release answered released=false".into());
+            }
+            if record {
+                out.ours.push(t.elapsed());
+            }
+        }
+        for _ in 0..batch {
+            let t = Instant::now();
+            let guard = mutex.lock().await?;
+            guard.unlock().await?;
+            if record {
+                out.ours_mutex.push(t.elapsed());
+            }
+        }
+        for _ in 0..batch {
+            let t = Instant::now();
+            let lease = within(
+                "ydb acquire",
+                STEP,
+                ydb_session.acquire_semaphore_with_params("cycle", 1, acquire.clone()),
+            )
+            .await?;
+            let alive = lease.alive();
+            // `Lease::release()` spawns a release and its `Drop` spawns a second one; dropping
+            // the lease sends exactly one.
+            drop(lease);
+            // The spawned task cancels the lease token right before it queues the request.
+            alive.cancelled().await;
+            loop {
+                let d = within(
+                    "ydb describe",
+                    STEP,
+                    ydb_session.describe_semaphore_with_params("cycle", describe.clone()),
+                )
+                .await?;
+                if record {
+                    out.ydb_describes += 1;
+                }
+                if d.owners.is_empty() {
+                    break;
+                }
+            }
+            if record {
+                out.ydb_confirmed.push(t.elapsed());
+            }
+        }
+        for _ in 0..batch {
+            let t = Instant::now();
+            let lease = within(
+                "ydb acquire",
+                STEP,
+                ydb_session.acquire_semaphore_with_params("cycle", 1, acquire.clone()),
+            )
+            .await?;
+            let alive = lease.alive();
+            drop(lease);
+            alive.cancelled().await;
+            if record {
+                out.ydb_sent.push(t.elapsed());
+            }
+        }
+        for _ in 0..batch {
+            let t = Instant::now();
+            floor.ping().await?;
+            let one = t.elapsed();
+            floor.ping().await?;
+            if record {
+                out.floor.push(t.elapsed());
+                out.ping.push(one);
+                out.ping.push(t.elapsed() - one);
+            }
+        }
+    }
+    session.close().await;
+    emulator.shutdown().await;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 2: pipelined throughput.
+// ---------------------------------------------------------------------------------------
+
+const TASKS: usize = 1000;
+
+#[derive(Debug)]
+struct Throughput {
+    ours: f64,
+    ydb: R<f64>,
+    ydb_lost: u64,
+}
+
+/// The measuring window of a timed run: warm-up, then the counted part.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: Instant,
+    to: Instant,
+}
+
+impl Window {
+    fn new(warmup: Duration, length: Duration) -> Self {
+        let from = Instant::now() + warmup;
+        Self {
+            from,
+            to: from + length,
+        }
+    }
+
+    fn contains(&self, t: Instant) -> bool {
+        t >= self.from && t < self.to
+    }
+
+    fn over(&self) -> bool {
+        Instant::now() >= self.to
+    }
+
+    fn rate(&self, count: u64) -> f64 {
+        count as f64 / (self.to - self.from).as_secs_f64()
+    }
+}
+
+async fn row_throughput(cfg: &Config) -> R<Throughput> {
+    let emulator = Emulator::builder()
+        .node("/local/ours")
+        .node("/local/ydb")
+        .start()
+        .await?;
+    let length = cfg.duration(Duration::from_secs(3));
+    let warmup = Duration::from_millis(500);
+
+    // This crate.
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let session = client
+        .session("/local/ours", ours_session_options())
+        .await?;
+    for chunk in (0..TASKS).collect::<Vec<_>>().chunks(100) {
+        futures::future::try_join_all(chunk.iter().map(|i| {
+            let session = session.clone();
+            async move { session.create_semaphore(&format!("t-{i:04}"), 1, b"").await }
+        }))
+        .await?;
+    }
+    let ops = Arc::new(AtomicU64::new(0));
+    let window = Window::new(warmup, length);
+    let mut tasks = Vec::with_capacity(TASKS);
+    for i in 0..TASKS {
+        let (session, ops) = (session.clone(), ops.clone());
+        tasks.push(tokio::spawn(async move {
+            let name = format!("t-{i:04}");
+            while !window.over() {
+                let lease = session.acquire(&name, AcquireOptions::new()).await?;
+                lease.release().await?;
+                if window.contains(Instant::now()) {
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, ydb_coordination::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let ours = window.rate(ops.load(Ordering::Relaxed));
+    session.close().await;
+
+    // The `ydb` crate.
+    let (ydb, ydb_lost) = match ydb_throughput(&emulator, warmup, length).await {
+        Ok((rate, lost)) => (Ok(rate), lost),
+        Err(e) => (Err(e), 0),
+    };
+    emulator.shutdown().await;
+    Ok(Throughput {
+        ours,
+        ydb,
+        ydb_lost,
+    })
+}
+
+async fn ydb_throughput(emulator: &Emulator, warmup: Duration, length: Duration) -> R<(f64, u64)> {
+    let ydb = ydb_client(&emulator.connection_string()).await?;
+    let session = Arc::new(ydb_session(&ydb, "/local/ydb").await?);
+    for i in 0..TASKS {
+        within(
+            "ydb create_semaphore",
+            STEP,
+            session.create_semaphore(format!("t-{i:04}"), 1, Vec::new()),
+        )
+        .await?;
+    }
+    let acquire = ydb::AcquireOptionsBuilder::default()
+        .timeout(SESSION_TIMEOUT)
+        .build()?;
+    let ops = Arc::new(AtomicU64::new(0));
+    let lost = Arc::new(AtomicU64::new(0));
+    let window = Window::new(warmup, length);
+    let mut tasks = Vec::with_capacity(TASKS);
+    for i in 0..TASKS {
+        let (session, ops, lost, acquire) =
+            (session.clone(), ops.clone(), lost.clone(), acquire.clone());
+        tasks.push(tokio::spawn(async move {
+            let name = format!("t-{i:04}");
+            while !window.over() {
+                let left = window.to.saturating_duration_since(Instant::now()) + STEP;
+                let acquired = tokio::time::timeout(
+                    left,
+                    session.acquire_semaphore_with_params(name.as_str(), 1, acquire.clone()),
+                )
+                .await;
+                let lease = match acquired {
+                    Ok(Ok(lease)) => lease,
+                    Ok(Err(e)) => return Err(format!("ydb acquire: {e:?}")),
+                    Err(_) => {
+                        // The answer was lost (see `STEP`); this task is done.
+                        lost.fetch_add(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                };
+                let alive = lease.alive();
+                drop(lease);
+                // Wait until the spawned release is queued, so this task's next acquire
+                // cannot overtake it on the stream.
+                alive.cancelled().await;
+                if window.contains(Instant::now()) {
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((
+        window.rate(ops.load(Ordering::Relaxed)),
+        lost.load(Ordering::Relaxed),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 3: contended handoff.
+// ---------------------------------------------------------------------------------------
+
+const CONTENDERS: usize = 16;
+
+#[derive(Debug)]
+struct Handoff {
+    ours_rate: f64,
+    ours_handoff: Vec<Duration>,
+    ydb: R<(f64, Vec<Duration>)>,
+}
+
+/// The release instant of the current holder, taken by the next grant.
+#[derive(Debug, Default)]
+struct Baton {
+    released: std::sync::Mutex<Option<Instant>>,
+    samples: std::sync::Mutex<Vec<Duration>>,
+    grants: AtomicU64,
+}
+
+impl Baton {
+    fn granted(&self, window: &Window) {
+        let now = Instant::now();
+        let released = self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if window.contains(now) {
+            self.grants.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = released {
+                self.samples
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(now - r);
+            }
+        }
+    }
+
+    fn releasing(&self) {
+        *self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    fn take(&self, window: &Window) -> (f64, Vec<Duration>) {
+        (
+            window.rate(self.grants.load(Ordering::Relaxed)),
+            std::mem::take(
+                &mut *self
+                    .samples
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+        )
+    }
+}
+
+async fn row_handoff(cfg: &Config) -> R<Handoff> {
+    let emulator = Emulator::builder()
+        .node("/local/ours")
+        .node("/local/ydb")
+        .start()
+        .await?;
+    let length = cfg.duration(Duration::from_secs(3));
+    let warmup = Duration::from_millis(500);
+
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let mut sessions = Vec::new();
+    for _ in 0..CONTENDERS {
+        sessions.push(
+            client
+                .session("/local/ours", ours_session_options())
+                .await?,
+        );
+    }
+    let baton = Arc::new(Baton::default());
+    let window = Window::new(warmup, length);
+    let mut tasks = Vec::new();
+    for session in &sessions {
+        let (mutex, baton) = (session.mutex("handoff"), baton.clone());
+        tasks.push(tokio::spawn(async move {
+            while !window.over() {
+                let guard = mutex.lock().await?;
+                baton.granted(&window);
+                baton.releasing();
+                guard.unlock().await?;
+            }
+            Ok::<_, ydb_coordination::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let (ours_rate, ours_handoff) = baton.take(&window);
+    for session in &sessions {
+        session.close().await;
+    }
+
+    let ydb = ydb_handoff(&emulator, warmup, length).await;
+    emulator.shutdown().await;
+    Ok(Handoff {
+        ours_rate,
+        ours_handoff,
+        ydb,
+    })
+}
+
+async fn ydb_handoff(
+    emulator: &Emulator,
+    warmup: Duration,
+    length: Duration,
+) -> R<(f64, Vec<Duration>)> {
+    let ydb = ydb_client(&emulator.connection_string()).await?;
+    let mut sessions = Vec::new();
+    for _ in 0..CONTENDERS {
+        sessions.push(ydb_session(&ydb, "/local/ydb").await?);
+    }
+    if let Some(first) = sessions.first() {
+        within(
+            "ydb create_semaphore",
+            STEP,
+            first.create_semaphore("handoff", 1, Vec::new()),
+        )
+        .await?;
+    }
+    let acquire = ydb::AcquireOptionsBuilder::default()
+        .timeout(SESSION_TIMEOUT)
+        .build()?;
+    let baton = Arc::new(Baton::default());
+    let window = Window::new(warmup, length);
+    let mut tasks = Vec::new();
+    for session in sessions {
+        let (baton, acquire) = (baton.clone(), acquire.clone());
+        tasks.push(tokio::spawn(async move {
+            while !window.over() {
+                let lease = match tokio::time::timeout(
+                    STEP,
+                    session.acquire_semaphore_with_params("handoff", 1, acquire.clone()),
+                )
+                .await
+                {
+                    Ok(r) => r.map_err(|e| format!("ydb acquire: {e:?}"))?,
+                    Err(_) => {
+                        return Err(format!(
+                            "ydb acquire: no answer within {STEP:?} (session {} {})",
+                            session.id(),
+                            if session.alive().is_cancelled() {
+                                "dead: its receive loop ended"
+                            } else {
+                                "alive: the answer was lost"
+                            }
+                        )
+                        .into());
+                    }
+                };
+                baton.granted(&window);
+                baton.releasing();
+                let alive = lease.alive();
+                drop(lease);
+                alive.cancelled().await;
+            }
+            Ok::<_, Box<dyn Error + Send + Sync>>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(baton.take(&window))
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 4: recovery.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Recovery {
+    /// `net().cut()` to `Attached` again.
+    reattach: Vec<Duration>,
+    /// `expire_session` to the guard's token firing.
+    expiry_fired: Vec<Duration>,
+    /// `expire_session` to the next guard of `hold()`.
+    expiry_guard: Vec<Duration>,
+}
+
+async fn row_recovery(cfg: &Config) -> R<Recovery> {
+    let node = "/local/ours";
+    let emulator = Emulator::builder().node(node).start().await?;
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let reps = cfg.count(20, 5);
+    let mut out = Recovery::default();
+
+    let session = client.session(node, SessionOptions::new()).await?;
+    let held = session
+        .acquire("held", AcquireOptions::exclusive().ephemeral(true))
+        .await?;
+    for _ in 0..reps {
+        let mut states = session.state_changes();
+        states.borrow_and_update();
+        let t = Instant::now();
+        emulator.net().cut();
+        loop {
+            within("state change", STEP, states.changed()).await?;
+            match *states.borrow_and_update() {
+                SessionState::Attached { .. } => break,
+                SessionState::Reattaching { .. } => {}
+                other => return Err(format!("session ended on a cut: {other:?}").into()),
+            }
+        }
+        out.reattach.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if held.is_lost() {
+        return Err("the lease was lost across cuts".into());
+    }
+    held.release().await?;
+    session.close().await;
+
+    let manager = client.session_manager(node, SessionOptions::new());
+    let mutex = manager.mutex("leader");
+    let mut hold = mutex.hold();
+    let mut guard = within("first guard", STEP, async {
+        match hold.next().await {
+            Some(guard) => guard.map_err(|e| e.to_string()),
+            None => Err("hold() ended".to_string()),
+        }
+    })
+    .await?;
+    for _ in 0..reps {
+        let t = Instant::now();
+        if !emulator.expire_session(node, guard.session_id()) {
+            return Err("expire_session: no such session".into());
+        }
+        within("token fires", STEP, async {
+            guard.cancelled().await;
+            Ok::<_, ()>(())
+        })
+        .await?;
+        out.expiry_fired.push(t.elapsed());
+        drop(guard);
+        guard = within("next guard", STEP, async {
+            match hold.next().await {
+                Some(guard) => guard.map_err(|e| e.to_string()),
+                None => Err("hold() ended".to_string()),
+            }
+        })
+        .await?;
+        out.expiry_guard.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(guard);
+    manager.shutdown().await;
+    emulator.shutdown().await;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// The table.
+// ---------------------------------------------------------------------------------------
+
+fn cell(samples: &[Duration]) -> String {
+    Summary::of(samples).map_or_else(|| "n/a".to_string(), |s| s.cell())
+}
+
+fn median_secs(samples: &[Duration]) -> f64 {
+    Summary::of(samples).map_or(f64::NAN, |s| s.median.as_secs_f64())
+}
+
+fn err_cell(e: &(dyn Error + Send + Sync)) -> String {
+    format!("failed: {}", e.to_string().replace('|', "/"))
+}
+
+fn main() -> R<()> {
+    if let Ok(role) = std::env::var(memory::ROLE_VAR) {
+        return memory::child(&role);
+    }
+    let cfg = Config::from_env()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let workers = rt.metrics().num_workers();
+
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let row = |rows: &mut Vec<[String; 6]>, cells: [&str; 6]| {
+        rows.push(cells.map(str::to_string));
+    };
+
+    let mut ping_median = f64::NAN;
+    let mut ping_cell = "n/a".to_string();
+    if cfg.has(1) {
+        eprintln!("row 1: lock cycle latency ...");
+        let l = rt.block_on(row_latency(&cfg))?;
+        ping_median = median_secs(&l.ping);
+        ping_cell = cell(&l.ping);
+        let floor = median_secs(&l.floor);
+        let ours = median_secs(&l.ours);
+        let ydb = median_secs(&l.ydb_confirmed);
+        let mutex = median_secs(&l.ours_mutex);
+        let describes = l.ydb_describes as f64 / l.ydb_confirmed.len().max(1) as f64;
+        row(
+            &mut rows,
+            [
+                "1",
+                "Lock cycle: exclusive acquire + confirmed release, one session",
+                &cell(&l.ours),
+                &format!("{} ¹", cell(&l.ydb_confirmed)),
+                &format!("floor, 2 ping RTTs: {}", cell(&l.floor)),
+                &format!(
+                    "{} of ydb's time; {} floor",
+                    ratio(ours, ydb),
+                    ratio(ours, floor)
+                ),
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "1",
+                "Lock cycle via the `Mutex` recipe (`lock` + `unlock`, ephemeral)",
+                &cell(&l.ours_mutex),
+                "—",
+                &format!("floor: {}", cell(&l.floor)),
+                &format!("{} floor", ratio(mutex, floor)),
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "1",
+                "`ydb` acquire + release *sent*, unconfirmed ²",
+                "—",
+                &cell(&l.ydb_sent),
+                &format!("1 ping RTT: {}", cell(&l.ping)),
+                &format!("{} ping", ratio(median_secs(&l.ydb_sent), ping_median)),
+            ],
+        );
+        notes.push(format!(
+            "¹ `ydb` 0.18.2's `Lease::release()` spawns the release request and returns at once \
+             (and its `Drop` spawns a second one), so its cycle is: `acquire_semaphore` (awaits \
+             the server's answer), drop the lease (spawns exactly one release request), wait \
+             until the spawned task has queued it (the lease token fires just before), then \
+             `describe_semaphore` until the owner list is empty: the describe's answer on the \
+             same ordered stream is the closest its API comes to a confirmed release \
+             ({describes:.2} describes per cycle on average). Limit-1 persistent semaphore, \
+             count 1, for both crates; {} cycles each, interleaved in batches of 50.",
+            group(l.ours.len() as u64)
+        ));
+        notes.push(
+            "² The same `ydb` cycle without any confirmation: one acquire round trip plus \
+             queueing the release. Not comparable work (a release that is never confirmed); \
+             shown for scale."
+                .to_string(),
+        );
+    }
+
+    if cfg.has(2) {
+        eprintln!("row 2: pipelined throughput ...");
+        let t = rt.block_on(row_throughput(&cfg))?;
+        let (ydb_cell, r) = match &t.ydb {
+            Ok(rate) => (fmt_rate(*rate), format!("{} ydb", ratio(t.ours, *rate))),
+            Err(e) => (err_cell(e.as_ref()), "n/a".to_string()),
+        };
+        row(
+            &mut rows,
+            [
+                "2",
+                "Pipelined: 1,000 tasks on one session, each cycling its own semaphore (cycles/s)",
+                &fmt_rate(t.ours),
+                &format!("{ydb_cell} ³"),
+                "—",
+                &r,
+            ],
+        );
+        notes.push(format!(
+            "³ This crate: `acquire` + `release().await` (confirmed). `ydb`: `acquire_semaphore` + \
+             drop (release queued, not confirmed), i.e. less work per cycle. {} `ydb` acquires \
+             got no answer within {STEP:?} (its request controller registers the waiter after \
+             sending, so an early answer is dropped).",
+            t.ydb_lost
+        ));
+    }
+
+    if cfg.has(3) {
+        eprintln!("row 3: contended handoff ...");
+        let h = rt.block_on(row_handoff(&cfg))?;
+        let (ydb_rate, ydb_handoff, r_rate, r_handoff) = match &h.ydb {
+            Ok((rate, samples)) => (
+                fmt_rate(*rate),
+                cell(samples),
+                format!("{} ydb", ratio(h.ours_rate, *rate)),
+                format!(
+                    "{} of ydb's time; ",
+                    ratio(median_secs(&h.ours_handoff), median_secs(samples))
+                ),
+            ),
+            Err(e) => (
+                err_cell(e.as_ref()),
+                "n/a".to_string(),
+                "n/a".to_string(),
+                String::new(),
+            ),
+        };
+        row(
+            &mut rows,
+            [
+                "3",
+                "Contended: 16 sessions on one mutex, critical sections/s",
+                &fmt_rate(h.ours_rate),
+                &ydb_rate,
+                "—",
+                &r_rate,
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "3",
+                "Handoff: release call to the next holder's grant ⁴",
+                &cell(&h.ours_handoff),
+                &ydb_handoff,
+                &format!("1 ping RTT: {ping_cell}"),
+                &format!(
+                    "{r_handoff}{} ping",
+                    ratio(median_secs(&h.ours_handoff), ping_median)
+                ),
+            ],
+        );
+        notes.push(
+            "⁴ This crate: `session.mutex(..).lock()` / `unlock()`. `ydb`: `acquire_semaphore` on \
+             a limit-1 semaphore / drop. Measured from just before the holder's release call to \
+             the moment the next holder's acquire returns."
+                .to_string(),
+        );
+    }
+
+    if cfg.has(4) {
+        eprintln!("row 4: recovery ...");
+        let r = rt.block_on(row_recovery(&cfg))?;
+        row(
+            &mut rows,
+            [
+                "4",
+                "Stream cut (`net().cut()`) → `Attached` again, lease kept",
+                &cell(&r.reattach),
+                "not supported ⁵",
+                "—",
+                "—",
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "4",
+                "Session expiry → held guard's token fires",
+                &cell(&r.expiry_fired),
+                "—",
+                "—",
+                "—",
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "4",
+                "Session expiry → next guard of `manager.mutex(..).hold()`",
+                &cell(&r.expiry_guard),
+                "not supported ⁵",
+                "—",
+                "—",
+            ],
+        );
+        notes.push(
+            "⁵ `ydb` 0.18.2's coordination session ends its receive loop on a stream error and \
+             never reattaches; it has no session manager."
+                .to_string(),
+        );
+    }
+
+    if cfg.has(5) {
+        eprintln!("row 5: memory (child processes) ...");
+        let leases = if cfg.scale < 1.0 {
+            cfg.count(10_000, 500)
+        } else {
+            10_000
+        };
+        let sessions = if cfg.scale < 1.0 {
+            cfg.count(1000, 50)
+        } else {
+            1000
+        };
+        let m = memory::measure(leases, sessions);
+        let show = |p: &R<memory::PerItem>| match p {
+            Ok(p) => format!(
+                "{} (emulator +{})",
+                fmt_bytes(p.client),
+                fmt_bytes(p.server)
+            ),
+            Err(e) => err_cell(e.as_ref()),
+        };
+        let cmp = |a: &R<memory::PerItem>, b: &R<memory::PerItem>| match (a, b) {
+            (Ok(a), Ok(b)) => format!("{} ydb", ratio(a.client, b.client)),
+            _ => "n/a".to_string(),
+        };
+        let n_of = |p: &R<memory::PerItem>| p.as_ref().map(|p| p.n).unwrap_or_default() as u64;
+        row(
+            &mut rows,
+            [
+                "5",
+                &format!(
+                    "Memory per held lease ({} on one session), client RSS ⁶",
+                    group(n_of(&m.ours_lease))
+                ),
+                &show(&m.ours_lease),
+                &show(&m.ydb_lease),
+                "—",
+                &cmp(&m.ours_lease, &m.ydb_lease),
+            ],
+        );
+        row(
+            &mut rows,
+            [
+                "5",
+                &format!(
+                    "Memory per idle session ({}), client RSS ⁶",
+                    group(n_of(&m.ours_session))
+                ),
+                &show(&m.ours_session),
+                &show(&m.ydb_session),
+                "—",
+                &cmp(&m.ours_session, &m.ydb_session),
+            ],
+        );
+        notes.push(
+            "⁶ RSS growth (`VmRSS`) of a fresh client process while it creates the items, divided \
+             by their count; the emulator runs in its own fresh process per measurement and its \
+             growth is shown in parentheses (the same server work for both crates). Leases are \
+             ephemeral semaphores, acquired 256 at a time; sessions are started 64 at a time. \
+             RSS, not an allocator count: the crate forbids `unsafe`, which a counting \
+             `#[global_allocator]` needs."
+                .to_string(),
+        );
+    }
+
+    println!(
+        "Emulator over loopback TCP, tokio multi-thread runtime ({workers} workers, {} CPUs), real \
+         time, scale {}. Medians (p90). Ratios: this crate ÷ the other (time: below 1 is \
+         faster; rates: above 1 is faster).\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cfg.scale
+    );
+    println!("| # | Benchmark | this crate | `ydb` 0.18.2 | reference | ratio |");
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!("| {} |", r.join(" | "));
+    }
+    println!();
+    for n in &notes {
+        println!("{n}\n");
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
