@@ -149,7 +149,8 @@ impl Mutex {
 /// The stream of [`Mutex::hold`].
 pub struct HeldMutex {
     mutex: Mutex,
-    previous: Option<CancellationToken>,
+    /// The last guard's token and session.
+    previous: Option<(CancellationToken, u64)>,
     next: Option<BoxFuture<'static, Result<MutexGuard>>>,
     ended: bool,
 }
@@ -174,19 +175,25 @@ impl Stream for HeldMutex {
             let previous = this.previous.take();
             let mutex = this.mutex.clone();
             this.next = Some(Box::pin(async move {
-                let again = previous.is_some();
-                if let Some(previous) = previous {
+                let before = previous.as_ref().map(|(_, session)| *session);
+                if let Some((token, _)) = previous {
                     // The old guard's token fires before anything new is issued.
-                    previous.cancelled().await;
+                    token.cancelled().await;
                 }
                 let guard = mutex.lock().await?;
-                if again {
-                    tracing::info!(
+                match before {
+                    // The previous guard's session is gone: the lock came back on a new one.
+                    Some(old) if old != guard.session_id() => tracing::info!(
                         mutex = mutex.name.as_str(),
                         session_id = guard.session_id(),
                         fencing_token = guard.fencing_token(),
                         "held lock re-acquired"
-                    );
+                    ),
+                    _ => tracing::debug!(
+                        mutex = mutex.name.as_str(),
+                        fencing_token = guard.fencing_token(),
+                        "held lock acquired"
+                    ),
                 }
                 Ok(guard)
             }));
@@ -198,7 +205,7 @@ impl Stream for HeldMutex {
         this.next = None;
         match result {
             Ok(guard) => {
-                this.previous = Some(guard.token());
+                this.previous = Some((guard.token(), guard.session_id()));
                 Poll::Ready(Some(Ok(guard)))
             }
             Err(e) => {

@@ -403,6 +403,12 @@ impl Driver {
         let now = Instant::now();
         let metrics = Metrics::new(cfg.options.semaphore_labels);
         metrics.session_state(None, Some("attached"));
+        tracing::info!(
+            session_id = cfg.session_id,
+            node = cfg.path.as_str(),
+            timeout = ?cfg.options.get_timeout(),
+            "session attached"
+        );
         let live = Liveness::new(
             cfg.options.get_timeout(),
             cfg.options.get_safety_margin(),
@@ -867,6 +873,8 @@ impl Driver {
                 self.queue_deadlines.remove(&(at, q.cmd.id));
             }
             if q.cmd.reply.is_closed() {
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(name, "cancelled", waited);
                 continue;
             }
             if q.deadline.is_some_and(|d| d <= now) {
@@ -1008,11 +1016,16 @@ impl Driver {
             return;
         };
         if let Some(pos) = slot.queue.iter().position(|q| q.cmd.id == id) {
-            if let Some(q) = slot.queue.remove(pos)
-                && let Some(at) = q.deadline
-            {
-                self.queue_deadlines.remove(&(at, id));
+            if let Some(q) = slot.queue.remove(pos) {
+                if let Some(at) = q.deadline {
+                    self.queue_deadlines.remove(&(at, id));
+                }
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(name, "cancelled", waited);
             }
+            let Some(slot) = self.slots.get_mut(name) else {
+                return;
+            };
             if slot.is_idle() {
                 self.slots.remove(name);
             }

@@ -178,14 +178,32 @@ impl Session {
             .unwrap_or_else(|| Error::new(ErrorKind::SessionClosed, "the session is closed"))
     }
 
-    async fn call<T>(&self, make: impl FnOnce(driver::Reply<T>) -> Command) -> Result<T> {
-        let (tx, rx) = oneshot::channel();
-        self.inner
-            .commands
-            .send(make(tx))
-            .await
-            .map_err(|_| self.gone())?;
-        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    /// Sends a command and waits for its answer, inside a debug span named after the
+    /// operation.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        name: &str,
+        make: impl FnOnce(driver::Reply<T>) -> Command,
+    ) -> Result<T> {
+        let span = tracing::debug_span!(
+            "coordination_op",
+            op,
+            semaphore = name,
+            outcome = tracing::field::Empty
+        );
+        let work = async {
+            let (tx, rx) = oneshot::channel();
+            self.inner
+                .commands
+                .send(make(tx))
+                .await
+                .map_err(|_| self.gone())?;
+            rx.await.unwrap_or_else(|_| Err(self.gone()))
+        };
+        let result = tracing::Instrument::instrument(work, span.clone()).await;
+        span.record("outcome", outcome(&result));
+        result
     }
 
     /// Creates a persistent semaphore with `limit` tokens and optional data.
@@ -209,7 +227,7 @@ impl Session {
                 "semaphore limit must be at least 1",
             ));
         }
-        self.call(|reply| Command::Create {
+        self.call("create", name, |reply| Command::Create {
             name: name.to_string(),
             limit,
             data: data.to_vec(),
@@ -231,7 +249,7 @@ impl Session {
     pub async fn update_semaphore(&self, name: &str, data: &[u8]) -> Result<()> {
         config::check_name(name)?;
         config::check_data(data)?;
-        self.call(|reply| Command::Update {
+        self.call("update", name, |reply| Command::Update {
             name: name.to_string(),
             data: data.to_vec(),
             reply,
@@ -251,7 +269,7 @@ impl Session {
     ///
     /// Dropping the future after it was first polled does not withdraw the request.
     pub async fn delete_semaphore(&self, name: &str, force: bool) -> Result<()> {
-        self.call(|reply| Command::Delete {
+        self.call("delete", name, |reply| Command::Delete {
             name: name.to_string(),
             force,
             reply,
@@ -273,7 +291,7 @@ impl Session {
         name: &str,
         options: DescribeOptions,
     ) -> Result<SemaphoreDescription> {
-        self.call(|reply| Command::Describe {
+        self.call("describe", name, |reply| Command::Describe {
             name: name.to_string(),
             opts: options,
             reply,
@@ -331,6 +349,15 @@ impl Session {
         let (reply_tx, reply_rx) = oneshot::channel();
         let id = self.inner.next_acquire.fetch_add(1, Ordering::Relaxed);
         let count = options.count;
+        let span = tracing::debug_span!(
+            "coordination_op",
+            op = "acquire",
+            semaphore = name,
+            count,
+            ephemeral = options.ephemeral,
+            outcome = tracing::field::Empty,
+            wait = tracing::field::Empty,
+        );
         let checked = options.validate();
         Acquire {
             session: self.clone(),
@@ -351,6 +378,8 @@ impl Session {
             sender: PollSender::new(self.inner.commands.clone()),
             submitted: false,
             done: false,
+            span,
+            started: tokio::time::Instant::now(),
         }
     }
 
@@ -443,6 +472,8 @@ pub struct Acquire {
     checked: Option<Result<()>>,
     submitted: bool,
     done: bool,
+    span: tracing::Span,
+    started: tokio::time::Instant,
 }
 
 impl Acquire {
@@ -501,6 +532,18 @@ impl Future for Acquire {
                 "acquire polled after completion",
             )));
         }
+        let span = this.span.clone();
+        let _entered = span.enter();
+        let result = std::task::ready!(this.poll_acquire(cx));
+        span.record("outcome", outcome(&result));
+        span.record("wait", tracing::field::debug(this.started.elapsed()));
+        Poll::Ready(result)
+    }
+}
+
+impl Acquire {
+    fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Lease>> {
+        let this = self;
         if let Err(e) = ready!(this.poll_submit(cx)) {
             this.done = true;
             return Poll::Ready(Err(e));
@@ -535,6 +578,15 @@ impl Drop for Acquire {
                 id: self.id,
             });
         }
+    }
+}
+
+/// The `outcome` field of an operation span.
+fn outcome<T>(result: &Result<T>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(e) if e.kind() == ErrorKind::Timeout => "timed_out",
+        Err(_) => "error",
     }
 }
 
