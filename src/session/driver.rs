@@ -1068,7 +1068,9 @@ impl Driver {
             },
         );
         if let Some(old) = slot.req_id.take() {
+            // A describe of the replaced watch still unanswered is answered for nobody.
             self.watch_reqs.remove(&old);
+            self.pending.remove(old);
         }
         let n = name.to_string();
         let req_id = self.submit(
