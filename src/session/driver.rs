@@ -237,6 +237,8 @@ enum Kind {
     },
     Release {
         reply: Option<Reply<bool>>,
+        /// Sent again after a reattach: the first copy may already have released it.
+        resent: bool,
     },
     Describe {
         reply: Reply<SemaphoreDescription>,
@@ -850,7 +852,11 @@ impl Driver {
 
     fn submit_release(&mut self, now: Instant, name: &str, reply: Option<Reply<bool>>) {
         let name = name.to_string();
-        self.submit(now, Kind::Release { reply }, Replay::Resend, |req_id| {
+        let kind = Kind::Release {
+            reply,
+            resent: false,
+        };
+        self.submit(now, kind, Replay::Resend, |req_id| {
             rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name })
         });
     }
@@ -1210,9 +1216,16 @@ impl Driver {
                 else {
                     return;
                 };
-                if let Kind::Release { reply: Some(reply) } = entry {
+                if let Kind::Release {
+                    reply: Some(reply),
+                    resent,
+                } = entry
+                {
                     let result = if r.status == StatusCode::Success as i32 {
-                        Ok(r.released)
+                        // The lease was held until this release was asked for, and the
+                        // session survived the reattach: "not held" on a resend means the
+                        // first copy did the work.
+                        Ok(r.released || resent)
                     } else {
                         Err(Error::from_ydb(r.status, &r.issues, "release semaphore"))
                     };
@@ -1409,7 +1422,7 @@ impl Driver {
                     self.end_active(now, &name, Err(err), true);
                 }
             }
-            Kind::Release { reply } => {
+            Kind::Release { reply, .. } => {
                 if let Some(reply) = reply {
                     let _ = reply.send(Err(err));
                 }
@@ -1641,6 +1654,12 @@ impl Driver {
             }
         }
         for req_id in resend {
+            if let Some(entry) = self.pending.get_mut(req_id)
+                && entry.sent_at.is_some()
+                && let Kind::Release { resent, .. } = &mut entry.kind
+            {
+                *resent = true;
+            }
             // An acquire goes out with the time it has left, not its original timeout.
             if let Some(entry) = self.pending.get(req_id)
                 && let Kind::Acquire { name, id } = &entry.kind
