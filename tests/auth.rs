@@ -1,5 +1,6 @@
 //! Credentials against an emulator that enforces tokens: static tokens, login with
 //! user and password, providers, and the typed errors when they are missing or wrong.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
