@@ -416,3 +416,39 @@ async fn stolen_session_is_a_verdict() {
     wait_state(&s, |st| matches!(st, SessionState::Attached { .. })).await;
     assert!(!lease.is_lost());
 }
+
+#[tokio::test(start_paused = true)]
+async fn reattach_moves_to_another_endpoint_when_one_dies() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let a = within(FaultProxy::start(env.emulator.local_addr()))
+        .await
+        .unwrap();
+    let b = within(FaultProxy::start(env.emulator.local_addr()))
+        .await
+        .unwrap();
+    env.emulator.advertise(vec![a.local_addr(), b.local_addr()]);
+    // Discovery hands out both proxies; the emulator's own address is not among them.
+    let client = within(Client::connect(&env.emulator.connection_string()))
+        .await
+        .unwrap();
+    let s = within(client.session(&env.node, SessionOptions::new()))
+        .await
+        .unwrap();
+    let lease = within(s.acquire("job", lock())).await.unwrap();
+    // Whichever endpoint carries the session dies for good: both refuse and cut in turn,
+    // then one comes back.
+    a.net().refuse_for(Duration::from_secs(3600));
+    a.net().cut();
+    b.net().refuse_for(Duration::from_secs(3600));
+    b.net().cut();
+    wait_state(&s, |st| matches!(st, SessionState::Reattaching { .. })).await;
+    b.net().refuse_for(Duration::ZERO);
+    wait_state(&s, |st| matches!(st, SessionState::Attached { .. })).await;
+    assert!(!lease.is_lost());
+    within(s.describe_semaphore("job", DescribeOptions::new()))
+        .await
+        .unwrap();
+}

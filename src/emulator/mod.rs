@@ -169,7 +169,7 @@ impl EmulatorBuilder {
         let shared = Arc::new(Shared {
             auth,
             database: self.database,
-            advertised: addr,
+            advertised: std::sync::Mutex::new(vec![addr]),
             world: std::sync::Mutex::new(world),
             changed: Notify::new(),
             shutdown: shutdown.clone(),
@@ -233,6 +233,17 @@ impl Emulator {
     /// The network fault controls.
     pub fn net(&self) -> NetFaults<'_> {
         NetFaults { net: &self.net }
+    }
+
+    /// Sets the endpoints discovery (`ListEndpoints`) returns, by default the emulator's own
+    /// address. Point it at several [`FaultProxy`]s in front of the emulator to play a
+    /// cluster whose nodes fail one at a time.
+    pub fn advertise(&self, endpoints: Vec<SocketAddr>) {
+        *self
+            .shared
+            .advertised
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = endpoints;
     }
 
     /// Simulates a restart of every coordination node's tablet: each open session stream gets

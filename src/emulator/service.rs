@@ -50,7 +50,8 @@ pub(crate) struct Auth {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) database: String,
-    pub(crate) advertised: std::net::SocketAddr,
+    /// The endpoints `ListEndpoints` returns.
+    pub(crate) advertised: std::sync::Mutex<Vec<std::net::SocketAddr>>,
     pub(crate) world: std::sync::Mutex<World>,
     /// Woken whenever state changed, so the timer task recomputes its deadline.
     pub(crate) changed: Notify,
@@ -648,14 +649,22 @@ where
         match req.uri().path() {
             "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints" => Box::pin(async move {
                 let svc = Unary(move |_r: Request<ListEndpointsRequest>| {
-                    let addr = shared.advertised;
-                    let result = ListEndpointsResult {
-                        endpoints: vec![EndpointInfo {
+                    let advertised = shared
+                        .advertised
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    let endpoints = (1..)
+                        .zip(advertised)
+                        .map(|(node_id, addr)| EndpointInfo {
                             address: addr.ip().to_string(),
                             port: u32::from(addr.port()),
-                            node_id: 1,
+                            node_id,
                             ..EndpointInfo::default()
-                        }],
+                        })
+                        .collect();
+                    let result = ListEndpointsResult {
+                        endpoints,
                         self_location: String::new(),
                     };
                     Ok(Response::new(ListEndpointsResponse {
