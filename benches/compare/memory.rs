@@ -1,0 +1,308 @@
+//! Row 5: memory per held lease and per idle session, from RSS.
+//!
+//! The crate forbids `unsafe` (`[lints.rust] unsafe_code = "forbid"`, which covers benches),
+//! and a counting `#[global_allocator]` needs `unsafe impl GlobalAlloc`, so memory is read
+//! from `VmRSS` in `/proc/<pid>/status`. To keep the numbers clean, every measurement runs in
+//! fresh processes: this bench binary re-executes itself once as an emulator server and once
+//! as the client under test, so the client's heap holds nothing but the client, the server's
+//! heap nothing but the emulator, and neither reuses memory freed by an earlier row. The
+//! client reads both processes' RSS before and after creating the items; the report gives the
+//! client's part (the library under test) and the emulator's part separately.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{AcquireOptions, Client, SessionOptions};
+
+use std::sync::atomic::AtomicU64;
+
+use super::{R, within, ydb_acquire, ydb_client, ydb_session_options};
+
+/// Set in a child process to its role.
+pub(crate) const ROLE_VAR: &str = "COMPARE_ROLE";
+const ADDR_VAR: &str = "COMPARE_CONNECTION";
+const SERVER_PID_VAR: &str = "COMPARE_SERVER_PID";
+const KIND_VAR: &str = "COMPARE_KIND";
+const N_VAR: &str = "COMPARE_N";
+const NODE: &str = "/local/mem";
+
+/// Which library and what to create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    OursLeases,
+    YdbLeases,
+    OursSessions,
+    YdbSessions,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [
+        Kind::OursLeases,
+        Kind::YdbLeases,
+        Kind::OursSessions,
+        Kind::YdbSessions,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::OursLeases => "ours-leases",
+            Kind::YdbLeases => "ydb-leases",
+            Kind::OursSessions => "ours-sessions",
+            Kind::YdbSessions => "ydb-sessions",
+        }
+    }
+
+    fn parse(s: &str) -> R<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown memory kind {s:?}").into())
+    }
+}
+
+/// Bytes per item, client side and emulator side.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PerItem {
+    pub(crate) client: f64,
+    pub(crate) server: f64,
+    pub(crate) n: usize,
+}
+
+/// Row 5's results.
+#[derive(Debug)]
+pub(crate) struct Memory {
+    pub(crate) ours_lease: R<PerItem>,
+    pub(crate) ydb_lease: R<PerItem>,
+    pub(crate) ours_session: R<PerItem>,
+    pub(crate) ydb_session: R<PerItem>,
+}
+
+/// Runs the four measurements, each in a fresh server and client process.
+pub(crate) fn measure(leases: usize, sessions: usize) -> Memory {
+    Memory {
+        ours_lease: measure_one(Kind::OursLeases, leases),
+        ydb_lease: measure_one(Kind::YdbLeases, leases),
+        ours_session: measure_one(Kind::OursSessions, sessions),
+        ydb_session: measure_one(Kind::YdbSessions, sessions),
+    }
+}
+
+/// Kills a child process when dropped (only the children this bench started).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        // The server exits on stdin EOF; give it a moment, then kill it by its id.
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn measure_one(kind: Kind, n: usize) -> R<PerItem> {
+    let exe = std::env::current_exe()?;
+    let mut server = Reaped(
+        Command::new(&exe)
+            .env(ROLE_VAR, "server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?,
+    );
+    let stdout = server.0.stdout.take().ok_or("server child has no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let connection = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .ok_or_else(|| format!("server child said {line:?}"))?
+        .to_string();
+    let out = Command::new(&exe)
+        .env(ROLE_VAR, "client")
+        .env(ADDR_VAR, &connection)
+        .env(SERVER_PID_VAR, server.0.id().to_string())
+        .env(KIND_VAR, kind.name())
+        .env(N_VAR, n.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()?;
+    drop(server);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let result = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .ok_or_else(|| format!("{} child failed ({}): {text}", kind.name(), out.status))?;
+    let mut parts = result.split_whitespace().map(str::parse::<f64>);
+    let (Some(Ok(client)), Some(Ok(server))) = (parts.next(), parts.next()) else {
+        return Err(format!("bad result line {result:?}").into());
+    };
+    Ok(PerItem {
+        client: client / n as f64,
+        server: server / n as f64,
+        n,
+    })
+}
+
+/// The entry point of a child process.
+pub(crate) fn child(role: &str) -> R<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match role {
+        "server" => {
+            let emulator = rt.block_on(Emulator::builder().node(NODE).start())?;
+            let mut stdout = std::io::stdout();
+            writeln!(stdout, "LISTENING {}", emulator.connection_string())?;
+            stdout.flush()?;
+            // Serve until the parent closes stdin.
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            drop(emulator);
+            Ok(())
+        }
+        "client" => {
+            let connection = std::env::var(ADDR_VAR)?;
+            let server_pid: u32 = std::env::var(SERVER_PID_VAR)?.parse()?;
+            let kind = Kind::parse(&std::env::var(KIND_VAR)?)?;
+            let n: usize = std::env::var(N_VAR)?.parse()?;
+            let (client, server) = rt.block_on(client_run(&connection, server_pid, kind, n))?;
+            println!("RESULT {client} {server}");
+            // Skip tearing down thousands of sessions: the process is done.
+            std::process::exit(0);
+        }
+        other => Err(format!("unknown role {other:?}").into()),
+    }
+}
+
+/// Resident set size of a process in bytes, from `/proc/<pid>/status`.
+fn rss(pid: &str) -> R<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .ok_or("no VmRSS in /proc status")?;
+    Ok(kb * 1024.0)
+}
+
+const SETTLE: Duration = Duration::from_millis(300);
+const STEP: Duration = Duration::from_secs(30);
+const PARALLEL: usize = 64;
+
+/// Creates `n` items of `kind` and returns the RSS growth of (this client, the server).
+async fn client_run(connection: &str, server_pid: u32, kind: Kind, n: usize) -> R<(f64, f64)> {
+    let server_pid = server_pid.to_string();
+    let before = || -> R<(f64, f64)> { Ok((rss("self")?, rss(&server_pid)?)) };
+    let ours_options = SessionOptions::new().timeout(Duration::from_secs(60));
+    let (c0, s0, held) = match kind {
+        Kind::OursLeases => {
+            let client = Client::connect(connection).await?;
+            let session = client.session(NODE, ours_options).await?;
+            // Warm up: one lease taken and released, so lazy setup is not counted.
+            let warm = session
+                .acquire("warm", AcquireOptions::exclusive().ephemeral(true))
+                .await?;
+            warm.release().await?;
+            tokio::time::sleep(SETTLE).await;
+            let (c0, s0) = before()?;
+            let mut leases = Vec::with_capacity(n);
+            for i in 0..n {
+                leases.push(
+                    session
+                        .acquire(
+                            &format!("lease-{i:05}"),
+                            AcquireOptions::exclusive().ephemeral(true),
+                        )
+                        .await?,
+                );
+            }
+            (c0, s0, Box::new((client, session, leases)) as Box<dyn Send>)
+        }
+        Kind::YdbLeases => {
+            let client = ydb_client(connection).await?;
+            let session = within(
+                "ydb create_session",
+                STEP,
+                client
+                    .coordination_client()
+                    .create_session(NODE.to_string(), ydb_session_options()?),
+            )
+            .await?;
+            let options = ydb::AcquireOptionsBuilder::default()
+                .ephemeral(true)
+                .build()?;
+            let warm = ydb_acquire(&session, "warm", &options, &AtomicU64::new(0)).await?;
+            drop(warm);
+            tokio::time::sleep(SETTLE).await;
+            let (c0, s0) = before()?;
+            let lost = AtomicU64::new(0);
+            let mut leases = Vec::with_capacity(n);
+            for i in 0..n {
+                leases
+                    .push(ydb_acquire(&session, &format!("lease-{i:05}"), &options, &lost).await?);
+            }
+            (c0, s0, Box::new((client, session, leases)) as Box<dyn Send>)
+        }
+        Kind::OursSessions => {
+            let client = Client::connect(connection).await?;
+            let warm = client.session(NODE, ours_options.clone()).await?;
+            tokio::time::sleep(SETTLE).await;
+            let (c0, s0) = before()?;
+            let sessions: Vec<_> = futures::stream::iter(0..n)
+                .map(|_| client.session(NODE, ours_options.clone()))
+                .buffer_unordered(PARALLEL)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()?;
+            (c0, s0, Box::new((client, warm, sessions)) as Box<dyn Send>)
+        }
+        Kind::YdbSessions => {
+            let client = ydb_client(connection).await?;
+            let warm = within(
+                "ydb create_session",
+                STEP,
+                client
+                    .coordination_client()
+                    .create_session(NODE.to_string(), ydb_session_options()?),
+            )
+            .await?;
+            tokio::time::sleep(SETTLE).await;
+            let (c0, s0) = before()?;
+            let options = ydb_session_options()?;
+            let sessions: Vec<_> = futures::stream::iter(0..n)
+                .map(|_| {
+                    let mut coordination = client.coordination_client();
+                    let options = options.clone();
+                    async move {
+                        within(
+                            "ydb create_session",
+                            STEP,
+                            coordination.create_session(NODE.to_string(), options),
+                        )
+                        .await
+                    }
+                })
+                .buffer_unordered(PARALLEL)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()?;
+            (c0, s0, Box::new((client, warm, sessions)) as Box<dyn Send>)
+        }
+    };
+    tokio::time::sleep(SETTLE).await;
+    let (c1, s1) = before()?;
+    // Keep everything alive up to the measurement; the process exits right after.
+    std::mem::forget(held);
+    Ok((c1 - c0, s1 - s0))
+}
