@@ -609,7 +609,7 @@ fn held_mutex_reacquired_after_a_loss_is_told_at_info() {
         assert_eq!(again.len(), 1, "{again:#?}");
         let ev = &again[0];
         assert_eq!(ev.level, Level::INFO);
-        assert_eq!(ev.field("mutex"), Some("job"));
+        assert_eq!(ev.field("lock"), Some("mutex \"job\""));
         assert_eq!(
             ev.field("session_id"),
             Some(second.session_id().to_string().as_str())

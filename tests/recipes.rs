@@ -325,3 +325,36 @@ async fn manager_current_waits_for_a_replacement() {
     );
     assert_eq!(second.state(), SessionState::Closed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn held_permits_and_leadership_come_back_after_expiry() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut permits = manager.semaphore("pool", 2).hold(2);
+    let mut leadership = manager.election("sched").hold(b"me");
+    let permit = within(permits.next()).await.unwrap().unwrap();
+    let leader = within(leadership.next()).await.unwrap().unwrap();
+    assert_eq!(
+        within(manager.election("sched").leader())
+            .await
+            .unwrap()
+            .map(|l| l.data),
+        Some(b"me".to_vec())
+    );
+    env.emulator.expire_session("app", permit.session_id());
+    let permit2 = within(permits.next()).await.unwrap().unwrap();
+    let leader2 = within(leadership.next()).await.unwrap().unwrap();
+    assert!(permit.is_lost() && leader.is_lost());
+    assert!(permit2.fencing_token() > permit.fencing_token());
+    assert!(leader2.fencing_token() > leader.fencing_token());
+    assert_eq!(permit2.count(), 2);
+    // A resignation makes the stream campaign again.
+    let fence = leader2.fencing_token();
+    within(leader2.resign()).await.unwrap();
+    let leader3 = within(leadership.next()).await.unwrap().unwrap();
+    assert!(leader3.fencing_token() > fence);
+    manager.shutdown().await;
+}

@@ -2,7 +2,9 @@
 
 use futures::{Stream, StreamExt};
 
-use super::{Prepare, Scope, ensure_semaphore, guard};
+use std::sync::Arc;
+
+use super::{Held, Prepare, Scope, ensure_semaphore, guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{ErrorKind, Result};
 use crate::session::{Lease, SemaphoreDescription, WatchStream};
@@ -105,6 +107,21 @@ impl Election {
         let prepare = Prepare::Semaphore { limit: 1 };
         let lease = self.scope.acquire(&self.name, &options, prepare).await?;
         Ok(Leadership { lease })
+    }
+
+    /// Stays a candidate for as long as the stream is polled: a [`Leadership`] each time this
+    /// process becomes the leader, again after a lost leadership or a resignation. See
+    /// [`Held`].
+    pub fn hold(&self, data: &[u8]) -> Held<Leadership> {
+        let election = self.clone();
+        let data = data.to_vec();
+        Held::new(
+            format!("election {:?}", self.name),
+            Arc::new(move || {
+                let (election, data) = (election.clone(), data.clone());
+                Box::pin(async move { election.campaign(&data).await })
+            }),
+        )
     }
 
     /// The current leader, or `None`.

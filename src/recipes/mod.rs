@@ -11,12 +11,14 @@
 //! hold it; that is the difference from `tokio::sync::MutexGuard`.
 
 mod election;
+mod held;
 mod mutex;
 mod rwlock;
 mod semaphore;
 
 pub use self::election::{Election, Leader, LeaderStream, Leadership};
-pub use self::mutex::{HeldMutex, Mutex, MutexGuard};
+pub use self::held::Held;
+pub use self::mutex::{Mutex, MutexGuard};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 

@@ -1,14 +1,9 @@
 //! An exclusive lock.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
-use futures::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
-
-use super::{Prepare, Scope, guard};
+use super::{Held, Prepare, Scope, guard};
 use crate::config::AcquireOptions;
 use crate::error::{ErrorKind, Result};
 use crate::session::Lease;
@@ -130,88 +125,17 @@ impl Mutex {
         }
     }
 
-    /// Holds the lock for as long as the stream is polled: yields a guard; once that guard is
-    /// lost (its token fired) or dropped, the next poll re-acquires, in a new session if
-    /// needed, and yields a new guard with a strictly greater fencing token. Built for
-    /// singleton workers: `while let Some(guard) = held.next().await { work(guard).await }`.
-    ///
-    /// On a [`Session`](crate::Session) scope the stream ends with the session.
-    pub fn hold(&self) -> HeldMutex {
-        HeldMutex {
-            mutex: self.clone(),
-            previous: None,
-            next: None,
-            ended: false,
-        }
-    }
-}
-
-/// The stream of [`Mutex::hold`].
-pub struct HeldMutex {
-    mutex: Mutex,
-    /// The last guard's token and session.
-    previous: Option<(CancellationToken, u64)>,
-    next: Option<BoxFuture<'static, Result<MutexGuard>>>,
-    ended: bool,
-}
-
-impl std::fmt::Debug for HeldMutex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldMutex")
-            .field("mutex", &self.mutex.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Stream for HeldMutex {
-    type Item = Result<MutexGuard>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        if this.next.is_none() {
-            let previous = this.previous.take();
-            let mutex = this.mutex.clone();
-            this.next = Some(Box::pin(async move {
-                let before = previous.as_ref().map(|(_, session)| *session);
-                if let Some((token, _)) = previous {
-                    // The old guard's token fires before anything new is issued.
-                    token.cancelled().await;
-                }
-                let guard = mutex.lock().await?;
-                match before {
-                    // The previous guard's session is gone: the lock came back on a new one.
-                    Some(old) if old != guard.session_id() => tracing::info!(
-                        mutex = mutex.name.as_str(),
-                        session_id = guard.session_id(),
-                        fencing_token = guard.fencing_token(),
-                        "held lock re-acquired"
-                    ),
-                    _ => tracing::debug!(
-                        mutex = mutex.name.as_str(),
-                        fencing_token = guard.fencing_token(),
-                        "held lock acquired"
-                    ),
-                }
-                Ok(guard)
-            }));
-        }
-        let Some(next) = this.next.as_mut() else {
-            return Poll::Pending;
-        };
-        let result = std::task::ready!(next.as_mut().poll(cx));
-        this.next = None;
-        match result {
-            Ok(guard) => {
-                this.previous = Some((guard.token(), guard.session_id()));
-                Poll::Ready(Some(Ok(guard)))
-            }
-            Err(e) => {
-                this.ended = true;
-                Poll::Ready(Some(Err(e)))
-            }
-        }
+    /// Holds the lock for as long as the stream is polled: a guard now, and a new one
+    /// (with a greater fencing token) each time the last one is lost or dropped. Built for
+    /// singleton workers. See [`Held`].
+    pub fn hold(&self) -> Held<MutexGuard> {
+        let mutex = self.clone();
+        Held::new(
+            format!("mutex {:?}", self.name),
+            Arc::new(move || {
+                let mutex = mutex.clone();
+                Box::pin(async move { mutex.lock().await })
+            }),
+        )
     }
 }

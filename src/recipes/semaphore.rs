@@ -1,6 +1,8 @@
 //! A counted semaphore.
 
-use super::{Prepare, Scope, guard};
+use std::sync::Arc;
+
+use super::{Held, Prepare, Scope, guard};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
@@ -101,5 +103,18 @@ impl Semaphore {
             .try_acquire(&self.name, &options, prepare)
             .await?;
         Ok(lease.map(|lease| SemaphorePermit { lease }))
+    }
+
+    /// Holds `n` tokens for as long as the stream is polled: a permit now, and a new one
+    /// each time the last one is lost or dropped. See [`Held`].
+    pub fn hold(&self, n: u64) -> Held<SemaphorePermit> {
+        let semaphore = self.clone();
+        Held::new(
+            format!("semaphore {:?}", self.name),
+            Arc::new(move || {
+                let semaphore = semaphore.clone();
+                Box::pin(async move { semaphore.acquire(n).await })
+            }),
+        )
     }
 }
