@@ -363,8 +363,13 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
         // Interleaved in small batches, so drift on a shared machine hits every variant alike.
         for _ in 0..if cfg.runs("ours") { batch } else { 0 } {
             let t = Instant::now();
-            let lease = session.acquire("cycle", AcquireOptions::new()).await?;
-            if !lease.release().await? {
+            let lease = within(
+                "ours acquire",
+                STEP,
+                session.acquire("cycle", AcquireOptions::new()),
+            )
+            .await?;
+            if !within("ours release", STEP, lease.release()).await? {
                 return Err("ours: release answered released=false".into());
             }
             if record {
@@ -373,8 +378,8 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
         }
         for _ in 0..if cfg.runs("ours") { batch } else { 0 } {
             let t = Instant::now();
-            let guard = mutex.lock().await?;
-            guard.unlock().await?;
+            let guard = within("ours mutex lock", STEP, mutex.lock()).await?;
+            within("ours mutex unlock", STEP, guard.unlock()).await?;
             if record {
                 out.ours_mutex.push(t.elapsed());
             }
@@ -386,7 +391,7 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
                     let lease = ydb_acquire(&ydb_session, "cycle", &acquire, &lost).await?;
                     // `Lease::release()` spawns a release and its `Drop` spawns a second
                     // one; dropping the lease sends exactly one.
-                    ydb_release_queued(lease).await;
+                    ydb_release_queued(lease).await?;
                     loop {
                         let owners = ydb_owners(&ydb_session, "cycle", &lost).await?;
                         if record {
@@ -403,7 +408,7 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
                 for _ in 0..batch {
                     let t = Instant::now();
                     let lease = ydb_acquire(&ydb_session, "cycle", &acquire, &lost).await?;
-                    ydb_release_queued(lease).await;
+                    ydb_release_queued(lease).await?;
                     if record {
                         out.ydb_sent.push(t.elapsed());
                     }
@@ -470,35 +475,26 @@ async fn ydb_acquire(
     lost: &AtomicU64,
 ) -> R<ydb::Lease> {
     use futures::FutureExt;
-    let answered = {
+    for _ in 0..5 {
         let acquire = session.acquire_semaphore_with_params(name, 1, options.clone());
         let mut acquire = std::pin::pin!(acquire);
         loop {
             tokio::select! {
-                r = &mut acquire => break Some(r),
+                r = &mut acquire => return r.map_err(|e| format!("ydb acquire: {e:?}").into()),
                 _ = tokio::time::sleep(LOST_AFTER) => {}
             }
             let owners = ydb_owners(session, name, lost).await?;
             if let Some(r) = (&mut acquire).now_or_never() {
-                break Some(r);
+                return r.map_err(|e| format!("ydb acquire: {e:?}").into());
             }
             if owners.contains(&session.id()) {
-                break None;
+                // Granted, answer lost: acquiring again returns at once.
+                lost.fetch_add(1, Ordering::Relaxed);
+                break;
             }
         }
-    };
-    match answered {
-        Some(r) => r.map_err(|e| format!("ydb acquire: {e:?}").into()),
-        None => {
-            lost.fetch_add(1, Ordering::Relaxed);
-            within(
-                "ydb acquire (again)",
-                STEP,
-                session.acquire_semaphore_with_params(name, 1, options.clone()),
-            )
-            .await
-        }
     }
+    Err("ydb acquire: five answers in a row lost".into())
 }
 
 /// The owners' session ids of `name`, by a `ydb` describe. A describe answer can be lost
@@ -534,10 +530,14 @@ async fn ydb_owners(
 /// Drops a `ydb` lease (its `Drop` spawns one release request) and waits until the spawned
 /// task has queued that request (it cancels the lease token right before), so the next
 /// request of this task cannot overtake it on the stream.
-async fn ydb_release_queued(lease: ydb::Lease) {
+async fn ydb_release_queued(lease: ydb::Lease) -> R<()> {
     let alive = lease.alive();
     drop(lease);
-    alive.cancelled().await;
+    within("ydb release queued", STEP, async {
+        alive.cancelled().await;
+        Ok::<_, ()>(())
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -589,6 +589,9 @@ fn median_rate(rates: &[f64]) -> f64 {
 }
 
 fn rates_cell(rates: &[f64]) -> String {
+    if rates.is_empty() {
+        return "n/a".to_string();
+    }
     let (lo, hi) = rates.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
         (lo.min(*r), hi.max(*r))
     });
@@ -686,7 +689,7 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
             tasks.push(tokio::spawn(async move {
                 while !window.over() {
                     let lease = ydb_acquire(&session, &name, &acquire, &lost).await?;
-                    ydb_release_queued(lease).await;
+                    ydb_release_queued(lease).await?;
                     if window.contains(Instant::now()) {
                         ops.fetch_add(1, Ordering::Relaxed);
                     }
@@ -840,7 +843,17 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
                     let lease = ydb_acquire(&session, "handoff", &acquire, &lost).await?;
                     baton.granted(&window);
                     baton.releasing();
-                    ydb_release_queued(lease).await;
+                    ydb_release_queued(lease).await?;
+                    // Wait until the server shows the release before acquiring again: an
+                    // acquire that overtakes the spawned release is granted at once (the
+                    // session still owns the semaphore), the release then frees it, and the
+                    // following release withdraws the next waiting acquire, which is answered
+                    // ABORTED ("superseded"), and that ends a `ydb` session. The next holder
+                    // is granted meanwhile, so this does not slow the handoff itself.
+                    while ydb_owners(&session, "handoff", &lost)
+                        .await?
+                        .contains(&session.id())
+                    {}
                 }
                 Ok::<_, Box<dyn Error + Send + Sync>>(())
             }));
@@ -1183,7 +1196,10 @@ fn main() -> R<()> {
         );
         notes.push(format!(
             "⁵ Windows as in ⁴. This crate: `session.mutex(..).lock()` / `unlock()`. `ydb`: \
-             `acquire_semaphore` on a limit-1 semaphore / drop. Handoff is measured from just \
+             `acquire_semaphore` on a limit-1 semaphore / drop, then describes until the server \
+             no longer lists the session as an owner before acquiring again (without that, its \
+             next acquire can overtake the spawned release and the session dies of an ABORTED \
+             answer). Handoff is measured from just \
              before the holder's release call to the moment the next holder's acquire returns. \
              `ydb` lost {} acquire answers in row 3, each stalling every contender for about \
              {LOST_AFTER:?} (included in its rate).",
