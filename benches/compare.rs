@@ -13,7 +13,7 @@
 //! 5. memory per held lease and per idle session (RSS, in separate processes).
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5` selects rows (default all);
+//! - `COMPARE_ROWS=1,2,3,4,5,6` selects rows (default all; 6 is the metrics overhead);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1.
@@ -117,7 +117,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 2, 3, 4, 5],
+            Err(_) => vec![1, 2, 3, 4, 5, 6],
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -978,6 +978,52 @@ fn err_cell(e: &(dyn Error + Send + Sync)) -> String {
     format!("failed: {}", e.to_string().replace('|', "/"))
 }
 
+/// Row 6: the same lock cycle with and without a metrics recorder, in alternating batches.
+fn row_metrics(cfg: &Config) -> R<(Vec<Duration>, Vec<Duration>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let (_emulator, session) = rt.block_on(async {
+        let emulator = Emulator::builder().node("/local/metrics").start().await?;
+        let client = Client::connect(&emulator.connection_string()).await?;
+        let session = client
+            .session("/local/metrics", ours_session_options())
+            .await?;
+        session.create_semaphore("cycle", 1, b"").await?;
+        R::Ok((emulator, session))
+    })?;
+    let cycles = |n: usize| {
+        rt.block_on(async {
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let t = Instant::now();
+                let lease = within(
+                    "metrics acquire",
+                    STEP,
+                    session.acquire("cycle", AcquireOptions::new()),
+                )
+                .await?;
+                within("metrics release", STEP, lease.release()).await?;
+                out.push(t.elapsed());
+            }
+            R::Ok(out)
+        })
+    };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let batch = 50;
+    let rounds = cfg.count(2000, 200).div_ceil(batch);
+    for round in 0..rounds + 2 {
+        let plain = cycles(batch)?;
+        let recorded = metrics::with_local_recorder(&recorder, || cycles(batch))?;
+        if round >= 2 {
+            off.extend(plain);
+            on.extend(recorded);
+        }
+    }
+    Ok((off, on))
+}
+
 fn main() -> R<()> {
     if let Ok(role) = std::env::var(memory::ROLE_VAR) {
         return memory::child(&role);
@@ -1250,6 +1296,30 @@ fn main() -> R<()> {
         );
     }
 
+    if cfg.has(6) {
+        eprintln!("row 6: metrics overhead ...");
+        let (off, on) = row_metrics(&cfg)?;
+        row(
+            &mut rows,
+            [
+                "6",
+                "Lock cycle with a Prometheus recorder installed vs none (one thread) ⁸",
+                &format!("{} vs {}", cell(&on), cell(&off)),
+                "—",
+                "—",
+                &format!(
+                    "{} with metrics",
+                    ratio(median_secs(&on), median_secs(&off))
+                ),
+            ],
+        );
+        notes.push(
+            "⁸ A current-thread runtime runs the session and the emulator; batches of 50 cycles \
+             alternate between no recorder and `metrics-exporter-prometheus`'s recorder \
+             (`metrics::with_local_recorder`)."
+                .to_string(),
+        );
+    }
     if cfg.has(5) {
         eprintln!("row 5: memory (child processes) ...");
         let leases = if cfg.scale < 1.0 {
