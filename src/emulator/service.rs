@@ -354,6 +354,34 @@ fn send_ping(tx: &mpsc::UnboundedSender<Outbound>) -> u64 {
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionResponse, Status>> + Send + 'static>>;
 
+/// The tower plumbing every hand-written gRPC service here shares: its name, readiness, and
+/// dispatch to its `route` function by path.
+macro_rules! grpc_service {
+    ($name:ident, $grpc_name:literal) => {
+        impl NamedService for $name {
+            const NAME: &'static str = $grpc_name;
+        }
+
+        impl<B> tonic::codegen::Service<http::Request<B>> for $name
+        where
+            B: tonic::codegen::Body + Send + 'static,
+            B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+        {
+            type Response = http::Response<Body>;
+            type Error = Infallible;
+            type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+            fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, req: http::Request<B>) -> Self::Future {
+                self.route(req)
+            }
+        }
+    };
+}
+
 /// The coordination service.
 #[derive(Debug, Clone)]
 pub(crate) struct CoordinationService(pub(crate) Arc<Shared>);
@@ -362,32 +390,18 @@ pub(crate) struct CoordinationService(pub(crate) Arc<Shared>);
 #[derive(Debug, Clone)]
 pub(crate) struct DiscoveryService(pub(crate) Arc<Shared>);
 
-impl NamedService for CoordinationService {
-    const NAME: &'static str = "Ydb.Coordination.V1.CoordinationService";
-}
-
 /// The auth service (`Login`).
 #[derive(Debug, Clone)]
 pub(crate) struct AuthService(pub(crate) Arc<Shared>);
 
-impl NamedService for AuthService {
-    const NAME: &'static str = "Ydb.Auth.V1.AuthService";
-}
+grpc_service!(AuthService, "Ydb.Auth.V1.AuthService");
 
-impl<B> tonic::codegen::Service<http::Request<B>> for AuthService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl AuthService {
+    fn route<B>(&self, req: http::Request<B>) -> BoxFuture<Result<http::Response<Body>, Infallible>>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         let shared = self.0.clone();
         match req.uri().path() {
             "/Ydb.Auth.V1.AuthService/Login" => Box::pin(async move {
@@ -407,10 +421,6 @@ where
             _ => Box::pin(async { Ok(unimplemented()) }),
         }
     }
-}
-
-impl NamedService for DiscoveryService {
-    const NAME: &'static str = "Ydb.Discovery.V1.DiscoveryService";
 }
 
 /// Wraps a handler closure as a tonic unary service.
@@ -559,20 +569,17 @@ fn unimplemented() -> http::Response<Body> {
     response
 }
 
-impl<B> tonic::codegen::Service<http::Request<B>> for CoordinationService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+grpc_service!(
+    CoordinationService,
+    "Ydb.Coordination.V1.CoordinationService"
+);
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl CoordinationService {
+    fn route<B>(&self, req: http::Request<B>) -> BoxFuture<Result<http::Response<Body>, Infallible>>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         let shared = self.0.clone();
 
         match req.uri().path() {
@@ -630,20 +637,14 @@ where
     }
 }
 
-impl<B> tonic::codegen::Service<http::Request<B>> for DiscoveryService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+grpc_service!(DiscoveryService, "Ydb.Discovery.V1.DiscoveryService");
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl DiscoveryService {
+    fn route<B>(&self, req: http::Request<B>) -> BoxFuture<Result<http::Response<Body>, Infallible>>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         let shared = self.0.clone();
 
         match req.uri().path() {
