@@ -25,8 +25,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-use ydb_coordination::emulator::FaultProxy;
-use ydb_coordination::{AcquireOptions, Client, ErrorKind, SessionOptions, SessionState};
+use ydb_coordination::{AcquireOptions, ErrorKind, SessionOptions, SessionState};
 
 const ACQUISITIONS: &str = "ydb_coordination_acquisitions_total";
 const ACQUIRE_WAIT: &str = "ydb_coordination_acquire_wait_seconds";
@@ -306,21 +305,6 @@ where
     });
 }
 
-/// A client whose connections go through a fault proxy of their own.
-async fn behind_proxy(env: &Env) -> (FaultProxy, Client) {
-    let proxy = within(FaultProxy::start(env.emulator.local_addr()))
-        .await
-        .unwrap();
-    let client = within(
-        Client::builder(proxy.connection_string(env.emulator.database()))
-            .discovery(false)
-            .build(),
-    )
-    .await
-    .unwrap();
-    (proxy, client)
-}
-
 // ---- (1) a contended acquire -----------------------------------------------------------
 
 #[test]
@@ -432,7 +416,7 @@ fn reattach_is_counted_and_told_at_info_inside_the_session_span() {
         if !env.emulated() {
             return;
         }
-        let (proxy, behind) = behind_proxy(&env).await;
+        let (proxy, behind) = env.behind_proxy().await;
         let s = within(behind.session(&env.node, SessionOptions::new()))
             .await
             .unwrap();
@@ -554,7 +538,7 @@ fn lease_lost_to_the_client_deadline_is_counted_as_deadline() {
         if !env.emulated() {
             return;
         }
-        let (proxy, behind) = behind_proxy(&env).await;
+        let (proxy, behind) = env.behind_proxy().await;
         let holder = within(behind.session(&env.node, SessionOptions::new()))
             .await
             .unwrap();

@@ -10,8 +10,7 @@ use std::time::Duration;
 use common::{Env, wait_state, within};
 use futures::StreamExt;
 use tokio::time::Instant;
-use ydb_coordination::emulator::FaultProxy;
-use ydb_coordination::{Client, ErrorKind, SessionOptions, SessionState};
+use ydb_coordination::{ErrorKind, SessionOptions, SessionState};
 
 #[tokio::test(start_paused = true)]
 async fn mutex_excludes_under_contention() {
@@ -262,16 +261,7 @@ async fn held_mutex_after_a_long_stall_never_overlaps() {
     if !env.emulated() {
         return;
     }
-    let proxy = within(FaultProxy::start(env.emulator.local_addr()))
-        .await
-        .unwrap();
-    let behind = within(
-        Client::builder(proxy.connection_string(env.emulator.database()))
-            .discovery(false)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let (proxy, behind) = env.behind_proxy().await;
     let manager_a = behind.session_manager(&env.node, SessionOptions::new());
     let manager_b = env.client.session_manager(&env.node, SessionOptions::new());
     let mut held_a = manager_a.mutex("job").hold();

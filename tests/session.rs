@@ -135,16 +135,7 @@ async fn lease_token_fires_before_another_session_can_be_granted_the_semaphore()
     if !env.emulated() {
         return;
     }
-    let proxy = within(FaultProxy::start(env.emulator.local_addr()))
-        .await
-        .unwrap();
-    let behind = within(
-        Client::builder(proxy.connection_string(env.emulator.database()))
-            .discovery(false)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let (proxy, behind) = env.behind_proxy().await;
     let holder = within(behind.session(&env.node, SessionOptions::new()))
         .await
         .unwrap();

@@ -5,7 +5,7 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use ydb_coordination::emulator::Emulator;
+use ydb_coordination::emulator::{Emulator, FaultProxy};
 use ydb_coordination::{Client, NodeConfig, Session, SessionOptions, SessionState};
 
 /// The bound on any single wait in a test (paused time makes it free).
@@ -52,6 +52,22 @@ impl Env {
             node: "/local/app".to_string(),
             real: false,
         }
+    }
+
+    /// A client whose connections go through a fault proxy of its own (discovery off, so
+    /// it cannot bypass the proxy), for faults that hit one client only.
+    pub async fn behind_proxy(&self) -> (FaultProxy, Client) {
+        let proxy = within(FaultProxy::start(self.emulator.local_addr()))
+            .await
+            .unwrap();
+        let client = within(
+            Client::builder(proxy.connection_string(self.emulator.database()))
+                .discovery(false)
+                .build(),
+        )
+        .await
+        .unwrap();
+        (proxy, client)
     }
 
     /// Whether the client talks to the emulator; tests that need its fault controls or
