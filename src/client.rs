@@ -251,7 +251,7 @@ impl Client {
             })
             .await?;
         let r = self
-            .unary("create node", |mut c| async move {
+            .unary(&format!("create node {path:?}"), |mut c| async move {
                 c.create_node(request).await
             })
             .await?;
@@ -277,10 +277,9 @@ impl Client {
             })
             .await?;
         let r = self
-            .unary(
-                "alter node",
-                |mut c| async move { c.alter_node(request).await },
-            )
+            .unary(&format!("alter node {path:?}"), |mut c| async move {
+                c.alter_node(request).await
+            })
             .await?;
         transport::check(r.operation, &format!("alter node {path:?}")).map(drop)
     }
@@ -303,10 +302,9 @@ impl Client {
             })
             .await?;
         let r = self
-            .unary(
-                "drop node",
-                |mut c| async move { c.drop_node(request).await },
-            )
+            .unary(&format!("drop node {path:?}"), |mut c| async move {
+                c.drop_node(request).await
+            })
             .await?;
         transport::check(r.operation, &format!("drop node {path:?}")).map(drop)
     }
@@ -329,7 +327,7 @@ impl Client {
             })
             .await?;
         let r = self
-            .unary("describe node", |mut c| async move {
+            .unary(&format!("describe node {path:?}"), |mut c| async move {
                 c.describe_node(request).await
             })
             .await?;
@@ -400,7 +398,7 @@ impl Client {
                 return Err(Error::caused_by(
                     ErrorKind::Timeout,
                     format!(
-                        "could not start a session on {path} within {:?}",
+                        "could not start a session on {path} within {:?}: {err}",
                         options.get_connect_timeout()
                     ),
                     &err,

@@ -1,6 +1,8 @@
 //! The crate's one error type.
 
+use std::error::Error as StdError;
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use ydb_grpc::ydb_proto::status_ids::StatusCode;
@@ -107,12 +109,18 @@ impl From<&IssueMessage> for Issue {
     }
 }
 
-type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
+type Source = Arc<dyn StdError + Send + Sync + 'static>;
 
 /// The error of every fallible operation in this crate.
 ///
 /// Cheap to clone: one cause is shared by every caller it reaches (a lost session fails all
 /// of its pending requests with the same error).
+///
+/// `Display` is one short line a person can act on, such as
+/// `describe node "/local/app": cannot reach 127.0.0.1:2136: connection refused`. The
+/// causes stay available through [`source()`](std::error::Error::source); the alternate
+/// form (`{:#}`) appends them to the line, the way `anyhow` does, and `Debug` shows them
+/// all. The gRPC status of a failed call is [`Error::grpc_status`].
 ///
 /// # Examples
 ///
@@ -129,6 +137,16 @@ type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
 /// }
 /// # let _ = handle;
 /// ```
+///
+/// Printing one line, or the line with its causes:
+///
+/// ```
+/// use ydb_coordination::{Error, StatusCode};
+///
+/// let err = Error::from_status(StatusCode::NotFound, "semaphore \"jobs\" not found");
+/// assert_eq!(err.to_string(), "semaphore \"jobs\" not found");
+/// assert_eq!(format!("{err:#}"), err.to_string()); // this one has no causes
+/// ```
 #[derive(Clone)]
 pub struct Error(Arc<Inner>);
 
@@ -137,7 +155,7 @@ struct Inner {
     message: String,
     status: Option<StatusCode>,
     issues: Vec<Issue>,
-    grpc: Option<tonic::Status>,
+    grpc: Option<GrpcCause>,
     source: Option<Source>,
 }
 
@@ -166,20 +184,25 @@ impl Error {
         err
     }
 
-    /// The error for a YDB status as the server reported it (raw status code and issues).
+    /// The error for a YDB status as the server reported it (raw status code and issues):
+    /// `{context}: {status in words} ({the issues' messages})`.
     pub(crate) fn from_ydb(status: i32, issues: &[IssueMessage], context: &str) -> Self {
-        let code = StatusCode::try_from(status).unwrap_or(StatusCode::Unspecified);
+        let code = StatusCode::try_from(status).ok();
         let issues: Vec<Issue> = issues.iter().map(Issue::from).collect();
-        let detail = issues
-            .iter()
-            .map(|i| i.message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let message = if detail.is_empty() {
-            format!("{context}: {}", code.as_str_name())
-        } else {
-            format!("{context}: {} ({detail})", code.as_str_name())
+        let mut messages = Vec::new();
+        collect_messages(&issues, &mut messages);
+        let words = match code {
+            Some(code) if code != StatusCode::Unspecified => {
+                code.as_str_name().to_ascii_lowercase().replace('_', " ")
+            }
+            _ => format!("unknown status {status}"),
         };
+        let message = if messages.is_empty() {
+            format!("{context}: {words}")
+        } else {
+            format!("{context}: {words} ({})", messages.join("; "))
+        };
+        let code = code.unwrap_or(StatusCode::Unspecified);
         Self(Arc::new(Inner {
             kind: ErrorKind::from_status(code),
             message,
@@ -190,7 +213,9 @@ impl Error {
         }))
     }
 
-    /// A transport-level error from tonic.
+    /// A failed gRPC call: `{context}: {what failed}`, phrased from the transport failure
+    /// under the status (`cannot reach 127.0.0.1:1: connection refused`) or from the status
+    /// the server sent (`not authenticated: invalid token`).
     pub(crate) fn from_grpc(status: tonic::Status, context: &str) -> Self {
         let kind = match status.code() {
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorKind::Unauthorized,
@@ -201,22 +226,23 @@ impl Error {
             tonic::Code::DeadlineExceeded => ErrorKind::Timeout,
             _ => ErrorKind::Transport,
         };
-        let message = format!("{context}: {} ({})", status.message(), status.code());
+        let message = format!("{context}: {}", grpc_reason(&status));
         Self(Arc::new(Inner {
             kind,
             message,
             status: None,
             issues: Vec::new(),
-            grpc: Some(status),
+            grpc: Some(GrpcCause(status)),
             source: None,
         }))
     }
 
-    /// Attaches a source error.
+    /// Attaches a source error. The message should say what went wrong on its own (see
+    /// [`describe_cause`] to phrase the cause in it).
     pub(crate) fn with_source(
         kind: ErrorKind,
         message: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
+        source: impl StdError + Send + Sync + 'static,
     ) -> Self {
         Self(Arc::new(Inner {
             kind,
@@ -229,7 +255,8 @@ impl Error {
     }
 
     /// The same cause as another error, re-labelled with a different kind and context (for
-    /// example "session expired" caused by a transport failure).
+    /// example "session expired" caused by a transport failure). The message is shown as
+    /// given: include `{cause}` in it when the reader needs the reason.
     pub(crate) fn caused_by(kind: ErrorKind, message: impl Into<String>, cause: &Error) -> Self {
         Self(Arc::new(Inner {
             kind,
@@ -257,8 +284,12 @@ impl Error {
     }
 
     /// The gRPC status, for transport-level errors.
+    ///
+    /// The status is also the first link of the [`source()`](std::error::Error::source)
+    /// chain, shown there as one clean line and followed by its own cause (the transport
+    /// error), so use this method, not a downcast, to get at it.
     pub fn grpc_status(&self) -> Option<&tonic::Status> {
-        self.0.grpc.as_ref()
+        self.0.grpc.as_ref().map(|g| &g.0)
     }
 
     /// Whether the same operation may succeed if tried again later (on this or a new session).
@@ -294,6 +325,12 @@ impl fmt::Debug for Error {
         if let Some(status) = self.0.status {
             d.field("status", &status);
         }
+        if !self.0.issues.is_empty() {
+            d.field("issues", &self.0.issues);
+        }
+        if let Some(grpc) = &self.0.grpc {
+            d.field("grpc", &grpc.0);
+        }
         if let Some(source) = &self.0.source {
             d.field("source", source);
         }
@@ -302,20 +339,255 @@ impl fmt::Debug for Error {
 }
 
 impl fmt::Display for Error {
+    /// The message; with `{:#}`, followed by each cause not already in the line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.message)
+        f.write_str(&self.0.message)?;
+        if f.alternate() {
+            let mut shown = self.0.message.clone();
+            let mut next = StdError::source(self);
+            while let Some(cause) = next {
+                let text = match cause.downcast_ref::<tonic::Status>() {
+                    Some(status) => grpc_line(status),
+                    None => one_line(&cause.to_string()),
+                };
+                if !text.is_empty() && !shown.contains(&text) {
+                    write!(f, ": {text}")?;
+                    shown.push_str(": ");
+                    shown.push_str(&text);
+                }
+                next = cause.source();
+            }
+        }
+        Ok(())
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         if let Some(source) = &self.0.source {
             return Some(source.as_ref());
         }
-        self.0
-            .grpc
-            .as_ref()
-            .map(|s| s as &(dyn std::error::Error + 'static))
+        self.0.grpc.as_ref().map(|g| g as &(dyn StdError + 'static))
+    }
+}
+
+/// A gRPC status as a link of a source chain. tonic's own `Display` of a status is
+/// `code: '…', message: "…", source: tonic::transport::Error(…)`, the `Debug` form of its
+/// cause included; this one is a single line, and `source()` goes on with the status's
+/// cause.
+#[derive(Clone)]
+struct GrpcCause(tonic::Status);
+
+impl fmt::Debug for GrpcCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for GrpcCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&grpc_line(&self.0))
+    }
+}
+
+impl StdError for GrpcCause {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}
+
+/// `gRPC status unavailable: tcp connect error`.
+fn grpc_line(status: &tonic::Status) -> String {
+    format!("gRPC status {}", status_words(status))
+}
+
+/// The status's code in words, and its message if it has one.
+fn status_words(status: &tonic::Status) -> String {
+    let message = one_line(status.message());
+    let words = code_words(status.code());
+    if message.is_empty() {
+        words.to_string()
+    } else {
+        format!("{words}: {message}")
+    }
+}
+
+fn code_words(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "ok",
+        C::Cancelled => "cancelled",
+        C::Unknown => "unknown error",
+        C::InvalidArgument => "invalid argument",
+        C::DeadlineExceeded => "deadline exceeded",
+        C::NotFound => "not found",
+        C::AlreadyExists => "already exists",
+        C::PermissionDenied => "permission denied",
+        C::ResourceExhausted => "resource exhausted",
+        C::FailedPrecondition => "failed precondition",
+        C::Aborted => "aborted",
+        C::OutOfRange => "out of range",
+        C::Unimplemented => "not implemented by the server",
+        C::Internal => "internal error",
+        C::Unavailable => "unavailable",
+        C::DataLoss => "data loss",
+        C::Unauthenticated => "not authenticated",
+    }
+}
+
+/// What failed in a gRPC call, in a few words: the transport failure under the status if
+/// there is one, else the status the server sent.
+fn grpc_reason(status: &tonic::Status) -> String {
+    status
+        .source()
+        .and_then(transport_reason)
+        .unwrap_or_else(|| status_words(status))
+}
+
+/// Phrases a transport failure (connect, DNS, TLS, a broken connection) from its source
+/// chain, or `None` if the chain holds none.
+fn transport_reason(top: &(dyn StdError + 'static)) -> Option<String> {
+    let mut connect = false;
+    let mut transport = false;
+    let mut timeout = false;
+    let mut tcp = false;
+    let mut dns = false;
+    let mut addr = None;
+    let mut bad_data = false;
+    let mut next = Some(top);
+    while let Some(e) = next {
+        connect |= e.is::<tonic::ConnectError>();
+        bad_data |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+        transport |= e.is::<tonic::transport::Error>();
+        timeout |= e.is::<tonic::TimeoutExpired>();
+        if let Some(hyper) = HyperConnectError::parse(e) {
+            tcp = true;
+            dns |= hyper.dns;
+            addr = addr.or(hyper.addr);
+        }
+        next = e.source();
+    }
+    if !(connect || transport || timeout || tcp) {
+        return None;
+    }
+    let why = describe_cause(top);
+    Some(if dns {
+        format!("cannot resolve the server's host name: {why}")
+    } else if let Some(addr) = addr {
+        format!("cannot reach {addr}: {why}")
+    } else if tcp {
+        format!("cannot reach the server: {why}")
+    } else if connect && bad_data {
+        // Past TCP, tonic's connector only runs the TLS handshake (rustls reports through
+        // `InvalidData` I/O errors).
+        format!("TLS handshake with the server failed: {why}")
+    } else if connect {
+        format!("cannot connect to the server: {why}")
+    } else if timeout {
+        "the server did not answer in time".to_string()
+    } else {
+        format!("the connection to the server failed: {why}")
+    })
+}
+
+/// What hyper-util's `ConnectError` (the TCP connector's failure) tells. It has no
+/// accessors: its `Display` is the step that failed (`tcp connect error`, `dns error`) and
+/// its `Debug` form `ConnectError("tcp connect error", 127.0.0.1:1, Os { .. })` carries the
+/// address. Best effort: a format this does not recognise only loses the address.
+struct HyperConnectError {
+    dns: bool,
+    addr: Option<SocketAddr>,
+}
+
+impl HyperConnectError {
+    fn parse(e: &(dyn StdError + 'static)) -> Option<Self> {
+        let debug = format!("{e:?}");
+        let rest = debug.strip_prefix("ConnectError(\"")?;
+        let addr = rest.split_once("\", ").and_then(|(_, rest)| {
+            let end = rest.find([',', ')']).unwrap_or(rest.len());
+            rest.get(..end)?.trim().parse().ok()
+        });
+        Some(Self {
+            dns: e.to_string() == "dns error",
+            addr,
+        })
+    }
+}
+
+/// The root cause of an error in a few words: an I/O error by its kind (`connection
+/// refused`, `timed out`), otherwise the innermost message on one line.
+pub(crate) fn describe_cause(top: &(dyn StdError + 'static)) -> String {
+    let mut innermost = top;
+    let mut next = Some(top);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io_words(io);
+        }
+        if !e.to_string().trim().is_empty() {
+            innermost = e;
+        }
+        next = e.source();
+    }
+    tidy(&innermost.to_string())
+}
+
+fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let words = match e.kind() {
+        K::ConnectionRefused => "connection refused",
+        K::ConnectionReset => "connection reset",
+        K::ConnectionAborted => "connection aborted",
+        K::TimedOut => "timed out",
+        K::BrokenPipe | K::UnexpectedEof => "connection closed",
+        K::NotConnected => "not connected",
+        K::AddrNotAvailable => "address not available",
+        K::HostUnreachable => "host unreachable",
+        K::NetworkUnreachable => "network unreachable",
+        K::NetworkDown => "network down",
+        K::PermissionDenied => "permission denied",
+        _ => return tidy(&e.to_string()),
+    };
+    words.to_string()
+}
+
+/// One line, without the `(os error N)` tail, the resolver's boilerplate and a leading
+/// capital (`Name or service not known` reads `name or service not known` mid-sentence).
+fn tidy(s: &str) -> String {
+    let mut s = one_line(s);
+    if let Some(i) = s.rfind(" (os error ")
+        && s.ends_with(')')
+    {
+        s.truncate(i);
+    }
+    if let Some(rest) = s.strip_prefix("failed to lookup address information: ") {
+        s = rest.to_string();
+    }
+    let mut chars = s.chars();
+    if let (Some(first), Some(second)) = (chars.next(), chars.next())
+        && first.is_uppercase()
+        && !second.is_uppercase()
+    {
+        let rest = s.get(first.len_utf8()..).unwrap_or_default();
+        return first.to_lowercase().chain(rest.chars()).collect();
+    }
+    s
+}
+
+/// Collapses whitespace (newlines included) to single spaces.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The issues' messages, depth first, each once.
+fn collect_messages(issues: &[Issue], out: &mut Vec<String>) {
+    for issue in issues {
+        let message = one_line(&issue.message);
+        if !message.is_empty() && !out.contains(&message) {
+            out.push(message);
+        }
+        collect_messages(&issue.issues, out);
     }
 }
 
@@ -365,5 +637,80 @@ mod tests {
         let source = std::error::Error::source(&err).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("reset"));
         assert!(err.is_session_lost());
+    }
+
+    /// A real failed call: nothing listens on port 1 of the loopback interface.
+    async fn refused_status() -> tonic::Status {
+        use ydb_grpc::ydb_proto::discovery::ListEndpointsRequest;
+        use ydb_grpc::ydb_proto::discovery::v1::discovery_service_client::DiscoveryServiceClient;
+
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1")
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .connect_lazy();
+        let mut client = DiscoveryServiceClient::new(channel);
+        match client.list_endpoints(ListEndpointsRequest::default()).await {
+            Ok(_) => panic!("something answers on 127.0.0.1:1"),
+            Err(status) => status,
+        }
+    }
+
+    fn chain(err: &Error) -> Vec<&(dyn StdError + 'static)> {
+        std::iter::successors(StdError::source(err), |&e| e.source()).collect()
+    }
+
+    fn assert_one_clean_line(text: &str) {
+        assert!(!text.contains("code:"), "{text}");
+        assert!(!text.contains("tonic::"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+
+    #[tokio::test]
+    async fn transport_failures_read_as_one_line_and_keep_the_chain() {
+        let err = Error::from_grpc(refused_status().await, "list endpoints");
+        assert_eq!(err.kind(), ErrorKind::Transport);
+        assert!(err.is_retryable());
+        assert!(err.grpc_status().is_some());
+        assert_one_clean_line(&err.to_string());
+        assert_one_clean_line(&format!("{err:#}"));
+        // The chain goes on down to the operating system's error.
+        let causes = chain(&err);
+        assert!(!causes.is_empty());
+        assert!(causes.iter().any(|e| {
+            e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        }));
+        // The address is read from hyper-util's connect error, the one place it is kept.
+        let addr = causes
+            .iter()
+            .find_map(|e| HyperConnectError::parse(*e).and_then(|h| h.addr));
+        assert_eq!(addr, "127.0.0.1:1".parse().ok());
+    }
+
+    #[tokio::test]
+    async fn errors_caused_by_a_transport_failure_keep_its_chain() {
+        let cause = Error::from_grpc(refused_status().await, "session stream");
+        let err = Error::caused_by(
+            ErrorKind::Timeout,
+            format!("could not start a session: {cause}"),
+            &cause,
+        );
+        assert_eq!(err.kind(), ErrorKind::Timeout);
+        assert_one_clean_line(&err.to_string());
+        assert_one_clean_line(&format!("{err:#}"));
+        let causes = chain(&err);
+        assert!(causes.first().is_some_and(|e| e.is::<Error>()));
+        assert!(causes.iter().any(|e| e.is::<std::io::Error>()));
+    }
+
+    #[test]
+    fn server_statuses_read_as_one_line() {
+        let err = Error::from_grpc(
+            tonic::Status::unauthenticated("token\nexpired"),
+            "describe node",
+        );
+        assert_eq!(err.kind(), ErrorKind::Unauthorized);
+        assert_one_clean_line(&err.to_string());
+        assert_one_clean_line(&format!("{err:#}"));
+        assert!(StdError::source(&err).is_some());
     }
 }

@@ -168,7 +168,12 @@ impl Transport {
     fn make_channel(&self, uri: &str, tls: bool) -> Result<Channel> {
         let mut endpoint = Endpoint::from_shared(uri.to_string())
             .map_err(|e| {
-                Error::with_source(ErrorKind::InvalidArgument, format!("bad endpoint {uri}"), e)
+                let why = crate::error::describe_cause(&e);
+                Error::with_source(
+                    ErrorKind::InvalidArgument,
+                    format!("invalid endpoint {uri}: {why}"),
+                    e,
+                )
             })?
             .connect_timeout(self.config.connect_timeout)
             .tcp_nodelay(true)
@@ -182,7 +187,12 @@ impl Transport {
                 tls_config = tls_config.domain_name(domain.clone());
             }
             endpoint = endpoint.tls_config(tls_config).map_err(|e| {
-                Error::with_source(ErrorKind::InvalidArgument, "bad TLS settings", e)
+                let why = crate::error::describe_cause(&e);
+                Error::with_source(
+                    ErrorKind::InvalidArgument,
+                    format!("invalid TLS settings: {why}"),
+                    e,
+                )
             })?;
         }
         Ok(endpoint.connect_lazy())
@@ -354,8 +364,14 @@ pub(crate) fn unpack<M: prost::Message + Default>(
     let Some(any) = operation.result else {
         return Ok(M::default());
     };
-    M::decode(any.value.as_slice())
-        .map_err(|e| Error::with_source(ErrorKind::Protocol, format!("{context}: bad result"), e))
+    M::decode(any.value.as_slice()).map_err(|e| {
+        let why = crate::error::describe_cause(&e);
+        Error::with_source(
+            ErrorKind::Protocol,
+            format!("{context}: cannot decode the server's answer: {why}"),
+            e,
+        )
+    })
 }
 
 /// Checks an operation's status.

@@ -392,6 +392,27 @@ fn bad_input_gives_a_clear_one_line_error() {
 }
 
 #[test]
+fn refused_connection_gives_a_readable_one_line_error() {
+    let env = Env::new("refused");
+    // Nothing listens on port 1; -c takes precedence over the emulator's connection string.
+    let refused = [
+        "-c",
+        "grpc://127.0.0.1:1/local",
+        "node",
+        "describe",
+        "/local/x",
+    ];
+    let verbose = [&["--verbose"][..], &refused[..]].concat();
+    for args in [&refused[..], &verbose[..]] {
+        let o = env.run(args);
+        assert_one_line_error(&o, 1, "connection refused");
+        let err = stderr(&o);
+        assert!(!err.contains("tonic::"), "{err:?}");
+        assert!(!err.contains("code:"), "{err:?}");
+    }
+}
+
+#[test]
 fn node_and_semaphore_commands_round_trip() {
     let env = Env::new("roundtrip");
     let ok = |args: &[&str]| {

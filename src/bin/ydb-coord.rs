@@ -122,6 +122,9 @@ struct Cli {
     /// Print one JSON object per line instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// On error, print the chain of causes too (still on one line).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -431,7 +434,7 @@ impl Conn {
                 "no connection string: pass -c/--connection-string or set YDB_CONNECTION_STRING",
             ));
         };
-        let credentials = Credentials::from_env().map_err(|e| Failure::new(fail::chain(&e)))?;
+        let credentials = Credentials::from_env().map_err(|e| Failure::new(fail::describe(&e)))?;
         Client::builder(cs)
             .credentials(credentials)
             .discovery(!self.args.no_discovery)
@@ -439,7 +442,7 @@ impl Conn {
             .request_timeout(self.args.timeout)
             .build()
             .await
-            .map_err(|e| Failure::lib(&format!("connect to {cs}"), &e))
+            .map_err(|e| Failure::lib(&format!("connect to {cs}"), cs, &e))
     }
 
     /// The node's full path, as the server names it.
@@ -582,6 +585,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
+    fail::set_verbose(cli.verbose);
     let out = Out { json: cli.json };
     let conn = Conn { args: cli.conn };
     match cli.command {

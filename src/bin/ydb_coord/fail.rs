@@ -1,7 +1,7 @@
 //! Exit codes and the one-line error a command ends with.
 
-use std::error::Error as _;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ydb_coordination::{Error, ErrorKind};
 
@@ -40,9 +40,15 @@ impl Failure {
         }
     }
 
-    /// A library error, in the context of `what` (e.g. `describe semaphore "x" on /local/app`).
-    pub(crate) fn lib(what: &str, err: &Error) -> Self {
-        Self::new(format!("{what}: {}", chain(err)))
+    /// A library error, in the context of `what` (e.g. `connect to grpc://host:2136/db`),
+    /// unless its message already names `subject` (the node, the connection string).
+    pub(crate) fn lib(what: &str, subject: &str, err: &Error) -> Self {
+        let message = describe(err);
+        if message.contains(subject) {
+            Self::new(message)
+        } else {
+            Self::new(format!("{what}: {message}"))
+        }
     }
 }
 
@@ -52,19 +58,22 @@ impl fmt::Display for Failure {
     }
 }
 
-/// The error's message followed by its causes, de-duplicated, on one line.
-pub(crate) fn chain(err: &Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
+/// Whether errors are printed with their causes (`--verbose`).
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Prints errors with their chain of causes from now on (`--verbose`).
+pub(crate) fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+/// The library error on one line: its message, which says what failed and why; with
+/// `--verbose`, followed by the chain of its causes.
+pub(crate) fn describe(err: &Error) -> String {
+    if VERBOSE.load(Ordering::Relaxed) {
+        one_line(&format!("{err:#}"))
+    } else {
+        one_line(&err.to_string())
     }
-    one_line(&out)
 }
 
 /// Collapses whitespace runs containing newlines so the message stays on one line.
@@ -81,7 +90,7 @@ pub(crate) fn semaphore_error(verb: &str, name: &str, node: &str, err: &Error) -
         }
         _ => {
             // The library's message usually names the operation already.
-            let message = chain(err);
+            let message = describe(err);
             if message.starts_with(&format!("{verb} semaphore")) {
                 Failure::new(format!("{message} (on {node})"))
             } else {
@@ -98,7 +107,7 @@ pub(crate) fn node_error(verb: &str, node: &str, err: &Error) -> Failure {
         ErrorKind::AlreadyExists => {
             Failure::new(format!("coordination node {node} already exists"))
         }
-        _ => Failure::lib(&format!("{verb} {node}"), err),
+        _ => Failure::lib(&format!("{verb} {node}"), node, err),
     }
 }
 
