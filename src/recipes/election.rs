@@ -145,10 +145,62 @@ impl Election {
         }
     }
 
-    /// The leader now, then each change: a new leader, a new value, or `None` when nobody
-    /// leads. On a [`SessionManager`](crate::SessionManager) scope the stream carries on
-    /// across session loss (reporting the leader again after the gap); on a session scope it
-    /// ends with the session's error.
+    /// Follows the leader: the stream yields the leader now (or `None` when nobody leads),
+    /// then the new state when it changes (a new leader, a new value, or nobody), coalescing
+    /// changes as described below.
+    ///
+    /// # Latest-state semantics
+    ///
+    /// The stream reports states, not events:
+    ///
+    /// - Each item is the leader (or `None`) as of some moment, in the order the session saw
+    ///   them.
+    /// - After any burst of changes, the next item read reflects the newest state the session
+    ///   has seen. Intermediate leaders may be skipped (coalesced) when changes come faster
+    ///   than the stream is read, e.g. a short tenure between two reads; the final state
+    ///   never is. A reader that falls behind jumps to the present rather than replaying the
+    ///   past.
+    /// - Consecutive duplicates are not repeated: two items in a row differ.
+    /// - The stream re-arms across reattaches of the session by itself.
+    ///
+    /// So don't count items or expect to see every leader: wait for the state you care
+    /// about. Use [`Leadership`] (its token) to learn that *you* lost the leadership.
+    ///
+    /// On a [`SessionManager`](crate::SessionManager) scope the stream carries on across
+    /// session loss (an error item, then the leader again as the next session sees it); on a
+    /// session scope it ends with the session's error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let election = session.election("scheduler");
+    /// let mut leaders = election.observe();
+    /// let now = leaders.next().await.expect("the stream goes on")?;
+    /// assert!(now.is_none());
+    ///
+    /// let leadership = election.campaign(b"host-a:8080").await?;
+    /// leadership.proclaim(b"host-a:9090").await?;
+    /// leadership.resign().await?;
+    ///
+    /// // Both leader values may have been coalesced away by now, but not the final state:
+    /// // read until nobody leads.
+    /// while let Some(leader) = leaders.next().await {
+    ///     match leader? {
+    ///         Some(leader) => println!("leader: {:?}", leader.data),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn observe(&self) -> LeaderStream {
         let state = Observe {
             election: self.clone(),
@@ -235,7 +287,9 @@ impl Observe {
     }
 }
 
-/// The stream of [`Election::observe`].
+/// The stream of [`Election::observe`]: the leader (or `None`) with latest-state semantics.
+/// A slow reader may miss intermediate leaders but always gets the newest state; two items
+/// in a row never repeat the same state. See [`Election::observe`].
 pub struct LeaderStream {
     inner: std::pin::Pin<Box<dyn Stream<Item = Result<Option<Leader>>> + Send>>,
 }
