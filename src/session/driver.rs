@@ -1121,7 +1121,7 @@ impl Driver {
             .map(|h| (h.count, h.ephemeral));
         let Some((count, ephemeral)) = held else {
             let _ = reply.send(Err(Error::new(
-                ErrorKind::SessionClosed,
+                ErrorKind::Aborted,
                 format!("semaphore {name:?} is no longer held"),
             )));
             return;
