@@ -175,6 +175,40 @@ impl SessionOptions {
                 "safety margin must be shorter than the session timeout",
             ));
         }
+        if self.get_ping_interval() > self.timeout {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "ping interval {:?} exceeds the session timeout {:?}",
+                    self.get_ping_interval(),
+                    self.timeout
+                ),
+            ));
+        }
+        if self.stop_timeout > MAX_SESSION_TIMEOUT {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "stop timeout {:?} exceeds the 30 minute limit",
+                    self.stop_timeout
+                ),
+            ));
+        }
+        if self
+            .connect_timeout
+            .is_some_and(|t| t > MAX_ACQUIRE_TIMEOUT)
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "connect timeout exceeds one day",
+            ));
+        }
+        if self.backoff.max > MAX_SESSION_TIMEOUT {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "reattach backoff ceiling exceeds the 30 minute limit",
+            ));
+        }
         Ok(())
     }
 }
@@ -676,6 +710,15 @@ mod tests {
             Some(ErrorKind::InvalidArgument)
         );
         assert_eq!(kind(SessionOptions::new().validate()), None);
+        for opts in [
+            SessionOptions::new().ping_interval(Duration::MAX),
+            SessionOptions::new().ping_interval(Duration::from_secs(11)),
+            SessionOptions::new().stop_timeout(Duration::MAX),
+            SessionOptions::new().connect_timeout(Duration::MAX),
+            SessionOptions::new().backoff(Backoff::new(Duration::MAX, Duration::MAX)),
+        ] {
+            assert_eq!(kind(opts.validate()), Some(ErrorKind::InvalidArgument));
+        }
     }
 
     #[test]

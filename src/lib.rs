@@ -50,6 +50,25 @@
 //!   from a later moment, can hand the semaphore to another session.
 //! - **Per-request errors never end the session**: `ALREADY_EXISTS`, `NOT_FOUND`,
 //!   `ABORTED`, `BAD_REQUEST` come back to the caller as [`ErrorKind`]s.
+//! - **An acquire's timeout holds while the stream is down.** The server times out a
+//!   waiter it can talk to; while the stream is down the client answers
+//!   [`ErrorKind::Timeout`] at the acquire's own deadline and withdraws the waiter after the
+//!   reattach.
+//! - **One cause for everything.** Once a session has ended, every handle, lease, pending
+//!   acquire, watch and recipe guard reports the same error, with its kind:
+//!   [`ErrorKind::SessionExpired`] when the server ended it or the deadline passed,
+//!   [`ErrorKind::SessionClosed`] after [`Session::close`]. If the session task itself
+//!   stops unexpectedly (a bug), every lease token still fires, the state becomes
+//!   [`SessionState::Expired`] and the cause is [`ErrorKind::Internal`].
+//! - **Closing asks the server, even during an outage.** [`Session::close`] fires every
+//!   token and fails pending acquires with [`ErrorKind::SessionClosed`] at once (a grant
+//!   racing the close is given back, never returned); then it sends the queued releases and
+//!   `SessionStop`. If the stream is down it keeps reattaching for up to
+//!   [`SessionOptions::stop_timeout`] to do so, so the server frees the semaphores at once
+//!   instead of after the session timeout.
+//! - **Options are checked up front**: out-of-range durations (a session timeout over 30
+//!   minutes, a ping interval longer than the timeout, a stop timeout over 30 minutes, an
+//!   acquire timeout over a day) are [`ErrorKind::InvalidArgument`], never an overflow.
 //!
 //! # Reattach and timeouts
 //!
@@ -71,10 +90,13 @@
 //! # Cancellation
 //!
 //! Every async function documents its cancel safety. Dropping an [`Acquire`] (or a recipe's
-//! `lock()` future) withdraws the request: a queued waiter is removed from the server's
-//! queue. Dropping a [`Lease`] or guard releases it without blocking (no task is spawned in
-//! `Drop`; the release is queued on the session). Dropping every handle, lease and watch of
-//! a session closes it.
+//! `lock()` future) withdraws the request at any moment: a queued waiter is removed from
+//! the server's queue, and a grant that had already arrived but was not yet taken (the
+//! future lost a `select!`, a `tokio::time::timeout` fired, the task was aborted, or the
+//! caller dropped it after [`Acquire::queued`]) is released, its token fired. Dropping a
+//! [`Lease`] or guard releases it without blocking (no task is spawned in `Drop`; the
+//! release is queued on the session). Dropping every handle, lease and watch of a session
+//! closes it: a live [`WatchStream`] keeps its session open.
 //!
 //! # Fencing
 //!

@@ -14,6 +14,7 @@ use tonic::Streaming;
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 
 use super::keepalive::Liveness;
+use super::mailbox;
 use super::metrics::Metrics;
 use super::pending::{PendingTable, Replay};
 use super::state::SessionState;
@@ -77,7 +78,7 @@ pub(crate) enum Command {
     Watch {
         name: String,
         opts: WatchOptions,
-        tx: mpsc::Sender<Result<WatchUpdate>>,
+        tx: mailbox::Sender,
     },
     Close {
         reply: oneshot::Sender<()>,
@@ -117,6 +118,11 @@ impl Terminal {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The terminal cause, or a plain "closed" while the session is shutting down.
+    pub(crate) fn cause(&self) -> Error {
+        self.get().unwrap_or_else(closed)
     }
 
     fn set(&self, err: Error) {
@@ -249,8 +255,16 @@ enum Kind {
         name: String,
     },
     SetData {
-        reply: Reply<()>,
+        reply: Option<Reply<()>>,
         name: String,
+        /// The describe pipelined behind it, which shows whether the order id is unchanged.
+        check: u64,
+    },
+    /// After a successful owner-data update: still the same ownership (order id)?
+    SetDataCheck {
+        reply: Option<Reply<()>>,
+        name: String,
+        lease: u64,
     },
     Watch {
         name: String,
@@ -262,7 +276,10 @@ impl Kind {
     fn op(&self) -> &'static str {
         match self {
             Kind::Acquire { .. } | Kind::SetData { .. } => "acquire",
-            Kind::AcquireDescribe { .. } | Kind::Describe { .. } | Kind::Watch { .. } => "describe",
+            Kind::AcquireDescribe { .. }
+            | Kind::Describe { .. }
+            | Kind::Watch { .. }
+            | Kind::SetDataCheck { .. } => "describe",
             Kind::Release { .. } => "release",
             Kind::Plain { what, .. } => match *what {
                 "create semaphore" => "create",
@@ -323,7 +340,7 @@ impl Slot {
 /// The server-side watch of one name and its local subscribers.
 #[derive(Debug)]
 struct WatchSlot {
-    subscribers: Vec<(mpsc::Sender<Result<WatchUpdate>>, WatchOptions)>,
+    subscribers: Vec<(mailbox::Sender, WatchOptions)>,
     /// `req_id` of the describe whose watch is armed or in flight.
     req_id: Option<u64>,
     resynced: bool,
@@ -370,6 +387,9 @@ enum Event {
 
 /// The session driver.
 pub(crate) struct Driver {
+    // First field: dropped first on an unwind, so callers whose reply channels close next
+    // already read the cause.
+    sentinel: Sentinel,
     cfg: DriverConfig,
     state: watch::Sender<SessionState>,
     token: CancellationToken,
@@ -388,6 +408,32 @@ pub(crate) struct Driver {
     closing: Option<(Instant, Vec<oneshot::Sender<()>>)>,
     done: bool,
     metrics: Metrics,
+}
+
+/// Whatever ends the session task, a panic included, no lease may look valid afterwards:
+/// dropped while armed, this publishes a cause, fires every token and makes the state
+/// terminal (in the spirit of tower's buffer worker). `finish` disarms it after doing the
+/// same in order.
+#[derive(Debug)]
+struct Sentinel {
+    token: CancellationToken,
+    state: watch::Sender<SessionState>,
+    terminal: Arc<Terminal>,
+    armed: bool,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.terminal.set(Error::new(
+            ErrorKind::Internal,
+            "the session task stopped unexpectedly; its leases may be lost",
+        ));
+        self.token.cancel();
+        let _ = self.state.send_replace(SessionState::Expired);
+    }
 }
 
 impl std::fmt::Debug for Driver {
@@ -419,6 +465,12 @@ impl Driver {
             now,
         );
         Self {
+            sentinel: Sentinel {
+                token: io.token.clone(),
+                state: io.state.clone(),
+                terminal: io.terminal.clone(),
+                armed: true,
+            },
             cfg,
             state: io.state.clone(),
             token: io.token.clone(),
@@ -474,6 +526,9 @@ impl Driver {
                 Event::Attach(result) => self.on_attach(now, result),
                 Event::Timer => self.on_timer(now),
             }
+            // Checked after every event, not only on timer wake-ups: a flood of messages
+            // on the biased select must not delay the tokens past the deadline.
+            self.check_deadline(now);
             if !commands_open && !control_open && self.closing.is_none() && !self.done {
                 // Every handle and lease is gone: stop the session.
                 self.begin_close(now, None);
@@ -485,6 +540,48 @@ impl Driver {
         while let Ok(c) = commands.try_recv() {
             self.fail_command(c);
         }
+        while let Ok(c) = control.try_recv() {
+            self.fail_control(c);
+        }
+    }
+
+    /// Answers a control message that arrived after the session ended.
+    fn fail_control(&self, control: Control) {
+        match control {
+            Control::Release {
+                reply: Some(reply), ..
+            } => {
+                let _ = reply.send(Err(self.cause()));
+            }
+            Control::SetData { reply, .. } => {
+                let _ = reply.send(Err(self.cause()));
+            }
+            Control::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+            Control::Release { reply: None, .. } | Control::CancelAcquire { .. } => {}
+        }
+    }
+
+    /// Ends the session once the lease-safety deadline has passed.
+    fn check_deadline(&mut self, now: Instant) {
+        if self.done || !self.live.expired(now) {
+            return;
+        }
+        if self.closing.is_some() {
+            self.finish(SessionState::Closed, closed());
+            return;
+        }
+        self.finish(
+            SessionState::Expired,
+            Error::new(
+                ErrorKind::SessionExpired,
+                format!(
+                    "session {}: no confirmed contact with the server within the session timeout",
+                    self.session_id()
+                ),
+            ),
+        );
     }
 
     fn next_wake(&self) -> Instant {
@@ -504,7 +601,37 @@ impl Driver {
         if let Some((at, _)) = &self.closing {
             wake = wake.min(*at);
         }
+        if !matches!(self.link, Link::Up(_))
+            && let Some(at) = self.earliest_active_deadline()
+        {
+            wake = wake.min(at);
+        }
         wake
+    }
+
+    fn earliest_active_deadline(&self) -> Option<Instant> {
+        self.slots
+            .values()
+            .filter_map(|s| s.active.as_ref().filter(|a| !a.granted)?.deadline)
+            .min()
+    }
+
+    /// With the stream down the server cannot answer an acquire's timeout, so the caller
+    /// hears it from here at its deadline; the waiter is withdrawn after the reattach.
+    fn expire_unanswered_acquires(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                s.active
+                    .as_ref()
+                    .is_some_and(|a| !a.granted && a.deadline.is_some_and(|d| d <= now))
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            self.end_active(now, &name, Ok(None), true);
+        }
     }
 
     fn session_id(&self) -> u64 {
@@ -634,7 +761,7 @@ impl Driver {
                 let _ = reply.send(Err(err));
             }
             Command::Watch { tx, .. } => {
-                let _ = tx.try_send(Err(err));
+                tx.put(Err(err));
             }
             Command::Close { reply } => {
                 let _ = reply.send(());
@@ -643,9 +770,7 @@ impl Driver {
     }
 
     fn cause(&self) -> Error {
-        self.terminal
-            .get()
-            .unwrap_or_else(|| Error::new(ErrorKind::SessionClosed, "the session is closed"))
+        self.terminal.cause()
     }
 
     // ---- acquire and release -------------------------------------------------------------
@@ -654,7 +779,7 @@ impl Driver {
         if cmd.reply.is_closed() {
             return; // the caller gave up before we saw the request
         }
-        let deadline = cmd.opts.get_timeout().map(|t| now + t);
+        let deadline = cmd.opts.get_timeout().map(|t| later(now, t));
         let slot = self.slots.entry(cmd.name.clone()).or_default();
         if slot.held.is_some() || slot.active.is_some() {
             // One entry per session and semaphore on the server: wait locally.
@@ -996,25 +1121,107 @@ impl Driver {
             .map(|h| (h.count, h.ephemeral));
         let Some((count, ephemeral)) = held else {
             let _ = reply.send(Err(Error::new(
-                ErrorKind::SessionClosed,
+                ErrorKind::Aborted,
                 format!("semaphore {name:?} is no longer held"),
             )));
             return;
         };
+        // The repeated acquire would also *take* a semaphore that was force-deleted and
+        // made anew; the describe right behind it tells whether our order id is unchanged.
+        // (Registered in this order, so a replay after a reattach keeps it.)
         let kind = Kind::SetData {
-            reply,
+            reply: Some(reply),
             name: name.clone(),
+            check: 0,
         };
-        self.submit(now, kind, Replay::Resend, |req_id| {
+        let n = name.clone();
+        let update = self.pending.register(kind, Replay::Resend, |req_id| {
             rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
                 req_id,
-                name,
+                name: n,
                 timeout_millis: 0,
                 count,
                 data,
                 ephemeral,
             })
         });
+        let kind = Kind::SetDataCheck {
+            reply: None,
+            name: name.clone(),
+            lease,
+        };
+        let check = self.pending.register(kind, Replay::Resend, |req_id| {
+            rq::Request::DescribeSemaphore(rq::DescribeSemaphore {
+                req_id,
+                name,
+                include_owners: true,
+                include_waiters: false,
+                watch_data: false,
+                watch_owners: false,
+            })
+        });
+        if let Some(super::pending::Entry {
+            kind: Kind::SetData { check: c, .. },
+            ..
+        }) = self.pending.get_mut(update)
+        {
+            *c = check;
+        }
+        self.write(now, update);
+        self.write(now, check);
+    }
+
+    /// The describe behind an owner-data update: the same order id means the same
+    /// ownership; any other means the old one ended and the update took the semaphore anew,
+    /// which is given back, and the lease ends.
+    fn on_set_data_check(
+        &mut self,
+        now: Instant,
+        name: &str,
+        lease: u64,
+        reply: Option<Reply<()>>,
+        order_id: Option<u64>,
+    ) {
+        let Some(reply) = reply else {
+            return; // the update itself failed and was answered
+        };
+        let held = self
+            .slots
+            .get(name)
+            .and_then(|s| s.held.as_ref())
+            .filter(|h| h.lease == lease)
+            .map(|h| h.order_id);
+        let Some(held) = held else {
+            let _ = reply.send(Err(Error::new(
+                ErrorKind::Aborted,
+                format!("semaphore {name:?} is no longer held"),
+            )));
+            return;
+        };
+        if order_id == Some(held) {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        if let Some(h) = self.slots.get_mut(name).and_then(|s| s.held.take()) {
+            h.token.cancel();
+            let held_for = now.saturating_duration_since(h.since);
+            self.metrics
+                .lease_ended(name, held_for, Some("session_expired"));
+            tracing::warn!(
+                semaphore = name,
+                fencing_token = h.order_id,
+                why = "ownership_ended",
+                "lease lost"
+            );
+        }
+        if order_id.is_some() {
+            self.submit_release(now, name, None);
+        }
+        let _ = reply.send(Err(Error::new(
+            ErrorKind::Aborted,
+            format!("semaphore {name:?}: the lease ended before its data could be set"),
+        )));
+        self.next_in_line(now, name);
     }
 
     fn cancel_acquire(&mut self, now: Instant, name: &str, id: u64) {
@@ -1107,14 +1314,9 @@ impl Driver {
             return;
         };
         let end = item.is_err();
-        slot.subscribers
-            .retain(|(tx, _)| match tx.try_send(item.clone()) {
-                Ok(()) => true,
-                // A subscriber that does not keep up gets a resync later rather than blocking
-                // the session.
-                Err(mpsc::error::TrySendError::Full(_)) => true,
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
+        // Latest value: an unread item is replaced, never queued behind, so a slow reader
+        // neither blocks the session nor misses the newest state.
+        slot.subscribers.retain(|(tx, _)| tx.put(item.clone()));
         if end || slot.subscribers.is_empty() {
             if let Some(old) = slot.req_id.take() {
                 self.watch_reqs.remove(&old);
@@ -1153,10 +1355,7 @@ impl Driver {
             rs::Response::Failure(f) => {
                 let err = Error::from_ydb(f.status, &f.issues, "session");
                 if self.closing.is_some() {
-                    self.finish(
-                        SessionState::Closed,
-                        Error::new(ErrorKind::SessionClosed, "the session is closed"),
-                    );
+                    self.finish(SessionState::Closed, closed());
                 } else if is_fatal(&err) {
                     self.finish(
                         SessionState::Expired,
@@ -1181,10 +1380,7 @@ impl Driver {
             }
             rs::Response::SessionStopped(_) => {
                 let (state, err) = if self.closing.is_some() {
-                    (
-                        SessionState::Closed,
-                        Error::new(ErrorKind::SessionClosed, "the session is closed"),
-                    )
+                    (SessionState::Closed, closed())
                 } else {
                     (
                         SessionState::Expired,
@@ -1288,7 +1484,7 @@ impl Driver {
         });
         let (name, id) = match kind {
             Some(Kind::Acquire { name, id }) => (name, id),
-            Some(Kind::SetData { reply, name }) => {
+            Some(Kind::SetData { reply, name, check }) => {
                 let result = if r.status != StatusCode::Success as i32 {
                     Err(Error::from_ydb(
                         r.status,
@@ -1303,7 +1499,23 @@ impl Driver {
                 } else {
                     Ok(())
                 };
-                let _ = reply.send(result);
+                match result {
+                    // The describe behind it answers the caller.
+                    Ok(()) => {
+                        if let Some(super::pending::Entry {
+                            kind: Kind::SetDataCheck { reply: slot, .. },
+                            ..
+                        }) = self.pending.get_mut(check)
+                        {
+                            *slot = reply;
+                        }
+                    }
+                    Err(err) => {
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(err));
+                        }
+                    }
+                }
                 return;
             }
             _ => return,
@@ -1328,13 +1540,26 @@ impl Driver {
         let Some(kind) = self.take_answer(r.req_id, |k| {
             matches!(
                 k,
-                Kind::Describe { .. } | Kind::AcquireDescribe { .. } | Kind::Watch { .. }
+                Kind::Describe { .. }
+                    | Kind::AcquireDescribe { .. }
+                    | Kind::Watch { .. }
+                    | Kind::SetDataCheck { .. }
             )
         }) else {
             return;
         };
         let ok = r.status == StatusCode::Success as i32;
         match kind {
+            Kind::SetDataCheck { reply, name, lease } => {
+                let me = self.session_id();
+                let order_id = r
+                    .semaphore_description
+                    .iter()
+                    .flat_map(|d| d.owners.iter())
+                    .find(|o| o.session_id == me)
+                    .map(|o| o.order_id);
+                self.on_set_data_check(now, &name, lease, reply, order_id.filter(|_| ok));
+            }
             Kind::Describe { reply } => {
                 let result = match (ok, r.semaphore_description) {
                     (true, Some(d)) => Ok(d.into()),
@@ -1430,8 +1655,13 @@ impl Driver {
             Kind::Describe { reply } => {
                 let _ = reply.send(Err(err));
             }
-            Kind::Plain { reply, .. } | Kind::SetData { reply, .. } => {
+            Kind::Plain { reply, .. } => {
                 let _ = reply.send(Err(err));
+            }
+            Kind::SetData { reply, .. } | Kind::SetDataCheck { reply, .. } => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(err));
+                }
             }
             Kind::Watch { name } => {
                 let now = Instant::now();
@@ -1443,27 +1673,18 @@ impl Driver {
     // ---- timers, loss and reattach -------------------------------------------------------
 
     fn on_timer(&mut self, now: Instant) {
-        if self.live.expired(now) {
-            self.finish(
-                SessionState::Expired,
-                Error::new(
-                    ErrorKind::SessionExpired,
-                    format!(
-                        "session {}: no confirmed contact with the server within the session timeout",
-                        self.session_id()
-                    ),
-                ),
-            );
+        self.check_deadline(now);
+        if self.done {
             return;
         }
         if let Some((at, _)) = &self.closing
             && *at <= now
         {
-            self.finish(
-                SessionState::Closed,
-                Error::new(ErrorKind::SessionClosed, "the session is closed"),
-            );
+            self.finish(SessionState::Closed, closed());
             return;
+        }
+        if !matches!(self.link, Link::Up(_)) {
+            self.expire_unanswered_acquires(now);
         }
         while let Some(((at, id), name)) = self
             .queue_deadlines
@@ -1514,7 +1735,7 @@ impl Driver {
                         Ok(lane) => lane,
                         Err(err) => {
                             tracing::debug!(%err, "no endpoint to reattach to");
-                            *retry_at = now + self.cfg.options.backoff.ceiling(*attempt);
+                            *retry_at = later(now, self.cfg.options.backoff.ceiling(*attempt));
                             return;
                         }
                     };
@@ -1528,8 +1749,11 @@ impl Driver {
                         protection_key: self.cfg.protection_key.clone(),
                     };
                     let transport = self.cfg.transport.clone();
-                    let limit = (self.cfg.options.get_ping_interval() * 2)
+                    let mut limit = (self.cfg.options.get_ping_interval() * 2)
                         .min(self.live.deadline().saturating_duration_since(now));
+                    if let Some((at, _)) = &self.closing {
+                        limit = limit.min(at.saturating_duration_since(now));
+                    }
                     *connecting = Some(Box::pin(async move {
                         match tokio::time::timeout(limit, attach(&transport, lane.clone(), start))
                             .await
@@ -1547,13 +1771,6 @@ impl Driver {
     }
 
     fn stream_lost(&mut self, now: Instant, cause: &Error) {
-        if self.closing.is_some() {
-            self.finish(
-                SessionState::Closed,
-                Error::new(ErrorKind::SessionClosed, "the session is closed"),
-            );
-            return;
-        }
         let Link::Up(conn) = std::mem::replace(
             &mut self.link,
             Link::Down {
@@ -1565,11 +1782,16 @@ impl Driver {
         ) else {
             return;
         };
-        tracing::info!(session_id = self.session_id(), %cause, "session stream lost; reattaching");
         self.cfg.transport.reconnect(&conn.lane);
         self.pings.clear();
         self.metrics
             .session_state(Some("attached"), Some("reattaching"));
+        if self.closing.is_some() {
+            // Closing goes on: the stop is sent again on the next stream, if one opens in time.
+            tracing::debug!(session_id = self.session_id(), %cause, "session stream lost while closing");
+            return;
+        }
+        tracing::info!(session_id = self.session_id(), %cause, "session stream lost; reattaching");
         let _ = self
             .state
             .send_replace(SessionState::Reattaching { since: now });
@@ -1588,21 +1810,32 @@ impl Driver {
                 self.metrics
                     .session_state(Some("reattaching"), Some("attached"));
                 self.metrics.reattached();
+                if self.closing.is_some() {
+                    // Queued releases first, then the stop.
+                    self.replay(now);
+                    self.send_raw(rq::Request::SessionStop(rq::SessionStop {}));
+                    return;
+                }
                 let _ = self.state.send_replace(SessionState::Attached {
                     session_id: self.cfg.session_id,
                 });
                 self.replay(now);
             }
-            Ok(a) => self.finish(
-                SessionState::Expired,
-                Error::new(
-                    ErrorKind::SessionExpired,
-                    format!(
-                        "reattach to session {} answered with session {}",
-                        self.cfg.session_id, a.session_id
+            Ok(a) => {
+                // The server made a new session for us instead: stop it, or it would hold
+                // the node's resources for a whole session timeout.
+                a.conn.send(rq::Request::SessionStop(rq::SessionStop {}));
+                self.finish(
+                    SessionState::Expired,
+                    Error::new(
+                        ErrorKind::SessionExpired,
+                        format!(
+                            "reattach to session {} answered with session {}",
+                            self.cfg.session_id, a.session_id
+                        ),
                     ),
-                ),
-            ),
+                );
+            }
             Err(err) if is_fatal(&err) => {
                 let kind = err.kind();
                 let kind = if matches!(
@@ -1638,7 +1871,7 @@ impl Driver {
                 self.link = Link::Down {
                     since,
                     attempt,
-                    retry_at: now + delay,
+                    retry_at: later(now, delay),
                     connecting: None,
                 };
             }
@@ -1676,7 +1909,11 @@ impl Driver {
             }
             self.write(now, req_id);
         }
-        let names: Vec<String> = self.watches.keys().cloned().collect();
+        let names: Vec<String> = if self.closing.is_some() {
+            Vec::new()
+        } else {
+            self.watches.keys().cloned().collect()
+        };
         for name in names {
             if let Some(w) = self.watches.get_mut(&name) {
                 w.resynced = true;
@@ -1688,24 +1925,51 @@ impl Driver {
         }
     }
 
+    /// Starts closing: leases end and pending acquires fail at once; the server is asked to
+    /// stop the session, on this stream or, while it is down, on the next one a reattach
+    /// opens within the stop timeout (so the server does not keep the semaphores for a whole
+    /// session timeout).
     fn begin_close(&mut self, now: Instant, reply: Option<oneshot::Sender<()>>) {
         if let Some((_, replies)) = &mut self.closing {
             replies.extend(reply);
             return;
         }
         let replies: Vec<_> = reply.into_iter().collect();
-        if !matches!(self.link, Link::Up(_)) {
-            self.closing = Some((now, replies));
-            self.finish(
-                SessionState::Closed,
-                Error::new(ErrorKind::SessionClosed, "the session is closed"),
-            );
-            return;
-        }
         // Leases end now, before the server is even asked.
         self.token.cancel();
+        self.fail_acquires(now, &closed());
+        self.closing = Some((later(now, self.cfg.options.stop_timeout), replies));
         self.send_raw(rq::Request::SessionStop(rq::SessionStop {}));
-        self.closing = Some((now + self.cfg.options.stop_timeout, replies));
+    }
+
+    /// Answers every acquire in progress or queued locally with `err`. What the server
+    /// may still grant is released by the stop that follows.
+    fn fail_acquires(&mut self, now: Instant, err: &Error) {
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            if let Some(slot) = self.slots.get_mut(&name) {
+                for q in std::mem::take(&mut slot.queue) {
+                    if let Some(at) = q.deadline {
+                        self.queue_deadlines.remove(&(at, q.cmd.id));
+                    }
+                    let waited = now.saturating_duration_since(q.cmd.requested_at);
+                    self.metrics.acquire_ended(&name, "error", waited);
+                    let _ = q.cmd.reply.send(Err(err.clone()));
+                }
+            }
+            if let Some(active) = self.take_active(&name) {
+                self.pending.remove(active.acquire_req);
+                if let Some(req) = active.describe_req {
+                    self.pending.remove(req);
+                }
+                let waited = now.saturating_duration_since(active.cmd.requested_at);
+                self.metrics.acquire_ended(&name, "error", waited);
+                let _ = active.cmd.reply.send(Err(err.clone()));
+            }
+            if self.slots.get(&name).is_some_and(Slot::is_idle) {
+                self.slots.remove(&name);
+            }
+        }
     }
 
     /// Ends the session: publish the cause, fire every token, fail everything in flight.
@@ -1713,7 +1977,14 @@ impl Driver {
         if self.done {
             return;
         }
+        // Once the owner asked to close, however the stop ends, the session is closed.
+        let (state, err) = if self.closing.is_some() {
+            (SessionState::Closed, closed())
+        } else {
+            (state, err)
+        };
         self.done = true;
+        self.sentinel.armed = false;
         self.terminal.set(err.clone());
         self.token.cancel();
         let _ = self.state.send_replace(state);
@@ -1767,7 +2038,7 @@ impl Driver {
         }
         for (_, w) in self.watches.drain() {
             for (tx, _) in w.subscribers {
-                let _ = tx.try_send(Err(err.clone()));
+                tx.put(Err(err.clone()));
             }
         }
         if let Some((_, replies)) = self.closing.take() {
@@ -1782,6 +2053,17 @@ impl Driver {
             connecting: None,
         };
     }
+}
+
+/// The error of a session closed by its owner.
+fn closed() -> Error {
+    Error::new(ErrorKind::SessionClosed, "the session is closed")
+}
+
+/// `now + d`, saturating far in the future instead of overflowing on huge durations.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -1810,5 +2092,60 @@ async fn next_link_event(link: &mut Link) -> Event {
             Event::Attach(result)
         }
         Link::Down { .. } => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_panicking_session_task_fires_every_token_and_publishes_a_cause() {
+        let token = CancellationToken::new();
+        let lease = token.child_token();
+        let (state, rx) = watch::channel(SessionState::Attached { session_id: 7 });
+        let terminal = Arc::new(Terminal::default());
+        let sentinel = Sentinel {
+            token: token.clone(),
+            state,
+            terminal: terminal.clone(),
+            armed: true,
+        };
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = sentinel;
+            panic!("a bug in the session task");
+        }));
+        assert!(unwound.is_err());
+        assert!(lease.is_cancelled());
+        assert_eq!(*rx.borrow(), SessionState::Expired);
+        assert_eq!(terminal.get().map(|e| e.kind()), Some(ErrorKind::Internal));
+    }
+
+    #[test]
+    fn a_disarmed_sentinel_changes_nothing() {
+        let token = CancellationToken::new();
+        let (state, rx) = watch::channel(SessionState::Attached { session_id: 7 });
+        let terminal = Arc::new(Terminal::default());
+        drop(Sentinel {
+            token: token.clone(),
+            state,
+            terminal: terminal.clone(),
+            armed: false,
+        });
+        assert!(!token.is_cancelled());
+        assert_eq!(*rx.borrow(), SessionState::Attached { session_id: 7 });
+        assert!(terminal.get().is_none());
+    }
+
+    #[test]
+    fn later_saturates_instead_of_overflowing() {
+        let now = Instant::now();
+        assert!(later(now, Duration::MAX) > now + Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(
+            later(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
     }
 }

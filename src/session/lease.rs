@@ -2,11 +2,13 @@
 
 use std::fmt;
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::driver::Control;
-use crate::error::{Error, ErrorKind, Result};
+use super::driver::{Control, Terminal};
+use crate::error::{Error, Result};
 
 /// Tokens of a semaphore held by a session.
 ///
@@ -51,6 +53,8 @@ pub struct Lease {
     id: u64,
     token: CancellationToken,
     control: mpsc::UnboundedSender<Control>,
+    /// The session's terminal cause, read when the session task is gone.
+    terminal: Arc<Terminal>,
     released: bool,
 }
 
@@ -76,6 +80,7 @@ impl Lease {
         id: u64,
         token: CancellationToken,
         control: mpsc::UnboundedSender<Control>,
+        terminal: Arc<Terminal>,
     ) -> Self {
         Self {
             name,
@@ -85,8 +90,14 @@ impl Lease {
             id,
             token,
             control,
+            terminal,
             released: false,
         }
+    }
+
+    /// Why the session can no longer answer.
+    fn gone(&self) -> Error {
+        self.terminal.cause()
     }
 
     /// The semaphore's name.
@@ -137,7 +148,7 @@ impl Lease {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for data over 1 MiB; [`ErrorKind::Aborted`] or a
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for data over 1 MiB; [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) or a
     /// session error if the lease is no longer held.
     ///
     /// # Cancel safety
@@ -153,13 +164,8 @@ impl Lease {
                 data: data.to_vec(),
                 reply: tx,
             })
-            .map_err(|_| Error::new(ErrorKind::SessionClosed, "the session is closed"))?;
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::SessionClosed,
-                "the session is closed",
-            ))
-        })
+            .map_err(|_| self.gone())?;
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
     /// Releases the lease and waits for the server's answer: `true` if the server released
@@ -167,8 +173,8 @@ impl Lease {
     ///
     /// # Errors
     ///
-    /// The session ended before the server answered ([`ErrorKind::SessionExpired`],
-    /// [`ErrorKind::SessionClosed`]): the server releases everything of an ended session
+    /// The session ended before the server answered ([`ErrorKind::SessionExpired`](crate::ErrorKind::SessionExpired),
+    /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed)): the server releases everything of an ended session
     /// itself.
     ///
     /// # Cancel safety
@@ -185,17 +191,9 @@ impl Lease {
             reply: Some(tx),
         });
         if sent.is_err() {
-            return Err(Error::new(
-                ErrorKind::SessionClosed,
-                "the session is closed",
-            ));
+            return Err(self.gone());
         }
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::SessionClosed,
-                "the session is closed",
-            ))
-        })
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 }
 

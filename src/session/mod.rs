@@ -3,6 +3,7 @@
 pub(crate) mod driver;
 mod keepalive;
 mod lease;
+mod mailbox;
 pub(crate) mod metrics;
 mod pending;
 mod state;
@@ -172,10 +173,7 @@ impl Session {
 
     /// The error for a session that can no longer take requests.
     fn gone(&self) -> Error {
-        self.inner
-            .terminal
-            .get()
-            .unwrap_or_else(|| Error::new(ErrorKind::SessionClosed, "the session is closed"))
+        self.inner.terminal.cause()
     }
 
     /// Sends a command and waits for its answer, inside a debug span named after the
@@ -304,6 +302,12 @@ impl Session {
     /// next item has [`WatchUpdate::resynced`] set. The stream ends after an error item
     /// (the semaphore was deleted: [`ErrorKind::NotFound`]; the session ended).
     ///
+    /// Items hold the latest value, as `tokio::sync::watch` does: a reader that falls behind
+    /// never slows the session down and never misses the newest state. Descriptions it did
+    /// not read in time are replaced by newer ones, so the next item it reads after a burst
+    /// of changes is the newest description the session has seen (and `resynced` is set if
+    /// any replaced item had it). A live watch keeps its session open, as a handle does.
+    ///
     /// # Errors
     ///
     /// The session has ended.
@@ -312,7 +316,7 @@ impl Session {
     ///
     /// Dropping the future before it completes installs no watch.
     pub async fn watch_semaphore(&self, name: &str, options: WatchOptions) -> Result<WatchStream> {
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mailbox::channel();
         self.inner
             .commands
             .send(Command::Watch {
@@ -322,7 +326,11 @@ impl Session {
             })
             .await
             .map_err(|_| self.gone())?;
-        Ok(WatchStream { rx, ended: false })
+        Ok(WatchStream {
+            rx,
+            session: self.clone(),
+            ended: false,
+        })
     }
 
     /// Acquires `options.count` tokens of a semaphore, waiting in the server's FIFO queue up
@@ -358,7 +366,7 @@ impl Session {
             outcome = tracing::field::Empty,
             wait = tracing::field::Empty,
         );
-        let checked = options.validate();
+        let invalid = options.validate().err();
         Acquire {
             session: self.clone(),
             name: name.to_string(),
@@ -372,7 +380,7 @@ impl Session {
                 reply: reply_tx,
                 requested_at: tokio::time::Instant::now(),
             }),
-            checked: Some(checked),
+            invalid,
             queued: Some(queued_rx),
             reply: reply_rx,
             sender: PollSender::new(self.inner.commands.clone()),
@@ -404,7 +412,10 @@ impl Session {
     /// Closes the session: every lease token fires at once, the server is asked to stop the
     /// session (releasing all its semaphores) and the call waits for its answer (bounded by
     /// [`SessionOptions::stop_timeout`](crate::SessionOptions::stop_timeout)). Pending calls
-    /// fail with [`ErrorKind::SessionClosed`].
+    /// fail with [`ErrorKind::SessionClosed`]; an acquire the server grants while the stop
+    /// is on its way is given back, never returned. If the stream is down, the session keeps
+    /// reattaching within the stop timeout to send the queued releases and the stop, so the
+    /// server does not keep the semaphores for a whole session timeout.
     ///
     /// # Cancel safety
     ///
@@ -431,6 +442,7 @@ impl Session {
             grant.lease,
             grant.token,
             self.inner.control.clone(),
+            self.inner.terminal.clone(),
         )
     }
 }
@@ -469,7 +481,8 @@ pub struct Acquire {
     count: u64,
     id: u64,
     cmd: Option<AcquireCmd>,
-    checked: Option<Result<()>>,
+    /// Why the options were rejected: every poll answers with it, nothing is sent.
+    invalid: Option<Error>,
     submitted: bool,
     done: bool,
     span: tracing::Span,
@@ -478,8 +491,8 @@ pub struct Acquire {
 
 impl Acquire {
     fn poll_submit(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if let Some(checked) = self.checked.take() {
-            checked?;
+        if let Some(err) = &self.invalid {
+            return Poll::Ready(Err(err.clone()));
         }
         if self.cmd.is_none() {
             return Poll::Ready(Ok(()));
@@ -571,12 +584,25 @@ impl Acquire {
 
 impl Drop for Acquire {
     fn drop(&mut self) {
-        if self.submitted {
-            self.reply.close();
-            let _ = self.session.inner.control.send(Control::CancelAcquire {
-                name: std::mem::take(&mut self.name),
-                id: self.id,
-            });
+        if !self.submitted {
+            return;
+        }
+        // After `close` the session task can no longer hand over a grant: either it already
+        // did (it is in the channel, and nobody else will ever take it) or it will find the
+        // channel closed and give the semaphore back itself.
+        self.reply.close();
+        let name = std::mem::take(&mut self.name);
+        match self.reply.try_recv() {
+            // Dropping the lease releases the grant and fires its token.
+            Ok(Ok(Some(grant))) => drop(self.session.lease(name, self.count, grant)),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = self
+                    .session
+                    .inner
+                    .control
+                    .send(Control::CancelAcquire { name, id: self.id });
+            }
         }
     }
 }
@@ -591,9 +617,13 @@ fn outcome<T>(result: &Result<T>) -> &'static str {
 }
 
 /// The stream of a semaphore watch, from [`Session::watch_semaphore`].
+///
+/// It keeps its session open: the session closes once every handle, lease and watch of it
+/// is dropped.
 #[derive(Debug)]
 pub struct WatchStream {
-    rx: mpsc::Receiver<Result<WatchUpdate>>,
+    rx: mailbox::Receiver,
+    session: Session,
     ended: bool,
 }
 
@@ -611,10 +641,7 @@ impl Stream for WatchStream {
             }
             Poll::Ready(None) => {
                 self.ended = true;
-                Poll::Ready(Some(Err(Error::new(
-                    ErrorKind::SessionClosed,
-                    "the session ended",
-                ))))
+                Poll::Ready(Some(Err(self.session.gone())))
             }
             other => other,
         }

@@ -1,4 +1,4 @@
-//! Side-by-side benchmarks; run with `cargo bench --bench compare --all-features`.
+//! Side-by-side benchmarks; run with `cargo bench -p ydb-coordination-compare --bench compare`.
 //!
 //! This crate vs the official `ydb` crate (0.18.2) vs the protocol floor, all against the
 //! in-process emulator over loopback TCP, in one run, on a multi-thread tokio runtime in real
