@@ -406,6 +406,10 @@ pub(crate) struct Driver {
     next_opaque: u64,
     next_lease: u64,
     closing: Option<(Instant, Vec<oneshot::Sender<()>>)>,
+    /// A stream on which a reattach got a session that is not ours, kept until the server
+    /// confirms it stopped that session (dropping it at once would reset the stream before
+    /// the stop is written).
+    foreign: Option<Conn>,
     done: bool,
     metrics: Metrics,
 }
@@ -486,6 +490,7 @@ impl Driver {
             next_opaque: 1,
             next_lease: 1,
             closing: None,
+            foreign: None,
             done: false,
             metrics,
         }
@@ -542,6 +547,16 @@ impl Driver {
         }
         while let Ok(c) = control.try_recv() {
             self.fail_control(c);
+        }
+        if let Some(mut conn) = self.foreign.take() {
+            let stopped = async {
+                while let Some(Ok(msg)) = conn.inbound.next().await {
+                    if matches!(msg.response, Some(rs::Response::SessionStopped(_))) {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(self.cfg.options.stop_timeout, stopped).await;
         }
     }
 
@@ -601,31 +616,52 @@ impl Driver {
         if let Some((at, _)) = &self.closing {
             wake = wake.min(*at);
         }
-        if !matches!(self.link, Link::Up(_))
-            && let Some(at) = self.earliest_active_deadline()
-        {
+        if let Some(at) = self.earliest_active_deadline() {
             wake = wake.min(at);
         }
         wake
     }
 
+    /// When the client answers an acquire's timeout itself: at its deadline while the
+    /// stream is down; while it is up, a moment later, since the server times the waiter
+    /// out at the same deadline (counted from its receipt) and its answer is on the way.
     fn earliest_active_deadline(&self) -> Option<Instant> {
+        let grace = if matches!(self.link, Link::Up(_)) {
+            ACQUIRE_ANSWER_GRACE
+        } else {
+            Duration::ZERO
+        };
         self.slots
             .values()
-            .filter_map(|s| s.active.as_ref().filter(|a| !a.granted)?.deadline)
+            .filter_map(|s| {
+                let a = s.active.as_ref()?;
+                let waits = !a.granted && a.cmd.opts.get_timeout() != Some(Duration::ZERO);
+                a.deadline.filter(|_| waits).map(|d| later(d, grace))
+            })
             .min()
     }
 
-    /// With the stream down the server cannot answer an acquire's timeout, so the caller
-    /// hears it from here at its deadline; the waiter is withdrawn after the reattach.
+    /// A stream that is down (or stalled, not yet known dead) cannot bring the server's
+    /// answer to an acquire's timeout, so the caller hears it from here; the waiter is
+    /// withdrawn (after the reattach, if the stream is down). A
+    /// try (timeout zero) is the exception: it asks the server whether the semaphore is
+    /// free now, which only the server can say, so it waits for the reattach (bounded by
+    /// the session's own deadline).
     fn expire_unanswered_acquires(&mut self, now: Instant) {
+        let grace = if matches!(self.link, Link::Up(_)) {
+            ACQUIRE_ANSWER_GRACE
+        } else {
+            Duration::ZERO
+        };
         let due: Vec<String> = self
             .slots
             .iter()
             .filter(|(_, s)| {
-                s.active
-                    .as_ref()
-                    .is_some_and(|a| !a.granted && a.deadline.is_some_and(|d| d <= now))
+                s.active.as_ref().is_some_and(|a| {
+                    !a.granted
+                        && a.cmd.opts.get_timeout() != Some(Duration::ZERO)
+                        && a.deadline.is_some_and(|d| later(d, grace) <= now)
+                })
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -1683,9 +1719,7 @@ impl Driver {
             self.finish(SessionState::Closed, closed());
             return;
         }
-        if !matches!(self.link, Link::Up(_)) {
-            self.expire_unanswered_acquires(now);
-        }
+        self.expire_unanswered_acquires(now);
         while let Some(((at, id), name)) = self
             .queue_deadlines
             .first_key_value()
@@ -1825,6 +1859,7 @@ impl Driver {
                 // The server made a new session for us instead: stop it, or it would hold
                 // the node's resources for a whole session timeout.
                 a.conn.send(rq::Request::SessionStop(rq::SessionStop {}));
+                self.foreign = Some(a.conn);
                 self.finish(
                     SessionState::Expired,
                     Error::new(
@@ -2054,6 +2089,10 @@ impl Driver {
         };
     }
 }
+
+/// How long past an acquire's deadline the client waits for the server's own timeout
+/// answer on a live stream before answering the caller itself.
+const ACQUIRE_ANSWER_GRACE: Duration = Duration::from_millis(200);
 
 /// The error of a session closed by its owner.
 fn closed() -> Error {
