@@ -14,8 +14,8 @@ use ydb_grpc::ydb_proto::coordination::{
 use crate::auth::Credentials;
 use crate::config::{NodeConfig, SessionOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::session_request as rq;
-use crate::session::driver::{self, DriverConfig, DriverIo, Terminal};
+use crate::session::core::{CoreConfig, SessionCore, Terminal, start_message};
+use crate::session::driver::{self, DriverIo};
 use crate::session::{Session, SessionState};
 use crate::transport::{self, ConnectionInfo, Transport, TransportConfig};
 
@@ -362,17 +362,16 @@ impl Client {
             .unwrap_or_else(|| rand::random::<[u8; 16]>().to_vec());
         let deadline = Instant::now() + options.get_connect_timeout();
         let mut attempt = 0u32;
-        let seq_no = 1;
+        let mut cfg = CoreConfig {
+            path: path.clone(),
+            options,
+            protection_key,
+            session_id: 0,
+            seq_no: 1,
+        };
         let attached = loop {
-            let start = rq::SessionStart {
-                path: path.clone(),
-                session_id: 0,
-                timeout_millis: u64::try_from(options.get_timeout().as_millis())
-                    .unwrap_or(u64::MAX),
-                description: options.description.clone(),
-                seq_no,
-                protection_key: protection_key.clone(),
-            };
+            // The same start message as every reattach, with session id 0: a new session.
+            let start = start_message(&cfg, 0);
             let lane = self.transport.lane()?;
             let left = deadline.saturating_duration_since(Instant::now());
             let err = match tokio::time::timeout(
@@ -382,7 +381,7 @@ impl Client {
             .await
             {
                 Ok(Ok(attached)) => break attached,
-                Ok(Err(err)) if driver::is_fatal(&err) => return Err(err),
+                Ok(Err(err)) if err.ends_session() => return Err(err),
                 Ok(Err(err)) => err,
                 Err(_) => {
                     self.transport.reconnect(&lane);
@@ -392,14 +391,14 @@ impl Client {
             if err.kind() == ErrorKind::Unauthorized {
                 self.transport.token_rejected().await;
             }
-            let delay = options.backoff.delay(attempt, rand::random::<f64>());
+            let delay = cfg.options.backoff.delay(attempt, rand::random::<f64>());
             attempt += 1;
             if Instant::now() + delay >= deadline {
                 return Err(Error::caused_by(
                     ErrorKind::Timeout,
                     format!(
                         "could not start a session on {path} within {:?}: {err}",
-                        options.get_connect_timeout()
+                        cfg.options.get_connect_timeout()
                     ),
                     &err,
                 ));
@@ -407,6 +406,7 @@ impl Client {
             tokio::time::sleep(delay).await;
         };
         let session_id = attached.session_id;
+        cfg.session_id = session_id;
         let (commands_tx, commands_rx) = mpsc::channel(1024);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
@@ -419,15 +419,14 @@ impl Client {
             token: token.clone(),
             terminal: terminal.clone(),
         };
-        let cfg = DriverConfig {
-            transport: self.transport.clone(),
-            path: path.clone(),
-            options,
-            protection_key,
-            session_id,
-            seq_no,
-        };
-        let driver = driver::Driver::new(cfg, attached, &io);
+        let core = SessionCore::new(
+            cfg,
+            token.clone(),
+            terminal.clone(),
+            attached.sent_at,
+            Instant::now(),
+        );
+        let driver = driver::Driver::new(core, self.transport.clone(), attached, &io);
         let span = tracing::info_span!("coordination_session", session_id, node = %path);
         tokio::spawn(tracing::Instrument::instrument(driver.run(io), span));
         Ok(Session::new(

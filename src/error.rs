@@ -315,6 +315,32 @@ impl Error {
             ErrorKind::SessionExpired | ErrorKind::SessionClosed | ErrorKind::BadSession
         )
     }
+
+    /// Whether a server's answer to an attach (or a failure on the stream) ends the
+    /// session for good, rather than being worth another attempt on a new stream: the
+    /// server's session verdicts and the statuses no retry can change.
+    pub(crate) fn ends_session(&self) -> bool {
+        matches!(
+            self.0.status,
+            Some(
+                StatusCode::SessionExpired
+                    | StatusCode::BadSession
+                    | StatusCode::NotFound
+                    | StatusCode::Unauthorized
+                    | StatusCode::BadRequest
+                    | StatusCode::PreconditionFailed
+            )
+        )
+    }
+
+    /// Whether a session manager (or `Client::sessions`) must stop instead of trying to
+    /// start another session: no such node, rejected credentials, invalid options.
+    pub(crate) fn stops_manager(&self) -> bool {
+        matches!(
+            self.0.kind,
+            ErrorKind::NotFound | ErrorKind::Unauthorized | ErrorKind::InvalidArgument
+        )
+    }
 }
 
 impl fmt::Debug for Error {
@@ -712,5 +738,32 @@ mod tests {
         assert_one_clean_line(&err.to_string());
         assert_one_clean_line(&format!("{err:#}"));
         assert!(StdError::source(&err).is_some());
+    }
+
+    #[test]
+    fn classification_table() {
+        // (status, retryable, ends the session at attach, stops a manager)
+        let table = [
+            (StatusCode::Unavailable, true, false, false),
+            (StatusCode::Overloaded, true, false, false),
+            (StatusCode::SessionExpired, true, true, false),
+            (StatusCode::BadSession, true, true, false),
+            (StatusCode::NotFound, false, true, true),
+            (StatusCode::SchemeError, false, false, true),
+            (StatusCode::Unauthorized, false, true, true),
+            (StatusCode::BadRequest, false, true, true),
+            (StatusCode::PreconditionFailed, false, true, false),
+            (StatusCode::Aborted, true, false, false),
+            (StatusCode::InternalError, false, false, false),
+        ];
+        for (status, retryable, ends, stops) in table {
+            let err = Error::from_status(status, "x");
+            assert_eq!(err.is_retryable(), retryable, "{status:?} retryable");
+            assert_eq!(err.ends_session(), ends, "{status:?} ends the session");
+            assert_eq!(err.stops_manager(), stops, "{status:?} stops a manager");
+        }
+        // Without a server status (a transport failure) nothing is final.
+        let err = Error::new(ErrorKind::Transport, "cut");
+        assert!(err.is_retryable() && !err.ends_session() && !err.stops_manager());
     }
 }

@@ -14,14 +14,6 @@ use crate::config::SessionOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Session;
 
-/// Whether an error from starting a session will not go away by trying again.
-pub(crate) fn is_fatal_start(err: &Error) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::NotFound | ErrorKind::Unauthorized | ErrorKind::InvalidArgument
-    )
-}
-
 /// Starts a session, retrying transient failures with the options' backoff until it works
 /// or fails for good.
 async fn start_session(
@@ -41,7 +33,7 @@ async fn start_session(
                 Err(err) => err,
             },
         };
-        if is_fatal_start(&err) {
+        if err.stops_manager() {
             return Err(err);
         }
         let delay = options.backoff.delay(attempt, rand::random::<f64>());
@@ -190,7 +182,7 @@ pub struct SessionManager {
 
 #[derive(Debug)]
 struct ManagerInner {
-    current: watch::Receiver<Slot>,
+    current: watch::Receiver<Current>,
     stop: CancellationToken,
     fatal: Mutex<Option<Error>>,
 }
@@ -204,7 +196,7 @@ impl Drop for ManagerInner {
 
 /// What the supervisor publishes.
 #[derive(Debug, Clone)]
-enum Slot {
+enum Current {
     /// A replacement is being made.
     Starting,
     /// The live session.
@@ -218,7 +210,7 @@ impl SessionManager {
     ///
     /// Must be called within a Tokio runtime.
     pub fn new(client: Client, path: &str, options: SessionOptions) -> Self {
-        let (tx, rx) = watch::channel(Slot::Starting);
+        let (tx, rx) = watch::channel(Current::Starting);
         let stop = CancellationToken::new();
         let inner = Arc::new(ManagerInner {
             current: rx,
@@ -238,7 +230,7 @@ impl SessionManager {
                 match next {
                     Some(Ok(session)) => {
                         let token = session.token();
-                        let _ = tx.send_replace(Slot::Live(session.clone()));
+                        let _ = tx.send_replace(Current::Live(session.clone()));
                         tokio::select! {
                             _ = stop.cancelled() => {
                                 session.close().await;
@@ -248,7 +240,7 @@ impl SessionManager {
                         }
                         drop(session);
                         if !stop.is_cancelled() {
-                            let _ = tx.send_replace(Slot::Starting);
+                            let _ = tx.send_replace(Current::Starting);
                         }
                     }
                     Some(Err(err)) => {
@@ -260,7 +252,7 @@ impl SessionManager {
                     None => break,
                 }
             }
-            let _ = tx.send_replace(Slot::Stopped);
+            let _ = tx.send_replace(Current::Stopped);
         });
         Self { inner }
     }
@@ -280,8 +272,8 @@ impl SessionManager {
         loop {
             let slot = rx.borrow_and_update().clone();
             match slot {
-                Slot::Live(session) if !session.state().is_terminal() => return Ok(session),
-                Slot::Stopped => return Err(self.stopped_error()),
+                Current::Live(session) if !session.state().is_terminal() => return Ok(session),
+                Current::Stopped => return Err(self.stopped_error()),
                 _ => {}
             }
             if rx.changed().await.is_err() {
@@ -293,7 +285,7 @@ impl SessionManager {
     /// The live session right now, if there is one.
     pub fn try_current(&self) -> Option<Session> {
         match &*self.inner.current.borrow() {
-            Slot::Live(s) if !s.state().is_terminal() => Some(s.clone()),
+            Current::Live(s) if !s.state().is_terminal() => Some(s.clone()),
             _ => None,
         }
     }
@@ -318,11 +310,11 @@ impl SessionManager {
                 loop {
                     let slot = rx.borrow_and_update().clone();
                     match slot {
-                        Slot::Live(s) if Some(s.id()) != last && !s.state().is_terminal() => {
+                        Current::Live(s) if Some(s.id()) != last && !s.state().is_terminal() => {
                             let id = s.id();
                             return Some((s, (rx, Some(id))));
                         }
-                        Slot::Stopped => return None,
+                        Current::Stopped => return None,
                         _ => {}
                     }
                     if rx.changed().await.is_err() {
@@ -342,7 +334,7 @@ impl SessionManager {
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
         let mut rx = self.inner.current.clone();
-        let _ = rx.wait_for(|s| matches!(s, Slot::Stopped)).await;
+        let _ = rx.wait_for(|s| matches!(s, Current::Stopped)).await;
     }
 }
 

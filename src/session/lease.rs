@@ -3,11 +3,13 @@
 use std::fmt;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::driver::{Control, Terminal};
+use super::core::{Control, Terminal};
+use super::driver::{Notice, ReplyTx};
 use crate::error::{Error, Result};
 
 /// Tokens of a semaphore held by a session.
@@ -52,9 +54,11 @@ pub struct Lease {
     session_id: u64,
     id: u64,
     token: CancellationToken,
-    control: mpsc::UnboundedSender<Control>,
+    control: mpsc::UnboundedSender<Notice>,
     /// The session's terminal cause, read when the session task is gone.
     terminal: Arc<Terminal>,
+    /// The session's caller ids.
+    ids: Arc<AtomicU64>,
     released: bool,
 }
 
@@ -79,8 +83,9 @@ impl Lease {
         session_id: u64,
         id: u64,
         token: CancellationToken,
-        control: mpsc::UnboundedSender<Control>,
+        control: mpsc::UnboundedSender<Notice>,
         terminal: Arc<Terminal>,
+        ids: Arc<AtomicU64>,
     ) -> Self {
         Self {
             name,
@@ -91,8 +96,13 @@ impl Lease {
             token,
             control,
             terminal,
+            ids,
             released: false,
         }
+    }
+
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Why the session can no longer answer.
@@ -157,14 +167,16 @@ impl Lease {
     pub async fn set_data(&self, data: &[u8]) -> Result<()> {
         crate::config::check_data(data)?;
         let (tx, rx) = oneshot::channel();
-        self.control
-            .send(Control::SetData {
+        let notice = Notice {
+            control: Control::SetData {
                 name: self.name.clone(),
                 lease: self.id,
                 data: data.to_vec(),
-                reply: tx,
-            })
-            .map_err(|_| self.gone())?;
+                caller: self.next_id(),
+            },
+            reply: ReplyTx::Done(tx),
+        };
+        self.control.send(notice).map_err(|_| self.gone())?;
         rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
@@ -185,11 +197,15 @@ impl Lease {
         self.released = true;
         self.token.cancel();
         let (tx, rx) = oneshot::channel();
-        let sent = self.control.send(Control::Release {
-            name: std::mem::take(&mut self.name),
-            lease: self.id,
-            reply: Some(tx),
-        });
+        let notice = Notice {
+            control: Control::Release {
+                name: std::mem::take(&mut self.name),
+                lease: self.id,
+                caller: Some(self.next_id()),
+            },
+            reply: ReplyTx::Release(tx),
+        };
+        let sent = self.control.send(notice);
         if sent.is_err() {
             return Err(self.gone());
         }
@@ -201,10 +217,13 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.token.cancel();
         if !self.released {
-            let _ = self.control.send(Control::Release {
-                name: std::mem::take(&mut self.name),
-                lease: self.id,
-                reply: None,
+            let _ = self.control.send(Notice {
+                control: Control::Release {
+                    name: std::mem::take(&mut self.name),
+                    lease: self.id,
+                    caller: None,
+                },
+                reply: ReplyTx::None,
             });
         }
     }

@@ -1,12 +1,13 @@
 //! A coordination session: the handle, its leases and watches.
 
+pub(crate) mod core;
 pub(crate) mod driver;
-mod keepalive;
 mod lease;
 mod mailbox;
 pub(crate) mod metrics;
-mod pending;
+mod sentinel;
 mod state;
+mod stream;
 mod types;
 
 use std::future::Future;
@@ -19,7 +20,8 @@ use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, PollSender};
 
-use self::driver::{AcquireCmd, Command, Control, Grant, Terminal};
+use self::core::{AcquireCmd, CallerId, Command, Control, Grant, Terminal};
+use self::driver::{Notice, ReplyTx, Request};
 pub use self::lease::Lease;
 pub use self::state::SessionState;
 pub use self::types::{
@@ -65,20 +67,27 @@ pub struct Session {
 struct Inner {
     id: u64,
     path: String,
-    commands: mpsc::Sender<Command>,
-    control: mpsc::UnboundedSender<Control>,
+    commands: mpsc::Sender<Request>,
+    control: mpsc::UnboundedSender<Notice>,
     state: watch::Receiver<SessionState>,
     token: CancellationToken,
     terminal: Arc<Terminal>,
-    next_acquire: AtomicU64,
+    /// Caller and subscriber ids, shared with the leases.
+    ids: Arc<AtomicU64>,
+}
+
+impl Inner {
+    fn next_id(&self) -> CallerId {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 impl Session {
     pub(crate) fn new(
         id: u64,
         path: String,
-        commands: mpsc::Sender<Command>,
-        control: mpsc::UnboundedSender<Control>,
+        commands: mpsc::Sender<Request>,
+        control: mpsc::UnboundedSender<Notice>,
         state: watch::Receiver<SessionState>,
         token: CancellationToken,
         terminal: Arc<Terminal>,
@@ -92,7 +101,7 @@ impl Session {
                 state,
                 token,
                 terminal,
-                next_acquire: AtomicU64::new(1),
+                ids: Arc::new(AtomicU64::new(1)),
             }),
         }
     }
@@ -155,12 +164,12 @@ impl Session {
             waiting: Vec::new(),
             requests_in_flight: 0,
         };
-        if self
-            .inner
-            .control
-            .send(Control::Snapshot { reply: tx })
-            .is_err()
-        {
+        let caller = self.inner.next_id();
+        let notice = Notice {
+            control: Control::Snapshot { caller },
+            reply: ReplyTx::Snapshot(tx),
+        };
+        if self.inner.control.send(notice).is_err() {
             return ended();
         }
         rx.await.unwrap_or_else(|_| ended())
@@ -182,7 +191,8 @@ impl Session {
         &self,
         op: &'static str,
         name: &str,
-        make: impl FnOnce(driver::Reply<T>) -> Command,
+        wrap: fn(oneshot::Sender<Result<T>>) -> ReplyTx,
+        make: impl FnOnce(CallerId) -> Command,
     ) -> Result<T> {
         let span = tracing::debug_span!(
             "coordination_op",
@@ -192,9 +202,13 @@ impl Session {
         );
         let work = async {
             let (tx, rx) = oneshot::channel();
+            let request = Request {
+                command: make(self.inner.next_id()),
+                reply: wrap(tx),
+            };
             self.inner
                 .commands
-                .send(make(tx))
+                .send(request)
                 .await
                 .map_err(|_| self.gone())?;
             rx.await.unwrap_or_else(|_| Err(self.gone()))
@@ -225,11 +239,11 @@ impl Session {
                 "semaphore limit must be at least 1",
             ));
         }
-        self.call("create", name, |reply| Command::Create {
+        self.call("create", name, ReplyTx::Done, |caller| Command::Create {
+            caller,
             name: name.to_string(),
             limit,
             data: data.to_vec(),
-            reply,
         })
         .await
     }
@@ -247,10 +261,10 @@ impl Session {
     pub async fn update_semaphore(&self, name: &str, data: &[u8]) -> Result<()> {
         config::check_name(name)?;
         config::check_data(data)?;
-        self.call("update", name, |reply| Command::Update {
+        self.call("update", name, ReplyTx::Done, |caller| Command::Update {
+            caller,
             name: name.to_string(),
             data: data.to_vec(),
-            reply,
         })
         .await
     }
@@ -267,10 +281,10 @@ impl Session {
     ///
     /// Dropping the future after it was first polled does not withdraw the request.
     pub async fn delete_semaphore(&self, name: &str, force: bool) -> Result<()> {
-        self.call("delete", name, |reply| Command::Delete {
+        self.call("delete", name, ReplyTx::Done, |caller| Command::Delete {
+            caller,
             name: name.to_string(),
             force,
-            reply,
         })
         .await
     }
@@ -289,10 +303,12 @@ impl Session {
         name: &str,
         options: DescribeOptions,
     ) -> Result<SemaphoreDescription> {
-        self.call("describe", name, |reply| Command::Describe {
-            name: name.to_string(),
-            opts: options,
-            reply,
+        self.call("describe", name, ReplyTx::Describe, |caller| {
+            Command::Describe {
+                caller,
+                name: name.to_string(),
+                opts: options,
+            }
         })
         .await
     }
@@ -317,18 +333,25 @@ impl Session {
     /// Dropping the future before it completes installs no watch.
     pub async fn watch_semaphore(&self, name: &str, options: WatchOptions) -> Result<WatchStream> {
         let (tx, rx) = mailbox::channel();
-        self.inner
-            .commands
-            .send(Command::Watch {
+        let subscriber = self.inner.next_id();
+        let request = Request {
+            command: Command::Watch {
+                subscriber,
                 name: name.to_string(),
                 opts: options,
-                tx,
-            })
+            },
+            reply: ReplyTx::Watch(tx),
+        };
+        self.inner
+            .commands
+            .send(request)
             .await
             .map_err(|_| self.gone())?;
         Ok(WatchStream {
             rx,
             session: self.clone(),
+            name: name.to_string(),
+            subscriber,
             ended: false,
         })
     }
@@ -355,7 +378,7 @@ impl Session {
     pub fn acquire(&self, name: &str, options: AcquireOptions) -> Acquire {
         let (queued_tx, queued_rx) = oneshot::channel();
         let (reply_tx, reply_rx) = oneshot::channel();
-        let id = self.inner.next_acquire.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_id();
         let count = options.count;
         let span = tracing::debug_span!(
             "coordination_op",
@@ -372,13 +395,18 @@ impl Session {
             name: name.to_string(),
             count,
             id,
-            cmd: Some(AcquireCmd {
-                id,
-                name: name.to_string(),
-                opts: options,
-                queued: Some(queued_tx),
-                reply: reply_tx,
-                requested_at: tokio::time::Instant::now(),
+            cmd: Some(Request {
+                command: Command::Acquire(AcquireCmd {
+                    caller: id,
+                    name: name.to_string(),
+                    opts: options,
+                    requested_at: tokio::time::Instant::now(),
+                }),
+                reply: ReplyTx::Acquire {
+                    reply: reply_tx,
+                    queued: Some(queued_tx),
+                    name: name.to_string(),
+                },
             }),
             invalid,
             queued: Some(queued_rx),
@@ -422,13 +450,13 @@ impl Session {
     /// The stop is requested on the first poll; dropping the future only skips the wait.
     pub async fn close(&self) {
         let (tx, rx) = oneshot::channel();
-        if self
-            .inner
-            .commands
-            .send(Command::Close { reply: tx })
-            .await
-            .is_ok()
-        {
+        let request = Request {
+            command: Command::Close {
+                caller: self.inner.next_id(),
+            },
+            reply: ReplyTx::Closed(tx),
+        };
+        if self.inner.commands.send(request).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -443,6 +471,7 @@ impl Session {
             grant.token,
             self.inner.control.clone(),
             self.inner.terminal.clone(),
+            self.inner.ids.clone(),
         )
     }
 }
@@ -475,12 +504,12 @@ pub struct Acquire {
     // a driver that has not processed the request yet sees nobody is waiting.
     reply: oneshot::Receiver<Result<Option<Grant>>>,
     queued: Option<oneshot::Receiver<()>>,
-    sender: PollSender<Command>,
+    sender: PollSender<Request>,
     session: Session,
     name: String,
     count: u64,
     id: u64,
-    cmd: Option<AcquireCmd>,
+    cmd: Option<Request>,
     /// Why the options were rejected: every poll answers with it, nothing is sent.
     invalid: Option<Error>,
     submitted: bool,
@@ -503,7 +532,7 @@ impl Acquire {
         let Some(cmd) = self.cmd.take() else {
             return Poll::Ready(Ok(()));
         };
-        if self.sender.send_item(Command::Acquire(cmd)).is_err() {
+        if self.sender.send_item(cmd).is_err() {
             return Poll::Ready(Err(self.session.gone()));
         }
         self.submitted = true;
@@ -597,11 +626,14 @@ impl Drop for Acquire {
             Ok(Ok(Some(grant))) => drop(self.session.lease(name, self.count, grant)),
             Ok(_) => {}
             Err(_) => {
-                let _ = self
-                    .session
-                    .inner
-                    .control
-                    .send(Control::CancelAcquire { name, id: self.id });
+                let notice = Notice {
+                    control: Control::CancelAcquire {
+                        name,
+                        caller: self.id,
+                    },
+                    reply: ReplyTx::None,
+                };
+                let _ = self.session.inner.control.send(notice);
             }
         }
     }
@@ -624,7 +656,22 @@ fn outcome<T>(result: &Result<T>) -> &'static str {
 pub struct WatchStream {
     rx: mailbox::Receiver,
     session: Session,
+    name: String,
+    subscriber: core::SubscriberId,
     ended: bool,
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        let notice = Notice {
+            control: Control::Unwatch {
+                name: std::mem::take(&mut self.name),
+                subscriber: self.subscriber,
+            },
+            reply: ReplyTx::None,
+        };
+        let _ = self.session.inner.control.send(notice);
+    }
 }
 
 impl Stream for WatchStream {

@@ -1,0 +1,597 @@
+//! Acquires, leases and releases: the per-name queue and the fencing-token handshake.
+//!
+//! The server keeps one entry per session and semaphore, so a second acquire of a name this
+//! session holds or is acquiring waits here, locally, until the first ends. Each acquire is
+//! followed on the wire by a describe of the semaphore's owners: for an immediate grant it
+//! shows our `order_id` (the fencing token) at no extra round trip; for a grant that had to
+//! queue, one more describe after the grant reads it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::pending::Replay;
+use super::{AcquireCmd, Answer, CallerId, Effect, Grant, Kind, SessionCore, later, millis};
+use crate::config::AcquireOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::{StatusCode, session_request as rq, session_response as rs};
+
+/// How long past an acquire's deadline the client waits for the server's own timeout
+/// answer on a live stream before answering the caller itself.
+const ACQUIRE_ANSWER_GRACE: Duration = Duration::from_millis(200);
+
+/// An acquire the server is working on.
+#[derive(Debug)]
+pub(super) struct Active {
+    pub(super) cmd: AcquireCmd,
+    deadline: Option<Instant>,
+    acquire_req: u64,
+    describe_req: Option<u64>,
+    granted: bool,
+    order_id: Option<u64>,
+    /// A describe after the grant was sent (the first one saw us still waiting).
+    confirming: bool,
+    /// The server answered `acquire_semaphore_pending`.
+    pub(super) queued: bool,
+}
+
+/// An acquire waiting locally behind another lease of the same name in this session.
+#[derive(Debug)]
+pub(super) struct LocalWaiter {
+    pub(super) cmd: AcquireCmd,
+    deadline: Option<Instant>,
+}
+
+/// A granted lease as the core remembers it.
+#[derive(Debug)]
+pub(super) struct Holding {
+    pub(super) lease: u64,
+    pub(super) token: CancellationToken,
+    pub(super) count: u64,
+    pub(super) ephemeral: bool,
+    pub(super) order_id: u64,
+    pub(super) since: Instant,
+}
+
+/// Everything this session does with one semaphore name.
+#[derive(Debug, Default)]
+pub(super) struct NameState {
+    pub(super) holding: Option<Holding>,
+    pub(super) active: Option<Active>,
+    pub(super) queue: VecDeque<LocalWaiter>,
+}
+
+impl NameState {
+    fn is_idle(&self) -> bool {
+        self.holding.is_none() && self.active.is_none() && self.queue.is_empty()
+    }
+}
+
+fn remaining_millis(opts: &AcquireOptions, deadline: Option<Instant>, now: Instant) -> u64 {
+    match deadline {
+        None => opts.timeout_millis(),
+        Some(d) => millis(d.saturating_duration_since(now)),
+    }
+}
+
+impl SessionCore {
+    pub(super) fn on_acquire(&mut self, now: Instant, cmd: AcquireCmd) {
+        let deadline = cmd.opts.get_timeout().map(|t| later(now, t));
+        let state = self.names.entry(cmd.name.clone()).or_default();
+        if state.holding.is_some() || state.active.is_some() {
+            // One entry per session and semaphore on the server: wait locally.
+            if cmd.opts.get_timeout() == Some(Duration::ZERO) {
+                self.answer(cmd.caller, Answer::Acquire(Ok(None)));
+                return;
+            }
+            if let Some(at) = deadline {
+                self.queue_deadlines
+                    .insert((at, cmd.caller), cmd.name.clone());
+            }
+            state.queue.push_back(LocalWaiter { cmd, deadline });
+            return;
+        }
+        self.activate(now, cmd, deadline);
+    }
+
+    fn activate(&mut self, now: Instant, cmd: AcquireCmd, deadline: Option<Instant>) {
+        let name = cmd.name.clone();
+        let caller = cmd.caller;
+        let timeout_millis = remaining_millis(&cmd.opts, deadline, now);
+        let (count, data, ephemeral) = (cmd.opts.count, cmd.opts.data.clone(), cmd.opts.ephemeral);
+        let n = name.clone();
+        let acquire_req = self.submit(
+            now,
+            Kind::Acquire {
+                name: name.clone(),
+                caller,
+            },
+            Replay::Resend,
+            |req_id| {
+                rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
+                    req_id,
+                    name: n,
+                    timeout_millis,
+                    count,
+                    data,
+                    ephemeral,
+                })
+            },
+        );
+        // Pipelined right behind the acquire: for an immediate grant it shows our order_id
+        // (the fencing token) at no extra round trip.
+        let describe_req = self.submit_owners_describe(now, &name, caller);
+        let active = Active {
+            cmd,
+            deadline,
+            acquire_req,
+            describe_req: Some(describe_req),
+            granted: false,
+            order_id: None,
+            confirming: false,
+            queued: false,
+        };
+        if let Some(at) = active.client_deadline() {
+            self.active_deadlines.insert((at, caller), name.clone());
+        }
+        let state = self.names.entry(name).or_default();
+        state.active = Some(active);
+    }
+
+    fn submit_owners_describe(&mut self, now: Instant, name: &str, caller: CallerId) -> u64 {
+        let n = name.to_string();
+        self.submit(
+            now,
+            Kind::AcquireDescribe {
+                name: name.to_string(),
+                caller,
+            },
+            Replay::Resend,
+            |req_id| owners_describe(req_id, n),
+        )
+    }
+
+    pub(super) fn active_mut(&mut self, name: &str, caller: CallerId) -> Option<&mut Active> {
+        self.names
+            .get_mut(name)
+            .and_then(|s| s.active.as_mut())
+            .filter(|a| a.cmd.caller == caller)
+    }
+
+    pub(super) fn on_acquire_pending(&mut self, req_id: u64) {
+        let Some(super::pending::Entry {
+            kind: Kind::Acquire { name, caller },
+            ..
+        }) = self.pending.get(req_id)
+        else {
+            return;
+        };
+        let (name, caller) = (name.clone(), *caller);
+        let Some(active) = self.active_mut(&name, caller) else {
+            return;
+        };
+        if !std::mem::replace(&mut active.queued, true) {
+            self.metrics.queued(&name, 1.0);
+            self.out.push(Effect::Queued(caller));
+        }
+    }
+
+    pub(super) fn on_acquire_result(&mut self, now: Instant, r: rs::AcquireSemaphoreResult) {
+        let kind = self.take_answer(now, r.req_id, |k| {
+            matches!(k, Kind::Acquire { .. } | Kind::SetData { .. })
+        });
+        let (name, caller) = match kind {
+            Some(Kind::Acquire { name, caller }) => (name, caller),
+            Some(Kind::SetData {
+                caller,
+                name,
+                check,
+            }) => {
+                self.on_set_data_result(&name, caller, check, &r);
+                return;
+            }
+            _ => return,
+        };
+        if self.active_mut(&name, caller).is_none() {
+            return;
+        }
+        if r.status != StatusCode::Success as i32 {
+            let err = Error::from_ydb(r.status, &r.issues, &format!("acquire semaphore {name:?}"));
+            self.end_active(now, &name, Err(err), false);
+        } else if !r.acquired {
+            self.end_active(now, &name, Ok(None), false);
+        } else {
+            let deadline = self.active_mut(&name, caller).and_then(|active| {
+                let at = active.client_deadline();
+                active.granted = true;
+                at
+            });
+            if let Some(at) = deadline {
+                self.active_deadlines.remove(&(at, caller));
+            }
+            self.try_complete(now, &name);
+        }
+    }
+
+    /// The owners describe behind an acquire was answered.
+    pub(super) fn on_acquire_describe(
+        &mut self,
+        now: Instant,
+        name: &str,
+        caller: CallerId,
+        req_id: u64,
+        order_id: Option<u64>,
+    ) {
+        let Some(active) = self.active_mut(name, caller) else {
+            return;
+        };
+        if active.describe_req == Some(req_id) {
+            active.describe_req = None;
+        }
+        if order_id.is_some() {
+            active.order_id = order_id;
+        }
+        self.try_complete(now, name);
+    }
+
+    /// Finishes the active acquire of `name` once both the grant and our order_id are known.
+    fn try_complete(&mut self, now: Instant, name: &str) {
+        let Some(active) = self.names.get_mut(name).and_then(|s| s.active.as_mut()) else {
+            return;
+        };
+        if !active.granted || active.describe_req.is_some() {
+            return; // the grant, or the describe that shows our order id, is on the way
+        }
+        let Some(order_id) = active.order_id else {
+            if active.confirming {
+                // The grant happened, yet a describe right after it does not list us:
+                // ownership already ended (force delete).
+                let err = Error::new(
+                    ErrorKind::Aborted,
+                    format!("semaphore {name:?}: ownership ended before it could be confirmed"),
+                );
+                self.end_active(now, name, Err(err), false);
+                return;
+            }
+            active.confirming = true;
+            let caller = active.cmd.caller;
+            let req = self.submit_owners_describe(now, name, caller);
+            if let Some(active) = self.active_mut(name, caller) {
+                active.describe_req = Some(req);
+            }
+            return;
+        };
+        let Some(active) = self.take_active(name) else {
+            return;
+        };
+        let lease = self.next_lease;
+        self.next_lease += 1;
+        let token = self.token.child_token();
+        let state = self.names.entry(name.to_string()).or_default();
+        state.holding = Some(Holding {
+            lease,
+            token: token.clone(),
+            count: active.cmd.opts.count,
+            ephemeral: active.cmd.opts.ephemeral,
+            order_id,
+            since: now,
+        });
+        let waited = now.saturating_duration_since(active.cmd.requested_at);
+        self.metrics.acquire_ended(name, "acquired", waited);
+        tracing::debug!(
+            semaphore = name,
+            count = active.cmd.opts.count,
+            ephemeral = active.cmd.opts.ephemeral,
+            fencing_token = order_id,
+            ?waited,
+            "acquired"
+        );
+        let grant = Grant {
+            lease,
+            order_id,
+            token,
+        };
+        // If the caller went away at the last moment, the driver calls `grant_refused`.
+        self.answer(active.cmd.caller, Answer::Acquire(Ok(Some(grant))));
+    }
+
+    /// Ends the active acquire of `name` and starts the next local waiter. With `withdraw`,
+    /// the server's view is unknown (it may have queued or granted the request), so a
+    /// release is sent to be sure.
+    pub(super) fn end_active(
+        &mut self,
+        now: Instant,
+        name: &str,
+        result: Result<Option<Grant>>,
+        withdraw: bool,
+    ) {
+        let Some(active) = self.take_active(name) else {
+            return;
+        };
+        let outcome = match &result {
+            Ok(Some(_)) => "acquired",
+            Ok(None) => "timed_out",
+            Err(e) if e.kind() == ErrorKind::Cancelled => "cancelled",
+            Err(_) => "error",
+        };
+        let waited = now.saturating_duration_since(active.cmd.requested_at);
+        self.metrics.acquire_ended(name, outcome, waited);
+        tracing::debug!(semaphore = name, outcome, ?waited, "acquire ended");
+        let acquire = self.pending.remove(active.acquire_req);
+        if let Some(req) = active.describe_req {
+            self.pending.remove(req);
+        }
+        let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
+        if withdraw && sent {
+            self.submit_release(now, name, None);
+        }
+        self.answer(active.cmd.caller, Answer::Acquire(result));
+        self.next_in_line(now, name);
+    }
+
+    /// Removes the active acquire of `name`, keeping the queued gauge right.
+    fn take_active(&mut self, name: &str) -> Option<Active> {
+        let active = self.names.get_mut(name).and_then(|s| s.active.take())?;
+        if let Some(at) = active.client_deadline() {
+            self.active_deadlines.remove(&(at, active.cmd.caller));
+        }
+        if active.queued {
+            self.metrics.queued(name, -1.0);
+        }
+        Some(active)
+    }
+
+    pub(super) fn submit_release(&mut self, now: Instant, name: &str, caller: Option<CallerId>) {
+        let name = name.to_string();
+        let kind = Kind::Release {
+            caller,
+            resent: false,
+        };
+        self.submit(now, kind, Replay::Resend, |req_id| {
+            rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name })
+        });
+    }
+
+    pub(super) fn next_in_line(&mut self, now: Instant, name: &str) {
+        loop {
+            let Some(state) = self.names.get_mut(name) else {
+                return;
+            };
+            if state.holding.is_some() || state.active.is_some() {
+                return;
+            }
+            let Some(q) = state.queue.pop_front() else {
+                if state.is_idle() {
+                    self.names.remove(name);
+                }
+                return;
+            };
+            if let Some(at) = q.deadline {
+                self.queue_deadlines.remove(&(at, q.cmd.caller));
+            }
+            if q.deadline.is_some_and(|d| d <= now) {
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(name, "timed_out", waited);
+                self.answer(q.cmd.caller, Answer::Acquire(Ok(None)));
+                continue;
+            }
+            self.activate(now, q.cmd, q.deadline);
+            return;
+        }
+    }
+
+    pub(super) fn release(
+        &mut self,
+        now: Instant,
+        name: &str,
+        lease: u64,
+        caller: Option<CallerId>,
+    ) {
+        let held = self
+            .names
+            .get(name)
+            .and_then(|s| s.holding.as_ref())
+            .map(|h| h.lease);
+        if held != Some(lease) {
+            if let Some(caller) = caller {
+                self.answer(caller, Answer::Release(Ok(false)));
+            }
+            return;
+        }
+        if let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) {
+            h.token.cancel();
+            let held_for = now.saturating_duration_since(h.since);
+            self.metrics.lease_ended(name, held_for, None);
+            tracing::debug!(
+                semaphore = name,
+                fencing_token = h.order_id,
+                ?held_for,
+                "released"
+            );
+        }
+        self.submit_release(now, name, caller);
+        self.next_in_line(now, name);
+    }
+
+    pub(super) fn on_release_result(&mut self, now: Instant, r: rs::ReleaseSemaphoreResult) {
+        let Some(Kind::Release {
+            caller: Some(caller),
+            resent,
+        }) = self.take_answer(now, r.req_id, |k| matches!(k, Kind::Release { .. }))
+        else {
+            return;
+        };
+        let result = if r.status == StatusCode::Success as i32 {
+            // The lease was held until this release was asked for, and the session
+            // survived the reattach: "not held" on a resend means the first copy did the
+            // work.
+            Ok(r.released || resent)
+        } else {
+            Err(Error::from_ydb(r.status, &r.issues, "release semaphore"))
+        };
+        self.answer(caller, Answer::Release(result));
+    }
+
+    pub(super) fn cancel_acquire(&mut self, now: Instant, name: &str, caller: CallerId) {
+        let Some(state) = self.names.get_mut(name) else {
+            return;
+        };
+        if let Some(pos) = state.queue.iter().position(|q| q.cmd.caller == caller) {
+            if let Some(q) = state.queue.remove(pos) {
+                if let Some(at) = q.deadline {
+                    self.queue_deadlines.remove(&(at, caller));
+                }
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(name, "cancelled", waited);
+            }
+            if self.names.get(name).is_some_and(NameState::is_idle) {
+                self.names.remove(name);
+            }
+            return;
+        }
+        if state.active.as_ref().is_none_or(|a| a.cmd.caller != caller) {
+            return;
+        }
+        // Withdraw the waiter (or give back a grant nobody will take).
+        let cancelled = Error::new(ErrorKind::Cancelled, "the acquire was dropped");
+        self.end_active(now, name, Err(cancelled), true);
+    }
+
+    /// Local waiters whose timeout passed.
+    pub(super) fn expire_queued(&mut self, now: Instant) {
+        while let Some(((at, caller), name)) = self
+            .queue_deadlines
+            .first_key_value()
+            .map(|(k, v)| (*k, v.clone()))
+        {
+            if at > now {
+                break;
+            }
+            self.queue_deadlines.remove(&(at, caller));
+            if let Some(state) = self.names.get_mut(&name)
+                && let Some(pos) = state.queue.iter().position(|q| q.cmd.caller == caller)
+                && let Some(q) = state.queue.remove(pos)
+            {
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(&name, "timed_out", waited);
+                self.answer(caller, Answer::Acquire(Ok(None)));
+            }
+        }
+    }
+
+    /// How long past its deadline an acquire the server is working on may go unanswered:
+    /// none while the stream is down; a moment while it is up, since the server times the
+    /// waiter out at the same deadline (counted from its receipt) and its answer is on the
+    /// way.
+    fn acquire_grace(&self) -> Duration {
+        if self.link.is_up() {
+            ACQUIRE_ANSWER_GRACE
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// When the client answers an acquire's timeout itself (see
+    /// [`SessionCore::expire_unanswered_acquires`]).
+    pub(super) fn earliest_active_deadline(&self) -> Option<Instant> {
+        let ((at, _), _) = self.active_deadlines.first_key_value()?;
+        Some(later(*at, self.acquire_grace()))
+    }
+
+    /// A stream that is down (or stalled, not yet known dead) cannot bring the server's
+    /// answer to an acquire's timeout, so the caller hears it from here; the waiter is
+    /// withdrawn (after the reattach, if the stream is down). A try (timeout zero) is the
+    /// exception: it asks the server whether the semaphore is free now, which only the
+    /// server can say, so it waits for the reattach (bounded by the session's own
+    /// deadline).
+    pub(super) fn expire_unanswered_acquires(&mut self, now: Instant) {
+        let grace = self.acquire_grace();
+        while let Some(((at, caller), name)) = self
+            .active_deadlines
+            .first_key_value()
+            .map(|(k, v)| (*k, v.clone()))
+        {
+            if later(at, grace) > now {
+                break;
+            }
+            self.active_deadlines.remove(&(at, caller));
+            if self.active_mut(&name, caller).is_some() {
+                self.end_active(now, &name, Ok(None), true);
+            }
+        }
+    }
+
+    /// Answers every acquire in progress or queued locally with `err`. What the server
+    /// may still grant is released by the stop that follows.
+    pub(super) fn fail_acquires(&mut self, now: Instant, err: &Error) {
+        let names: Vec<String> = self.names.keys().cloned().collect();
+        for name in names {
+            let queue = self
+                .names
+                .get_mut(&name)
+                .map(|s| std::mem::take(&mut s.queue))
+                .unwrap_or_default();
+            for q in queue {
+                if let Some(at) = q.deadline {
+                    self.queue_deadlines.remove(&(at, q.cmd.caller));
+                }
+                let waited = now.saturating_duration_since(q.cmd.requested_at);
+                self.metrics.acquire_ended(&name, "error", waited);
+                self.answer(q.cmd.caller, Answer::Acquire(Err(err.clone())));
+            }
+            if let Some(active) = self.take_active(&name) {
+                self.pending.remove(active.acquire_req);
+                if let Some(req) = active.describe_req {
+                    self.pending.remove(req);
+                }
+                let waited = now.saturating_duration_since(active.cmd.requested_at);
+                self.metrics.acquire_ended(&name, "error", waited);
+                self.answer(active.cmd.caller, Answer::Acquire(Err(err.clone())));
+            }
+            if self.names.get(&name).is_some_and(NameState::is_idle) {
+                self.names.remove(&name);
+            }
+        }
+    }
+
+    /// The time left of an acquire about to be sent again after a reattach.
+    pub(super) fn acquire_millis_left(
+        &mut self,
+        name: &str,
+        caller: CallerId,
+        now: Instant,
+    ) -> Option<u64> {
+        self.active_mut(name, caller)
+            .map(|a| remaining_millis(&a.cmd.opts, a.deadline, now))
+    }
+}
+
+impl Active {
+    /// The deadline the client enforces itself (not for a try, see
+    /// `expire_unanswered_acquires`).
+    fn client_deadline(&self) -> Option<Instant> {
+        let waits = !self.granted && self.cmd.opts.get_timeout() != Some(Duration::ZERO);
+        self.deadline.filter(|_| waits)
+    }
+}
+
+pub(super) fn not_held(name: &str) -> Error {
+    Error::new(
+        ErrorKind::Aborted,
+        format!("semaphore {name:?} is no longer held"),
+    )
+}
+
+/// A describe of a semaphore's owners (no watch).
+pub(super) fn owners_describe(req_id: u64, name: String) -> rq::Request {
+    rq::Request::DescribeSemaphore(rq::DescribeSemaphore {
+        req_id,
+        name,
+        include_owners: true,
+        include_waiters: false,
+        watch_data: false,
+        watch_owners: false,
+    })
+}

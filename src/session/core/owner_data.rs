@@ -1,0 +1,161 @@
+//! Owner data of a held lease: a repeated acquire with the same count replaces it, which
+//! the server answers at once without changing the order of owners. A semaphore
+//! force-deleted and made anew would be *taken* by that acquire, so a describe right behind
+//! it checks that the order id (the fencing token) is unchanged; if not, the new grant is
+//! given back and the lease ends.
+
+use tokio::time::Instant;
+
+use super::acquire::{not_held, owners_describe};
+use super::pending::Replay;
+use super::{Answer, CallerId, Kind, SessionCore};
+use crate::error::{Error, ErrorKind};
+use crate::proto::{StatusCode, session_request as rq, session_response as rs};
+
+impl SessionCore {
+    /// Replaces a held lease's owner data: a repeated acquire with the same count, which the
+    /// server answers at once without changing the order of owners.
+    pub(super) fn set_data(
+        &mut self,
+        now: Instant,
+        name: String,
+        lease: u64,
+        data: Vec<u8>,
+        caller: CallerId,
+    ) {
+        let held = self
+            .names
+            .get(&name)
+            .and_then(|s| s.holding.as_ref())
+            .filter(|h| h.lease == lease)
+            .map(|h| (h.count, h.ephemeral));
+        let Some((count, ephemeral)) = held else {
+            self.answer(caller, Answer::Done(Err(not_held(&name))));
+            return;
+        };
+        // The repeated acquire would also *take* a semaphore that was force-deleted and
+        // made anew; the describe right behind it tells whether our order id is unchanged.
+        // (Registered in this order, so a replay after a reattach keeps it.)
+        let kind = Kind::SetData {
+            caller: Some(caller),
+            name: name.clone(),
+            check: 0,
+        };
+        let n = name.clone();
+        let update = self.pending.register(kind, Replay::Resend, |req_id| {
+            rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
+                req_id,
+                name: n,
+                timeout_millis: 0,
+                count,
+                data,
+                ephemeral,
+            })
+        });
+        let kind = Kind::SetDataCheck {
+            caller: None,
+            name: name.clone(),
+            lease,
+        };
+        let check = self
+            .pending
+            .register(kind, Replay::Resend, |req_id| owners_describe(req_id, name));
+        if let Some(super::pending::Entry {
+            kind: Kind::SetData { check: c, .. },
+            ..
+        }) = self.pending.get_mut(update)
+        {
+            *c = check;
+        }
+        self.write(now, update);
+        self.write(now, check);
+    }
+
+    pub(super) fn on_set_data_result(
+        &mut self,
+        name: &str,
+        caller: Option<CallerId>,
+        check: u64,
+        r: &rs::AcquireSemaphoreResult,
+    ) {
+        let failed = if r.status != StatusCode::Success as i32 {
+            Some(Error::from_ydb(
+                r.status,
+                &r.issues,
+                &format!("set owner data of {name:?}"),
+            ))
+        } else if !r.acquired {
+            Some(not_held(name))
+        } else {
+            None
+        };
+        match failed {
+            Some(err) => {
+                if let Some(caller) = caller {
+                    self.answer(caller, Answer::Done(Err(err)));
+                }
+            }
+            // The describe behind it answers the caller.
+            None => {
+                if let Some(super::pending::Entry {
+                    kind: Kind::SetDataCheck { caller: slot, .. },
+                    ..
+                }) = self.pending.get_mut(check)
+                {
+                    *slot = caller;
+                }
+            }
+        }
+    }
+
+    /// The describe behind an owner-data update: the same order id means the same
+    /// ownership; any other means the old one ended and the update took the semaphore anew,
+    /// which is given back, and the lease ends.
+    pub(super) fn on_set_data_check(
+        &mut self,
+        now: Instant,
+        name: &str,
+        lease: u64,
+        caller: Option<CallerId>,
+        order_id: Option<u64>,
+    ) {
+        let Some(caller) = caller else {
+            return; // the update itself failed and was answered
+        };
+        let held = self
+            .names
+            .get(name)
+            .and_then(|s| s.holding.as_ref())
+            .filter(|h| h.lease == lease)
+            .map(|h| h.order_id);
+        let Some(held) = held else {
+            self.answer(caller, Answer::Done(Err(not_held(name))));
+            return;
+        };
+        if order_id == Some(held) {
+            self.answer(caller, Answer::Done(Ok(())));
+            return;
+        }
+        if let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) {
+            h.token.cancel();
+            let held_for = now.saturating_duration_since(h.since);
+            self.metrics
+                .lease_ended(name, held_for, Some("session_expired"));
+            tracing::warn!(
+                semaphore = name,
+                fencing_token = h.order_id,
+                why = "ownership_ended",
+                "lease lost"
+            );
+        }
+        if order_id.is_some() {
+            self.submit_release(now, name, None);
+        }
+        let err = Error::new(
+            ErrorKind::Aborted,
+            format!("semaphore {name:?}: the lease ended before its data could be set"),
+        );
+        self.answer(caller, Answer::Done(Err(err)));
+        self.next_in_line(now, name);
+    }
+}

@@ -1,0 +1,770 @@
+//! Unit tests of the session core, without a runtime: inputs in, effects out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::{AcquireOptions, DescribeOptions, SessionOptions};
+use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto, session_request as rq};
+
+const SID: u64 = 7;
+const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+
+/// A core, its root token and the time it attached.
+struct Harness {
+    core: SessionCore,
+    token: CancellationToken,
+    t0: Instant,
+    effects: Vec<Effect>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with(SessionOptions::new())
+    }
+
+    fn with(options: SessionOptions) -> Self {
+        let t0 = Instant::now();
+        let token = CancellationToken::new();
+        let cfg = CoreConfig {
+            path: "/local/app".into(),
+            options,
+            protection_key: vec![1; 16],
+            session_id: SID,
+            seq_no: 1,
+        };
+        let core = SessionCore::new(cfg, token.clone(), Arc::new(Terminal::default()), t0, t0);
+        Self {
+            core,
+            token,
+            t0,
+            effects: Vec::new(),
+        }
+    }
+
+    fn at(&self, d: Duration) -> Instant {
+        self.t0 + d
+    }
+
+    /// Collects the effects of the last inputs (the driver's `check_deadline` included).
+    fn run(&mut self, now: Instant) -> &[Effect] {
+        self.core.check_deadline(now);
+        self.effects = self.core.take_effects();
+        &self.effects
+    }
+
+    fn acquire(&mut self, now: Instant, caller: CallerId, name: &str, opts: AcquireOptions) {
+        self.core.command(
+            now,
+            Command::Acquire(AcquireCmd {
+                caller,
+                name: name.into(),
+                opts,
+                requested_at: now,
+            }),
+        );
+    }
+
+    fn server(&mut self, now: Instant, r: rs::Response) {
+        self.core
+            .inbound(now, SessionResponse { response: Some(r) });
+    }
+
+    fn sent(&self) -> Vec<&rq::Request> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn answers(&self) -> Vec<(CallerId, &Answer)> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Answer(c, a) => Some((*c, a)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Acquires `name` for `caller` and answers as the server does for a free semaphore;
+    /// returns the lease id and token of the grant.
+    fn hold(
+        &mut self,
+        now: Instant,
+        caller: CallerId,
+        name: &str,
+        order_id: u64,
+    ) -> (u64, CancellationToken) {
+        self.acquire(now, caller, name, lock());
+        self.run(now);
+        let ids: Vec<u64> = self.sent().iter().map(|r| req_id(r)).collect();
+        let [acquire, describe] = ids[..] else {
+            panic!("expected an acquire and a describe, got {:?}", self.effects);
+        };
+        self.server(now, acquired(acquire, true));
+        self.server(now, described(describe, &[(SID, order_id)]));
+        self.run(now);
+        let grant = self.grant(caller).expect("granted");
+        (grant.lease, grant.token.clone())
+    }
+
+    /// The grant answered to `caller` in the last effects.
+    fn grant(&self, caller: CallerId) -> Option<&Grant> {
+        self.answers().into_iter().find_map(|(c, a)| match a {
+            Answer::Acquire(Ok(Some(g))) if c == caller => Some(g),
+            _ => None,
+        })
+    }
+}
+
+fn req_id(r: &rq::Request) -> u64 {
+    match r {
+        rq::Request::AcquireSemaphore(a) => a.req_id,
+        rq::Request::ReleaseSemaphore(a) => a.req_id,
+        rq::Request::DescribeSemaphore(a) => a.req_id,
+        rq::Request::CreateSemaphore(a) => a.req_id,
+        rq::Request::UpdateSemaphore(a) => a.req_id,
+        rq::Request::DeleteSemaphore(a) => a.req_id,
+        _ => 0,
+    }
+}
+
+fn kind_of(r: &rq::Request) -> &'static str {
+    match r {
+        rq::Request::AcquireSemaphore(_) => "acquire",
+        rq::Request::ReleaseSemaphore(_) => "release",
+        rq::Request::DescribeSemaphore(_) => "describe",
+        rq::Request::SessionStop(_) => "stop",
+        rq::Request::Ping(_) => "ping",
+        rq::Request::Pong(_) => "pong",
+        _ => "other",
+    }
+}
+
+fn acquired(req_id: u64, acquired: bool) -> rs::Response {
+    rs::Response::AcquireSemaphoreResult(rs::AcquireSemaphoreResult {
+        req_id,
+        status: StatusCode::Success as i32,
+        issues: Vec::new(),
+        acquired,
+    })
+}
+
+fn pending(req_id: u64) -> rs::Response {
+    rs::Response::AcquireSemaphorePending(rs::AcquireSemaphorePending { req_id })
+}
+
+fn released(req_id: u64) -> rs::Response {
+    rs::Response::ReleaseSemaphoreResult(rs::ReleaseSemaphoreResult {
+        req_id,
+        status: StatusCode::Success as i32,
+        issues: Vec::new(),
+        released: true,
+    })
+}
+
+/// A describe answer listing `owners` as (session id, order id).
+fn described(req_id: u64, owners: &[(u64, u64)]) -> rs::Response {
+    rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
+        req_id,
+        status: StatusCode::Success as i32,
+        issues: Vec::new(),
+        semaphore_description: Some(SemaphoreDescriptionProto {
+            name: "job".into(),
+            limit: 1,
+            count: owners.len() as u64,
+            owners: owners
+                .iter()
+                .map(|&(session_id, order_id)| SemaphoreSessionProto {
+                    session_id,
+                    order_id,
+                    count: 1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        watch_added: false,
+    })
+}
+
+fn lock() -> AcquireOptions {
+    AcquireOptions::exclusive().ephemeral(true)
+}
+
+// ---- scenarios -----------------------------------------------------------------------------
+
+#[test]
+fn an_immediate_grant_carries_the_order_id_of_the_pipelined_describe() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
+    assert_eq!(sent, vec![("acquire", 1), ("describe", 2)]);
+    h.server(now, acquired(1, true));
+    assert!(h.run(now).is_empty(), "the grant waits for the order id");
+    h.server(now, described(2, &[(SID, 42)]));
+    h.run(now);
+    let grant = h.grant(1).expect("granted");
+    assert_eq!(grant.order_id, 42);
+    assert!(!grant.token.is_cancelled());
+}
+
+#[test]
+fn a_grant_after_queueing_reads_the_order_id_with_one_more_describe() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    h.server(now, pending(1));
+    h.run(now);
+    assert!(matches!(h.effects.as_slice(), [Effect::Queued(1)]));
+    // The pipelined describe saw someone else own it.
+    h.server(now, described(2, &[(99, 41)]));
+    assert!(h.run(now).is_empty());
+    let later = h.at(S);
+    h.server(later, acquired(1, true));
+    h.run(later);
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["describe"], "one more describe after the grant");
+    let describe = req_id(h.sent()[0]);
+    h.server(later, described(describe, &[(SID, 43)]));
+    h.run(later);
+    assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
+}
+
+#[test]
+fn a_second_acquire_of_a_held_name_waits_locally_until_the_release() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    let (lease, _) = h.hold(now, 1, "job", 5);
+    h.acquire(now, 2, "job", lock());
+    assert!(
+        h.run(now).is_empty(),
+        "nothing is sent while the name is held"
+    );
+    h.core.control(
+        now,
+        Control::Release {
+            name: "job".into(),
+            lease,
+            caller: None,
+        },
+    );
+    h.run(now);
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["release", "acquire", "describe"]);
+}
+
+#[test]
+fn a_cancel_racing_a_grant_releases_and_answers_cancelled_once() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    h.core.control(
+        now,
+        Control::CancelAcquire {
+            name: "job".into(),
+            caller: 1,
+        },
+    );
+    h.run(now);
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(
+        sent,
+        vec!["release"],
+        "the waiter (or its grant) is withdrawn"
+    );
+    assert!(matches!(
+        h.answers().as_slice(),
+        [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::Cancelled
+    ));
+    // The grant the server had already decided arrives: answered for nobody.
+    h.server(now, acquired(1, true));
+    h.server(now, described(2, &[(SID, 5)]));
+    assert!(h.run(now).is_empty());
+    let release = 3;
+    h.server(now, released(release));
+    assert!(h.run(now).is_empty());
+    assert!(h.core.is_empty(), "nothing left behind");
+}
+
+#[test]
+fn a_grant_the_caller_no_longer_takes_is_released() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    let (lease, token) = h.hold(now, 1, "job", 5);
+    h.core.grant_refused(now, "job", lease);
+    h.run(now);
+    assert!(token.is_cancelled());
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["release"]);
+}
+
+#[test]
+fn close_while_acquiring_fails_the_acquire_and_ignores_a_late_grant() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    h.core.command(now, Command::Close { caller: 2 });
+    h.run(now);
+    assert!(matches!(
+        h.answers().as_slice(),
+        [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::SessionClosed
+    ));
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["stop"]);
+    assert!(
+        h.token.is_cancelled(),
+        "tokens fire before the server is asked"
+    );
+    h.server(now, acquired(1, true));
+    assert!(
+        h.run(now).is_empty(),
+        "a grant racing the stop is never returned"
+    );
+    h.server(
+        now,
+        rs::Response::SessionStopped(rs::SessionStopped { session_id: SID }),
+    );
+    h.run(now);
+    assert!(matches!(h.answers().as_slice(), [(2, Answer::Closed)]));
+    assert_eq!(h.core.state, SessionState::Closed);
+    assert!(h.core.is_done() && h.core.is_empty());
+}
+
+#[test]
+fn requests_are_replayed_in_order_after_a_reattach() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "a", lock());
+    h.acquire(now, 2, "b", lock().timeout(10 * S));
+    h.core.command(
+        now,
+        Command::Describe {
+            caller: 3,
+            name: "c".into(),
+            opts: DescribeOptions::new(),
+        },
+    );
+    h.run(now);
+    let before: Vec<_> = h.sent().iter().map(|r| req_id(r)).collect();
+    assert_eq!(before, vec![1, 2, 3, 4, 5]);
+    let lost = h.at(S);
+    h.core
+        .stream_lost(lost, &Error::new(ErrorKind::Transport, "cut"));
+    h.run(lost);
+    assert!(matches!(h.effects[0], Effect::DropStream));
+    assert!(
+        matches!(
+            h.effects[1],
+            Effect::State(SessionState::Reattaching { .. })
+        ),
+        "{:?}",
+        h.effects
+    );
+    h.core.tick(lost);
+    h.run(lost);
+    let Some(Effect::Dial { start, .. }) = h.effects.first() else {
+        panic!("expected a dial, got {:?}", h.effects);
+    };
+    assert_eq!(
+        (start.session_id, start.seq_no, start.protection_key.clone()),
+        (SID, 2, vec![1; 16])
+    );
+    let back = h.at(2 * S);
+    assert!(h.core.attached(back, SID, back));
+    h.run(back);
+    let after: Vec<_> = h.sent().iter().map(|r| req_id(r)).collect();
+    assert_eq!(after, before, "the same requests, in the same order");
+    // The timed acquire goes out with the time it has left.
+    let left = h.sent().iter().find_map(|r| match r {
+        rq::Request::AcquireSemaphore(a) if a.name == "b" => Some(a.timeout_millis),
+        _ => None,
+    });
+    assert_eq!(left, Some(8_001), "10 s asked at 1 ms, resent at 2 s");
+}
+
+#[test]
+fn the_deadline_counts_from_the_send_time_of_the_last_answered_request() {
+    let mut h = Harness::new();
+    // A ping goes out at 2 s and is answered at 2.5 s: contact is confirmed as of 2 s.
+    let ping_at = h.at(2 * S);
+    h.core.tick(ping_at);
+    h.run(ping_at);
+    let opaque = match h.sent().as_slice() {
+        [rq::Request::Ping(p)] => p.opaque,
+        other => panic!("expected a ping, got {other:?}"),
+    };
+    let answered = h.at(2500 * MS);
+    h.server(answered, rs::Response::Pong(rs::PingPong { opaque }));
+    h.run(answered);
+    // The stream then goes silent; timeout 10 s, margin 1 s: tokens fire at 2 + 9 = 11 s.
+    assert_eq!(h.core.live.deadline(), h.at(11 * S));
+    h.run(h.at(11 * S) - MS);
+    assert!(!h.token.is_cancelled());
+    h.run(h.at(11 * S));
+    assert!(h.token.is_cancelled());
+    assert_eq!(h.core.state, SessionState::Expired);
+}
+
+#[test]
+fn an_acquire_times_out_at_its_deadline_while_the_stream_is_down() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(S));
+    h.run(now);
+    h.server(now, pending(1));
+    h.run(now);
+    h.core
+        .stream_lost(now, &Error::new(ErrorKind::Transport, "cut"));
+    h.run(now);
+    assert!(h.core.next_wake() <= now + S);
+    h.core.tick(now + S - MS);
+    h.run(now + S - MS);
+    assert!(h.answers().is_empty());
+    h.core.tick(now + S);
+    h.run(now + S);
+    assert!(matches!(
+        h.answers().as_slice(),
+        [(1, Answer::Acquire(Ok(None)))]
+    ));
+    // The waiter is withdrawn on the next stream.
+    let back = h.at(2 * S);
+    h.core.tick(back);
+    h.run(back);
+    assert!(h.core.attached(back, SID, back));
+    h.run(back);
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["release"]);
+}
+
+#[test]
+fn a_reattach_answered_with_another_session_ends_the_session() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.core
+        .stream_lost(now, &Error::new(ErrorKind::Transport, "cut"));
+    h.core.tick(now);
+    h.run(now);
+    assert!(!h.core.attached(now, SID + 1, now));
+    h.run(now);
+    assert_eq!(h.core.state, SessionState::Expired);
+    assert_eq!(h.core.cause().kind(), ErrorKind::SessionExpired);
+    assert!(h.token.is_cancelled());
+}
+
+#[test]
+fn a_server_failure_with_a_session_verdict_ends_the_session_with_its_kind() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.server(
+        now,
+        rs::Response::Failure(rs::Failure {
+            status: StatusCode::BadSession as i32,
+            issues: Vec::new(),
+        }),
+    );
+    h.run(now);
+    assert_eq!(h.core.cause().kind(), ErrorKind::BadSession);
+    assert!(h.token.is_cancelled());
+}
+
+// ---- invariants, over random schedules -----------------------------------------------------
+
+/// One step of a random schedule.
+#[derive(Debug, Clone)]
+enum Step {
+    Acquire {
+        name: u8,
+        timeout_ms: Option<u64>,
+    },
+    Describe,
+    ReleaseOldest,
+    CancelNewest,
+    /// Answer the request in flight at this position (modulo their number).
+    Answer {
+        pick: usize,
+        outcome: u8,
+    },
+    Pong,
+    Lose,
+    Attach {
+        ours: bool,
+    },
+    DialFails,
+    Advance {
+        ms: u64,
+    },
+    Close,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u8..3, prop_oneof![Just(None), (0u64..3_000).prop_map(Some)])
+            .prop_map(|(name, timeout_ms)| Step::Acquire { name, timeout_ms }),
+        1 => Just(Step::Describe),
+        2 => Just(Step::ReleaseOldest),
+        1 => Just(Step::CancelNewest),
+        8 => (0usize..16, 0u8..4).prop_map(|(pick, outcome)| Step::Answer { pick, outcome }),
+        2 => Just(Step::Pong),
+        1 => Just(Step::Lose),
+        2 => prop_oneof![9 => Just(true), 1 => Just(false)].prop_map(|ours| Step::Attach { ours }),
+        1 => Just(Step::DialFails),
+        3 => (1u64..4_000).prop_map(|ms| Step::Advance { ms }),
+        1 => Just(Step::Close),
+    ]
+}
+
+/// A model of the server's side of the wire and of the callers, enough to check the core.
+#[derive(Default)]
+struct World {
+    /// Requests written and not yet answered, oldest first, with when they were written.
+    in_flight: Vec<(Instant, rq::Request)>,
+    pings: Vec<(Instant, u64)>,
+    /// The send time of the last request the server answered: the oracle of the deadline,
+    /// kept apart from the core's own arithmetic.
+    confirmed: Option<Instant>,
+    dialing: bool,
+    callers: HashSet<CallerId>,
+    answered: HashMap<CallerId, usize>,
+    grants: Vec<Grant>,
+    next_caller: CallerId,
+    next_order: u64,
+}
+
+impl World {
+    fn absorb(&mut self, h: &mut Harness, now: Instant) {
+        // The driver's order: run the core, then carry out the effects.
+        let effects = {
+            h.core.check_deadline(now);
+            h.core.take_effects()
+        };
+        for e in effects {
+            match e {
+                Effect::Send(r) => match r {
+                    rq::Request::Ping(p) => self.pings.push((now, p.opaque)),
+                    rq::Request::Pong(_) | rq::Request::SessionStop(_) => {}
+                    r => self.in_flight.push((now, r)),
+                },
+                Effect::Answer(caller, answer) => {
+                    *self.answered.entry(caller).or_default() += 1;
+                    if let Answer::Acquire(Ok(Some(grant))) = answer {
+                        self.grants.push(grant);
+                    }
+                }
+                Effect::DropStream => {
+                    self.in_flight.clear();
+                    self.pings.clear();
+                }
+                Effect::Dial { .. } => self.dialing = true,
+                Effect::Queued(_) | Effect::Watch(..) | Effect::State(_) => {}
+            }
+        }
+    }
+
+    fn confirm(&mut self, sent: Instant) {
+        self.confirmed = Some(self.confirmed.map_or(sent, |c| c.max(sent)));
+    }
+
+    fn caller(&mut self) -> CallerId {
+        self.next_caller += 1;
+        self.callers.insert(self.next_caller);
+        self.next_caller
+    }
+
+    /// A plausible answer to a request in flight.
+    fn answer(&mut self, pick: usize, outcome: u8) -> Option<rs::Response> {
+        if self.in_flight.is_empty() {
+            return None;
+        }
+        let (sent, r) = self.in_flight.remove(pick % self.in_flight.len());
+        self.confirm(sent);
+        self.next_order += 1;
+        Some(match r {
+            rq::Request::AcquireSemaphore(a) => match outcome {
+                0 => pending(a.req_id),
+                1 => acquired(a.req_id, false),
+                _ => acquired(a.req_id, true),
+            },
+            rq::Request::DescribeSemaphore(d) if outcome.is_multiple_of(2) => {
+                described(d.req_id, &[(SID, self.next_order)])
+            }
+            rq::Request::DescribeSemaphore(d) => described(d.req_id, &[(99, 1)]),
+            rq::Request::ReleaseSemaphore(r) => released(r.req_id),
+            _ => return None,
+        })
+    }
+}
+
+fn run_schedule(steps: &[Step]) {
+    let mut h = Harness::with(SessionOptions::new().timeout(5 * S));
+    let mut w = World::default();
+    w.confirm(h.t0);
+    let deadline_after = 5 * S - 5 * S / 10;
+    let mut now = h.at(MS);
+    let mut up = true;
+    let mut acquires: Vec<(CallerId, String)> = Vec::new();
+    for step in steps {
+        match step.clone() {
+            Step::Acquire { name, timeout_ms } => {
+                let caller = w.caller();
+                let mut opts = lock();
+                if let Some(ms) = timeout_ms {
+                    opts = opts.timeout(Duration::from_millis(ms));
+                }
+                let name = format!("n{name}");
+                acquires.push((caller, name.clone()));
+                h.acquire(now, caller, &name, opts);
+            }
+            Step::Describe => {
+                let caller = w.caller();
+                h.core.command(
+                    now,
+                    Command::Describe {
+                        caller,
+                        name: "n0".into(),
+                        opts: DescribeOptions::new(),
+                    },
+                );
+            }
+            Step::ReleaseOldest => {
+                if !w.grants.is_empty() {
+                    let grant = w.grants.remove(0);
+                    let name = h
+                        .core
+                        .names
+                        .iter()
+                        .find(|(_, s)| s.holding.as_ref().is_some_and(|x| x.lease == grant.lease))
+                        .map(|(n, _)| n.clone());
+                    if let Some(name) = name {
+                        let caller = w.caller();
+                        h.core.control(
+                            now,
+                            Control::Release {
+                                name,
+                                lease: grant.lease,
+                                caller: Some(caller),
+                            },
+                        );
+                    }
+                }
+            }
+            Step::CancelNewest => {
+                if let Some((caller, name)) = acquires.pop()
+                    && !w.answered.contains_key(&caller)
+                {
+                    // The caller is gone (its future was dropped): it may get one answer,
+                    // it need not.
+                    w.callers.remove(&caller);
+                    h.core.control(now, Control::CancelAcquire { name, caller });
+                }
+            }
+            Step::Answer { pick, outcome } => {
+                if up && let Some(r) = w.answer(pick, outcome) {
+                    h.server(now, r);
+                }
+            }
+            Step::Pong => {
+                if up && let Some((sent, opaque)) = w.pings.pop() {
+                    w.confirm(sent);
+                    h.server(now, rs::Response::Pong(rs::PingPong { opaque }));
+                }
+            }
+            Step::Lose => {
+                if up {
+                    up = false;
+                    w.in_flight.clear();
+                    w.pings.clear();
+                    h.core
+                        .stream_lost(now, &Error::new(ErrorKind::Transport, "cut"));
+                }
+            }
+            Step::Attach { ours } => {
+                if w.dialing {
+                    w.dialing = false;
+                    let id = if ours { SID } else { SID + 1 };
+                    up = h.core.attached(now, id, now);
+                    if up {
+                        w.confirm(now);
+                    }
+                }
+            }
+            Step::DialFails => {
+                if w.dialing {
+                    w.dialing = false;
+                    h.core
+                        .attach_failed(now, &Error::new(ErrorKind::Transport, "refused"), 0.5);
+                }
+            }
+            Step::Advance { ms } => {
+                now += Duration::from_millis(ms);
+                h.core.tick(now);
+            }
+            Step::Close => {
+                let caller = w.caller();
+                h.core.command(now, Command::Close { caller });
+            }
+        }
+        w.absorb(&mut h, now);
+        if w.confirmed.is_some_and(|c| now >= c + deadline_after) {
+            assert!(
+                h.token.is_cancelled(),
+                "a token outlived last answered send + timeout - margin"
+            );
+        }
+        for (caller, n) in &w.answered {
+            assert!(*n <= 1, "caller {caller} answered {n} times");
+        }
+        if h.core.is_done() {
+            break;
+        }
+    }
+    // Let the session end however it must: the deadline passes without contact.
+    for _ in 0..10 {
+        if h.core.is_done() {
+            break;
+        }
+        now += 10 * S;
+        h.core.tick(now);
+        w.absorb(&mut h, now);
+    }
+    assert!(h.core.is_done(), "the session never ended");
+    assert!(h.token.is_cancelled());
+    assert!(h.core.is_empty(), "something was left in the core's tables");
+    for caller in &w.callers {
+        assert_eq!(
+            w.answered.get(caller).copied().unwrap_or(0),
+            1,
+            "caller {caller} was not answered exactly once"
+        );
+    }
+    for grant in &w.grants {
+        assert!(grant.token.is_cancelled());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_caller_is_answered_once_no_token_outlives_the_deadline_and_nothing_is_left(
+        steps in prop::collection::vec(step(), 1..120)
+    ) {
+        run_schedule(&steps);
+    }
+}

@@ -1,0 +1,96 @@
+//! The session stream: opening one and attaching on it, the same way for a session's first
+//! attach and for every reattach.
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::Streaming;
+use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::{
+    self, SessionRequest, SessionResponse, session_request as rq, session_response as rs,
+};
+use crate::transport::{Lane, Transport};
+
+/// A live stream.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(super) tx: mpsc::UnboundedSender<SessionRequest>,
+    pub(super) inbound: Streaming<SessionResponse>,
+    pub(super) lane: Lane,
+}
+
+impl Conn {
+    pub(super) fn send(&self, r: rq::Request) {
+        // A closed request stream shows up as the inbound side ending; nothing to do here.
+        let _ = self.tx.send(proto::request(r));
+    }
+}
+
+/// The outcome of one attach attempt.
+#[derive(Debug)]
+pub(crate) struct Attached {
+    pub(crate) conn: Conn,
+    pub(crate) session_id: u64,
+    pub(crate) sent_at: Instant,
+}
+
+/// Opens a stream and attaches: the one attacher, for a session's first attach
+/// (`session_id` 0 creates a session) and for every reattach.
+pub(crate) async fn attach(
+    transport: &Transport,
+    lane: Lane,
+    start: rq::SessionStart,
+) -> Result<Attached> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let _ = tx.send(proto::request(rq::Request::SessionStart(start)));
+    let sent_at = Instant::now();
+    let request = transport
+        .request(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await?;
+    let mut client = CoordinationServiceClient::new(lane.channel.clone())
+        .max_decoding_message_size(64 * 1024 * 1024);
+    let mut inbound = client
+        .session(request)
+        .await
+        .map_err(|s| Error::from_grpc(s, "session stream"))?
+        .into_inner();
+    loop {
+        let msg = inbound
+            .message()
+            .await
+            .map_err(|s| Error::from_grpc(s, "session stream"))?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Transport,
+                    "session stream ended before the session started",
+                )
+            })?;
+        match msg.response {
+            Some(rs::Response::SessionStarted(s)) if s.session_id == 0 => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    "the server started a session with id 0",
+                ));
+            }
+            Some(rs::Response::SessionStarted(s)) => {
+                return Ok(Attached {
+                    conn: Conn { tx, inbound, lane },
+                    session_id: s.session_id,
+                    sent_at,
+                });
+            }
+            Some(rs::Response::Failure(f)) => {
+                return Err(Error::from_ydb(f.status, &f.issues, "session start"));
+            }
+            Some(rs::Response::Ping(p)) => {
+                let _ = tx.send(proto::request(rq::Request::Pong(rq::PingPong {
+                    opaque: p.opaque,
+                })));
+            }
+            other => {
+                tracing::debug!(?other, "ignoring a message before session_started");
+            }
+        }
+    }
+}
