@@ -129,11 +129,17 @@ mod manager;
 pub(crate) mod proto;
 pub mod recipes;
 mod session;
+#[cfg(test)]
+mod sim;
 mod transport;
 
 #[cfg(feature = "emulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
 pub mod emulator;
+
+/// The emulator's pure node core, which the simulator runs against the session core.
+#[cfg(test)]
+pub(crate) use crate::emulator::state as emulator_core;
 
 pub use auth::{Credentials, TokenFuture, TokenProvider};
 pub use client::{Client, ClientBuilder};

@@ -159,6 +159,9 @@ pub(crate) struct SessionCore {
     done: bool,
     metrics: Metrics,
     out: Vec<Effect>,
+    /// A deliberately broken core for the simulator's self-test: tokens fire this late.
+    #[cfg(test)]
+    fire_late: Duration,
 }
 
 impl SessionCore {
@@ -208,6 +211,8 @@ impl SessionCore {
             done: false,
             metrics,
             out: Vec::new(),
+            #[cfg(test)]
+            fire_late: Duration::ZERO,
         }
     }
 
@@ -240,6 +245,10 @@ impl SessionCore {
     /// When the core next needs a [`SessionCore::tick`].
     pub(crate) fn next_wake(&self) -> Instant {
         let mut wake = self.live.deadline();
+        #[cfg(test)]
+        {
+            wake += self.fire_late;
+        }
         if let Some(at) = self.link.next_wake(&self.live) {
             wake = wake.min(at);
         }
@@ -275,6 +284,8 @@ impl SessionCore {
     /// Ends the session once the lease-safety deadline has passed. The driver calls it
     /// after every input, so a flood of messages cannot postpone the tokens.
     pub(crate) fn check_deadline(&mut self, now: Instant) {
+        #[cfg(test)]
+        let now = now.checked_sub(self.fire_late).unwrap_or(now);
         if self.done || !self.live.expired(now) {
             return;
         }
@@ -295,6 +306,7 @@ impl SessionCore {
 
     /// A command from a handle.
     pub(crate) fn command(&mut self, now: Instant, command: Command) {
+        self.check_deadline(now);
         if self.done || self.closing.is_some() {
             self.refuse(command);
             return;
@@ -398,6 +410,7 @@ impl SessionCore {
 
     /// A control message from a lease, a dropped acquire or watch, or a snapshot request.
     pub(crate) fn control(&mut self, now: Instant, control: Control) {
+        self.check_deadline(now);
         if self.done {
             self.refuse_control(control);
             return;
@@ -542,6 +555,8 @@ impl SessionCore {
 
     /// A message from the server.
     pub(crate) fn inbound(&mut self, now: Instant, msg: SessionResponse) {
+        // Past the deadline nothing more is handed out, not even an answer in hand.
+        self.check_deadline(now);
         if self.done || !self.link.is_up() {
             return;
         }
@@ -815,9 +830,16 @@ impl SessionCore {
         self.link = Link::Ended;
     }
 
+    /// Breaks the core on purpose (simulator self-test): lease tokens fire `by` after the
+    /// deadline.
+    #[cfg(test)]
+    pub(crate) fn fire_late(&mut self, by: Duration) {
+        self.fire_late = by;
+    }
+
     /// Whether anything is left in any table (a finished session must have nothing).
     #[cfg(test)]
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pending.len() == 0
             && self.names.is_empty()
             && self.queue_deadlines.is_empty()

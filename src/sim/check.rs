@@ -1,0 +1,367 @@
+//! The history checker: every grant, lease end, write, pause and fault of a run is reported
+//! here as it happens (in global time), and each is judged against the properties a
+//! coordination client must keep.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// One broken property, with what shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violation {
+    pub(crate) what: &'static str,
+    pub(crate) detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.detail)
+    }
+}
+
+/// A resource the workers contend for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Resource {
+    /// An exclusive lock with a fenced register behind it.
+    Mutex,
+    /// A counted semaphore (limit [`SEMAPHORE_LIMIT`]).
+    Semaphore,
+    /// A reader-writer lock.
+    RwLock,
+}
+
+/// The limit of [`Resource::Semaphore`].
+pub(crate) const SEMAPHORE_LIMIT: u64 = 3;
+
+impl Resource {
+    pub(crate) const ALL: [Resource; 3] = [Resource::Mutex, Resource::Semaphore, Resource::RwLock];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Resource::Mutex => "m",
+            Resource::Semaphore => "s",
+            Resource::RwLock => "rw",
+        }
+    }
+
+    fn limit(self) -> u128 {
+        match self {
+            Resource::Semaphore => u128::from(SEMAPHORE_LIMIT),
+            Resource::Mutex | Resource::RwLock => u128::from(u64::MAX),
+        }
+    }
+}
+
+/// Identifies one lease in a run: (client, session number on that client, lease id).
+pub(crate) type LeaseKey = (usize, u64, u64);
+
+#[derive(Debug)]
+struct Holder {
+    client: usize,
+    resource: Resource,
+    count: u64,
+    order_id: u64,
+    token: CancellationToken,
+}
+
+/// Judges one run's history.
+#[derive(Debug, Default)]
+pub(crate) struct Checker {
+    live: HashMap<LeaseKey, Holder>,
+    /// The newest order id granted exclusively, per resource.
+    newest_exclusive: HashMap<Resource, u64>,
+    /// The largest order id ever granted, per resource.
+    newest: HashMap<Resource, u64>,
+    /// The fenced register: the newest token it accepted.
+    register: u64,
+    /// Until when each client is paused.
+    paused_until: HashMap<usize, Instant>,
+    /// Until when a lease loss on a client is explained by a fault that long (or a forced
+    /// expiry).
+    loss_explained_until: HashMap<usize, Instant>,
+    /// Sessions the server ended by fiat.
+    revoked: std::collections::HashSet<(usize, u64)>,
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) grants: u64,
+    pub(crate) writes_accepted: u64,
+    pub(crate) writes_rejected: u64,
+    pub(crate) leases_lost: u64,
+}
+
+impl Checker {
+    fn violation(&mut self, what: &'static str, detail: String) {
+        self.violations.push(Violation { what, detail });
+    }
+
+    fn paused(&self, client: usize, now: Instant) -> bool {
+        self.paused_until
+            .get(&client)
+            .is_some_and(|&until| now < until)
+    }
+
+    /// A client's process stops being stepped from `now` until `until`.
+    pub(crate) fn pause(&mut self, client: usize, until: Instant) {
+        self.paused_until.insert(client, until);
+    }
+
+    /// A fault that may rightly cost `client` its leases, until `until`.
+    pub(crate) fn may_lose(&mut self, client: usize, until: Instant) {
+        let slot = self.loss_explained_until.entry(client).or_insert(until);
+        *slot = (*slot).max(until);
+    }
+
+    /// The server ended a session by fiat (a forced expiry, which no client can see
+    /// coming): what it held, and any grant of it still on its way, stops counting as held
+    /// from now; the client learns of it only when the news arrives.
+    pub(crate) fn revoke(&mut self, client: usize, session: u64) {
+        self.live.retain(|k, _| (k.0, k.1) != (client, session));
+        self.revoked.insert((client, session));
+    }
+
+    /// A worker was handed a lease.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn granted(
+        &mut self,
+        now: Instant,
+        key: LeaseKey,
+        resource: Resource,
+        count: u64,
+        order_id: u64,
+        token: CancellationToken,
+    ) {
+        self.grants += 1;
+        let client = key.0;
+        self.live.retain(|_, h| !h.token.is_cancelled());
+        if token.is_cancelled() || self.revoked.contains(&(key.0, key.1)) {
+            return; // handed out already lost: nothing is held
+        }
+        // At no instant may the live, running holders of a resource exceed its limit.
+        let mut held: u128 = u128::from(count);
+        let mut others = Vec::new();
+        for (k, h) in &self.live {
+            if h.resource == resource && !self.paused(h.client, now) {
+                held += u128::from(h.count);
+                others.push((*k, h.order_id));
+            }
+        }
+        if held > resource.limit() {
+            self.violation(
+                "overlap",
+                format!(
+                    "{resource:?}: lease {key:?} (fencing {order_id}, count {count}) granted \
+                     while {others:?} hold it with live tokens"
+                ),
+            );
+        }
+        let exclusive = u128::from(count) >= resource.limit();
+        let newest = self.newest.get(&resource).copied().unwrap_or(0);
+        if exclusive && order_id <= newest {
+            self.violation(
+                "fencing",
+                format!("{resource:?}: exclusive grant {order_id} not above {newest}"),
+            );
+        }
+        if exclusive {
+            self.newest_exclusive.insert(resource, order_id);
+        }
+        self.newest.insert(resource, newest.max(order_id));
+        self.live.insert(
+            key,
+            Holder {
+                client,
+                resource,
+                count,
+                order_id,
+                token,
+            },
+        );
+    }
+
+    /// A lease ended: released by its worker, or lost (its token fired first).
+    pub(crate) fn ended(&mut self, now: Instant, key: LeaseKey, lost: bool) {
+        self.live.remove(&key);
+        if !lost {
+            return;
+        }
+        self.leases_lost += 1;
+        let client = key.0;
+        let explained = self
+            .loss_explained_until
+            .get(&client)
+            .is_some_and(|&until| now <= until);
+        if !explained {
+            self.violation(
+                "lost lease",
+                format!(
+                    "client {client} lost lease {key:?} at {now:?} with no fault long enough \
+                     to cost it"
+                ),
+            );
+        }
+    }
+
+    /// A write to the fenced register arrives with `token`; `issued_live` says whether the
+    /// writer's lease token was live when it issued the write.
+    pub(crate) fn write(&mut self, token: u64, issued_live: bool, writer: LeaseKey) -> bool {
+        if token < self.register {
+            self.writes_rejected += 1;
+            return false;
+        }
+        if !issued_live {
+            self.violation(
+                "late write",
+                format!("lease {writer:?} wrote with fencing {token} after its token fired"),
+            );
+        }
+        self.register = token;
+        self.writes_accepted += 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn two_live_exclusive_holders_are_an_overlap_unless_one_is_paused() {
+        let t = Instant::now();
+        let mut c = Checker::default();
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            1,
+            CancellationToken::new(),
+        );
+        c.granted(
+            t,
+            (1, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            2,
+            CancellationToken::new(),
+        );
+        assert_eq!(c.violations.len(), 1);
+        assert_eq!(c.violations[0].what, "overlap");
+
+        let mut c = Checker::default();
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            1,
+            CancellationToken::new(),
+        );
+        c.pause(0, t + Duration::from_secs(30));
+        c.granted(
+            t,
+            (1, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            2,
+            CancellationToken::new(),
+        );
+        assert!(c.violations.is_empty());
+    }
+
+    #[test]
+    fn a_fired_token_is_no_holder_and_counts_stay_within_the_limit() {
+        let t = Instant::now();
+        let mut c = Checker::default();
+        let fired = CancellationToken::new();
+        c.granted(t, (0, 1, 1), Resource::Mutex, u64::MAX, 1, fired.clone());
+        fired.cancel();
+        c.granted(
+            t,
+            (1, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            2,
+            CancellationToken::new(),
+        );
+        assert!(c.violations.is_empty());
+        for i in 0..3 {
+            c.granted(
+                t,
+                (i, 1, 2),
+                Resource::Semaphore,
+                1,
+                10 + i as u64,
+                CancellationToken::new(),
+            );
+        }
+        assert!(c.violations.is_empty());
+        c.granted(
+            t,
+            (3, 1, 2),
+            Resource::Semaphore,
+            1,
+            20,
+            CancellationToken::new(),
+        );
+        assert_eq!(c.violations.len(), 1);
+    }
+
+    #[test]
+    fn fencing_tokens_must_grow_and_the_register_rejects_older_ones() {
+        let t = Instant::now();
+        let mut c = Checker::default();
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            5,
+            CancellationToken::new(),
+        );
+        c.ended(t, (0, 1, 1), false);
+        c.granted(
+            t,
+            (1, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            4,
+            CancellationToken::new(),
+        );
+        assert_eq!(c.violations.last().map(|v| v.what), Some("fencing"));
+        assert!(c.write(5, true, (0, 1, 1)));
+        assert!(!c.write(4, true, (1, 1, 1)));
+        assert!(c.write(6, false, (1, 1, 2)));
+        assert_eq!(c.violations.last().map(|v| v.what), Some("late write"));
+    }
+
+    #[test]
+    fn a_lost_lease_needs_a_long_fault() {
+        let t = Instant::now();
+        let mut c = Checker::default();
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            1,
+            CancellationToken::new(),
+        );
+        c.ended(t, (0, 1, 1), true);
+        assert_eq!(c.violations.last().map(|v| v.what), Some("lost lease"));
+        let mut c = Checker::default();
+        c.may_lose(0, t + Duration::from_secs(30));
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            1,
+            CancellationToken::new(),
+        );
+        c.ended(t + Duration::from_secs(10), (0, 1, 1), true);
+        assert!(c.violations.is_empty());
+    }
+}

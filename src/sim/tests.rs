@@ -1,0 +1,179 @@
+//! The simulation runs: a fixed budget in CI, replay of one seed, a soak, and the proof
+//! that the checker bites.
+
+use std::time::{Duration, Instant as WallClock};
+
+use super::{Config, Report, World};
+
+fn run(cfg: &Config, seed: u64) -> Report {
+    World::new(cfg.clone(), seed).run(seed)
+}
+
+fn explain(report: &Report) -> String {
+    format!(
+        "seed {seed} (replay: SIM_SEED={seed} cargo test --all-features --lib sim::): {violations:?}\n\
+         last events:\n  {trail}",
+        seed = report.seed,
+        violations = report.violations,
+        trail = report.trail.join("\n  "),
+    )
+}
+
+/// Totals over many runs.
+#[derive(Debug, Default)]
+struct Totals {
+    seeds: u64,
+    ops: u64,
+    faults: u64,
+    events: u64,
+    writes: u64,
+    rejected: u64,
+    lost: u64,
+    sessions: u64,
+    virtual_time: Duration,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Report) {
+        self.seeds += 1;
+        self.ops += r.ops;
+        self.faults += r.faults;
+        self.events += r.events;
+        self.writes += r.writes_accepted;
+        self.rejected += r.writes_rejected;
+        self.lost += r.leases_lost;
+        self.sessions += r.sessions;
+        self.virtual_time += r.virtual_time;
+    }
+}
+
+/// Runs `seeds` and fails at the first violation, with its seed and last events.
+fn budget(cfg: &Config, seeds: impl Iterator<Item = u64>) -> Totals {
+    let started = WallClock::now();
+    let mut totals = Totals::default();
+    for seed in seeds {
+        let report = run(cfg, seed);
+        assert!(report.violations.is_empty(), "{}", explain(&report));
+        totals.add(&report);
+    }
+    let took = started.elapsed();
+    eprintln!(
+        "sim: seeds={} ops={} faults={} events={} writes={} (rejected {}) lost_leases={} \
+         sessions={} virtual={:?} wall={:?} ops/s={:.0} events/s={:.0}",
+        totals.seeds,
+        totals.ops,
+        totals.faults,
+        totals.events,
+        totals.writes,
+        totals.rejected,
+        totals.lost,
+        totals.sessions,
+        totals.virtual_time,
+        took,
+        totals.ops as f64 / took.as_secs_f64(),
+        totals.events as f64 / took.as_secs_f64(),
+    );
+    totals
+}
+
+/// How many seeds CI runs (`SIM_SEEDS` overrides).
+fn ci_seeds() -> u64 {
+    std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000)
+}
+
+#[test]
+fn cores_keep_every_property_under_faults_skew_and_pauses() {
+    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        let report = run(&Config::default(), seed);
+        eprintln!("{}", explain(&report));
+        assert!(report.violations.is_empty());
+        return;
+    }
+    let seeds = ci_seeds();
+    let totals = budget(&Config::default(), 0..seeds);
+    if seeds >= 1_000 {
+        assert!(
+            totals.ops >= 1_000_000,
+            "the budget ran {} lock operations",
+            totals.ops
+        );
+        assert!(
+            totals.faults >= 100_000,
+            "the budget injected {} faults",
+            totals.faults
+        );
+    }
+}
+
+#[test]
+fn a_soak_runs_random_seeds_when_asked() {
+    let Some(seeds) = std::env::var("SIM_SOAK")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let start = WallClock::now()
+        .elapsed()
+        .as_nanos()
+        .wrapping_add(u128::from(std::process::id())) as u64;
+    let first = start.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    eprintln!("sim soak: seeds {first}..+{seeds}");
+    budget(
+        &Config::default(),
+        (0..seeds).map(|i| first.wrapping_add(i)),
+    );
+}
+
+#[test]
+fn the_same_seed_replays_the_same_history() {
+    let cfg = Config {
+        ops: 200,
+        faults: 20,
+        ..Config::default()
+    };
+    let a = run(&cfg, 42);
+    let b = run(&cfg, 42);
+    assert_eq!((a.ops, a.faults, a.events), (b.ops, b.faults, b.events));
+    assert_eq!(a.trail, b.trail);
+}
+
+/// Runs until a seed shows a violation; returns what was found.
+fn find_violation(cfg: &Config, seeds: u64) -> Option<Report> {
+    (0..seeds)
+        .map(|seed| run(cfg, seed))
+        .find(|r| !r.violations.is_empty())
+}
+
+#[test]
+fn the_checker_catches_a_zero_margin_against_a_faster_server_clock() {
+    // The server's clock runs 5% faster than every client's, and no margin absorbs it.
+    let cfg = Config {
+        margin: Some(Duration::ZERO),
+        rate: Some(1.0 / 1.05),
+        ..Config::default()
+    };
+    let found = find_violation(&cfg, 200).expect("margin 0 with a 5% faster server went unnoticed");
+    assert!(
+        found.violations.iter().any(|v| v.what == "overlap"),
+        "{}",
+        explain(&found)
+    );
+}
+
+#[test]
+fn the_checker_catches_tokens_fired_after_the_deadline() {
+    let cfg = Config {
+        fire_late: Some(Duration::from_secs(3)),
+        ..Config::default()
+    };
+    let found = find_violation(&cfg, 200).expect("late tokens went unnoticed");
+    assert!(
+        found.violations.iter().any(|v| v.what == "overlap"),
+        "{}",
+        explain(&found)
+    );
+}

@@ -1,0 +1,1351 @@
+//! The simulated world: one emulator node core, N client session cores, the streams
+//! between them, workers, faults, and a queue of timed events.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Rng;
+use super::check::{Checker, LeaseKey, Resource, SEMAPHORE_LIMIT, Violation};
+use crate::config::{AcquireOptions, SessionOptions};
+use crate::emulator_core::{Effect as ServerEffect, NodeState, StreamId};
+use crate::error::{Error, ErrorKind};
+use crate::proto::{
+    NodeConfigProto, SessionRequest, SessionResponse, StatusCode, session_request as rq,
+    session_response as rs,
+};
+use crate::session::core::{
+    AcquireCmd, Answer, CallerId, Command, Control, CoreConfig, Effect, Grant, SessionCore,
+    Terminal, start_message,
+};
+
+const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+
+/// What a run looks like.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) clients: usize,
+    pub(crate) workers_per_client: usize,
+    /// Lock operations (grants) after which no new cycle starts.
+    pub(crate) ops: u64,
+    /// Faults to inject.
+    pub(crate) faults: u64,
+    /// The session timeout of every client.
+    pub(crate) timeout: Duration,
+    /// The safety margin (default: the options' default).
+    pub(crate) margin: Option<Duration>,
+    /// Each client's clock runs at a rate drawn from `[1 - skew, 1 + skew]` of the server's.
+    pub(crate) skew: f64,
+    /// Every client's clock runs at exactly this rate (overrides `skew`).
+    pub(crate) rate: Option<f64>,
+    /// A deliberately broken client: lease tokens fire this much after the deadline.
+    pub(crate) fire_late: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            clients: 4,
+            workers_per_client: 3,
+            ops: 1_000,
+            faults: 100,
+            timeout: 10 * S,
+            margin: None,
+            skew: 0.02,
+            rate: None,
+            fire_late: None,
+        }
+    }
+}
+
+/// The numbers of one run.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Report {
+    pub(crate) seed: u64,
+    pub(crate) ops: u64,
+    pub(crate) faults: u64,
+    pub(crate) events: u64,
+    pub(crate) writes_accepted: u64,
+    pub(crate) writes_rejected: u64,
+    pub(crate) leases_lost: u64,
+    pub(crate) sessions: u64,
+    pub(crate) virtual_time: Duration,
+    pub(crate) violations: Vec<Violation>,
+    /// The last events before the first violation (or the end), for a failure report.
+    pub(crate) trail: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    ToServer {
+        link: u64,
+        msg: SessionRequest,
+    },
+    ToClient {
+        link: u64,
+        msg: SessionResponse,
+    },
+    /// The server learns that the client closed the stream.
+    ServerClosed {
+        link: u64,
+    },
+    /// The client learns that the server closed the stream (or the wire broke).
+    ClientClosed {
+        link: u64,
+    },
+    ServerTimers,
+    ServerPing {
+        link: u64,
+    },
+    ClientWake {
+        client: usize,
+        at: Instant,
+    },
+    DialFailed {
+        client: usize,
+        link: u64,
+    },
+    DialTimeout {
+        client: usize,
+        link: u64,
+    },
+    Worker {
+        client: usize,
+        worker: usize,
+    },
+    NewSession {
+        client: usize,
+    },
+    Close {
+        client: usize,
+    },
+    Fault,
+    Write {
+        key: LeaseKey,
+        token: u64,
+        issued_live: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Link {
+    client: usize,
+    stream: StreamId,
+    /// In-flight messages are delivered (a cut loses them).
+    wire: bool,
+    /// The client still reads the stream.
+    client_reads: bool,
+    /// The server still serves the stream.
+    server_serves: bool,
+    last_up: Instant,
+    last_down: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerState {
+    Idle,
+    Acquiring,
+    Holding,
+    Releasing,
+}
+
+#[derive(Debug)]
+struct Worker {
+    resource: Resource,
+    state: WorkerState,
+    count: u64,
+    lease: Option<(LeaseKey, u64, u64, CancellationToken)>,
+    writes_left: u32,
+}
+
+#[derive(Debug)]
+struct Client {
+    rate: f64,
+    core: Option<SessionCore>,
+    session_no: u64,
+    /// The attached stream.
+    link: Option<u64>,
+    /// A dial in progress: its stream and when (client time) the start went out.
+    dialing: Option<(u64, Instant)>,
+    /// Brand-new session attempts so far without success.
+    start_attempts: u32,
+    wake_at: Option<Instant>,
+    paused_until: Instant,
+    stalled_until: Instant,
+    refuse_until: Instant,
+    cooldown_until: Instant,
+    workers: Vec<Worker>,
+    /// Callers of the current session: caller -> worker (`None`: a close).
+    callers: HashMap<CallerId, Option<usize>>,
+    answered: HashSet<CallerId>,
+    next_caller: CallerId,
+    closing: bool,
+}
+
+#[derive(Debug)]
+struct ServerStream {
+    link: u64,
+    attached: bool,
+    outstanding: u64,
+    period: Duration,
+}
+
+/// One simulated run.
+pub(crate) struct World {
+    cfg: Config,
+    rng: Rng,
+    base: Instant,
+    now: Instant,
+    seq: u64,
+    queue: BTreeMap<(Instant, u64), Ev>,
+    node: NodeState,
+    server_streams: HashMap<StreamId, ServerStream>,
+    server_timer: Option<Instant>,
+    next_opaque: u64,
+    links: HashMap<u64, Link>,
+    next_link: u64,
+    clients: Vec<Client>,
+    checker: Checker,
+    ops: u64,
+    faults: u64,
+    events: u64,
+    sessions: u64,
+    winding_down: bool,
+    trail: Vec<String>,
+    fault_log: Vec<String>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("now", &self.now)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+const TRAIL: usize = 40;
+/// A run that needs more events than this has lost its way (a livelock).
+const MAX_EVENTS: u64 = 20_000_000;
+
+impl World {
+    pub(crate) fn new(cfg: Config, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let base = Instant::now();
+        let mut node = NodeState::new(NodeConfigProto::default());
+        create_semaphore(&mut node, base, Resource::Semaphore.name(), SEMAPHORE_LIMIT);
+        let clients = (0..cfg.clients)
+            .map(|_| {
+                let rate = cfg
+                    .rate
+                    .unwrap_or_else(|| 1.0 - cfg.skew + 2.0 * cfg.skew * rng.unit());
+                let workers = (0..cfg.workers_per_client)
+                    .map(|w| Worker {
+                        resource: Resource::ALL[w % Resource::ALL.len()],
+                        state: WorkerState::Idle,
+                        count: 1,
+                        lease: None,
+                        writes_left: 0,
+                    })
+                    .collect();
+                Client {
+                    rate,
+                    core: None,
+                    session_no: 0,
+                    link: None,
+                    dialing: None,
+                    start_attempts: 0,
+                    wake_at: None,
+                    paused_until: base,
+                    stalled_until: base,
+                    refuse_until: base,
+                    cooldown_until: base,
+                    workers,
+                    callers: HashMap::new(),
+                    answered: HashSet::new(),
+                    next_caller: 1,
+                    closing: false,
+                }
+            })
+            .collect();
+        let mut world = Self {
+            cfg,
+            rng,
+            base,
+            now: base,
+            seq: 0,
+            queue: BTreeMap::new(),
+            node,
+            server_streams: HashMap::new(),
+            server_timer: None,
+            next_opaque: 1,
+            links: HashMap::new(),
+            next_link: 1,
+            clients,
+            checker: Checker::default(),
+            ops: 0,
+            faults: 0,
+            events: 0,
+            sessions: 0,
+            winding_down: false,
+            trail: Vec::new(),
+            fault_log: Vec::new(),
+        };
+        for c in 0..world.clients.len() {
+            let at = base + Duration::from_millis(world.rng.range(0, 50));
+            world.push(at, Ev::NewSession { client: c });
+        }
+        let first_fault = base + Duration::from_secs(world.rng.range(2, 6));
+        world.push(first_fault, Ev::Fault);
+        world
+    }
+
+    /// Runs until the budget is spent and every session has been closed.
+    pub(crate) fn run(mut self, seed: u64) -> Report {
+        // A generous bound on virtual time: a run that goes on past it has hung.
+        let horizon = self.base + Duration::from_secs(24 * 3600);
+        while let Some(((at, _), ev)) = self.queue.pop_first() {
+            if at > horizon {
+                self.checker.violations.push(Violation {
+                    what: "hang",
+                    detail: "the run did not finish within a virtual day".into(),
+                });
+                break;
+            }
+            self.now = at;
+            self.events += 1;
+            if self.trail.len() == TRAIL {
+                self.trail.remove(0);
+            }
+            self.trail
+                .push(format!("{:?} {:?}", at - self.base, short(&ev)));
+            self.event(ev);
+            if !self.checker.violations.is_empty() {
+                break;
+            }
+            if !self.winding_down && self.ops >= self.cfg.ops && self.faults >= self.cfg.faults {
+                self.wind_down();
+            }
+            if self.events > MAX_EVENTS {
+                self.checker.violations.push(Violation {
+                    what: "hang",
+                    detail: format!("more than {MAX_EVENTS} events in one run"),
+                });
+                break;
+            }
+        }
+        self.finish_checks();
+        let mut trail = self
+            .fault_log
+            .split_off(self.fault_log.len().saturating_sub(12));
+        trail.push("-- last events --".into());
+        trail.append(&mut self.trail);
+        Report {
+            seed,
+            ops: self.ops,
+            faults: self.faults,
+            events: self.events,
+            writes_accepted: self.checker.writes_accepted,
+            writes_rejected: self.checker.writes_rejected,
+            leases_lost: self.checker.leases_lost,
+            sessions: self.sessions,
+            virtual_time: self.now - self.base,
+            violations: self.checker.violations,
+            trail,
+        }
+    }
+
+    fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), ev);
+    }
+
+    fn delay(&mut self) -> Duration {
+        if self.rng.chance(0.02) {
+            Duration::from_millis(self.rng.range(20, 200))
+        } else {
+            Duration::from_micros(self.rng.range(100, 3_000))
+        }
+    }
+
+    // ---- clocks --------------------------------------------------------------------------
+
+    fn client_now(&self, c: usize) -> Instant {
+        let elapsed = (self.now - self.base).as_nanos() as f64;
+        self.base + Duration::from_nanos((elapsed * self.clients[c].rate) as u64)
+    }
+
+    fn global_of(&self, c: usize, at: Instant) -> Instant {
+        let elapsed = at.saturating_duration_since(self.base).as_nanos() as f64;
+        self.base
+            + Duration::from_nanos((elapsed / self.clients[c].rate) as u64)
+            + Duration::from_micros(1)
+    }
+
+    // ---- the wire ------------------------------------------------------------------------
+
+    fn open_link(&mut self, client: usize) -> u64 {
+        let id = self.next_link;
+        self.next_link += 1;
+        self.links.insert(
+            id,
+            Link {
+                client,
+                stream: id,
+                wire: true,
+                client_reads: true,
+                server_serves: true,
+                last_up: self.now,
+                last_down: self.now,
+            },
+        );
+        id
+    }
+
+    /// When a message sent now on `link` toward the server arrives (ordered, delayed,
+    /// held by a stall).
+    fn up_at(&mut self, link: u64) -> Option<Instant> {
+        let d = self.delay();
+        let l = self.links.get(&link)?;
+        let stall = self.clients[l.client].stalled_until;
+        let at = (self.now.max(stall) + d).max(l.last_up);
+        if let Some(l) = self.links.get_mut(&link) {
+            l.last_up = at;
+        }
+        Some(at)
+    }
+
+    fn down_at(&mut self, link: u64) -> Option<Instant> {
+        let d = self.delay();
+        let l = self.links.get(&link)?;
+        let stall = self.clients[l.client].stalled_until;
+        let at = (self.now.max(stall) + d).max(l.last_down);
+        if let Some(l) = self.links.get_mut(&link) {
+            l.last_down = at;
+        }
+        Some(at)
+    }
+
+    fn send_up(&mut self, link: u64, r: rq::Request) {
+        if let Some(at) = self.up_at(link) {
+            let msg = SessionRequest { request: Some(r) };
+            self.push(at, Ev::ToServer { link, msg });
+        }
+    }
+
+    fn send_down(&mut self, link: u64, msg: SessionResponse) {
+        if let Some(at) = self.down_at(link) {
+            self.push(at, Ev::ToClient { link, msg });
+        }
+    }
+
+    /// The client closes its side: what it already sent still arrives, then the end.
+    fn client_close(&mut self, link: u64) {
+        if let Some(l) = self.links.get_mut(&link) {
+            if !l.client_reads {
+                return;
+            }
+            l.client_reads = false;
+        }
+        if let Some(at) = self.up_at(link) {
+            self.push(at, Ev::ServerClosed { link });
+        }
+    }
+
+    /// The server closes its side.
+    fn server_close(&mut self, link: u64) {
+        if let Some(l) = self.links.get_mut(&link) {
+            if !l.server_serves {
+                return;
+            }
+            l.server_serves = false;
+        }
+        if let Some(at) = self.down_at(link) {
+            self.push(at, Ev::ClientClosed { link });
+        }
+    }
+
+    /// The wire breaks: in-flight messages are lost and each side learns of it.
+    fn cut(&mut self, link: u64) {
+        let Some(l) = self.links.get_mut(&link) else {
+            return;
+        };
+        l.wire = false;
+        let at = self.now + MS;
+        self.push(at, Ev::ServerClosed { link });
+        self.push(at, Ev::ClientClosed { link });
+    }
+
+    // ---- events --------------------------------------------------------------------------
+
+    fn event(&mut self, ev: Ev) {
+        match ev {
+            Ev::ToServer { link, msg } => self.server_message(link, msg),
+            Ev::ServerClosed { link } => self.server_stream_ended(link),
+            Ev::ServerTimers => {
+                self.server_timer = None;
+                let effects = self.node.advance(self.now);
+                self.server_effects(effects);
+            }
+            Ev::ServerPing { link } => self.server_ping(link),
+            Ev::Fault => self.fault(),
+            Ev::Write {
+                key,
+                token,
+                issued_live,
+            } => {
+                self.checker.write(token, issued_live, key);
+            }
+            ev => {
+                let client = match &ev {
+                    Ev::ToClient { link, .. } | Ev::ClientClosed { link } => {
+                        match self.links.get(link) {
+                            Some(l) => l.client,
+                            None => return,
+                        }
+                    }
+                    Ev::ClientWake { client, .. }
+                    | Ev::DialFailed { client, .. }
+                    | Ev::DialTimeout { client, .. }
+                    | Ev::Worker { client, .. }
+                    | Ev::NewSession { client }
+                    | Ev::Close { client } => *client,
+                    _ => return,
+                };
+                if self.clients[client].paused_until > self.now {
+                    // The process is not running: everything for it waits.
+                    let at = self.clients[client].paused_until;
+                    self.push(at, ev);
+                    return;
+                }
+                self.client_event(client, ev);
+            }
+        }
+        self.schedule_server_timer();
+    }
+
+    // ---- the server's shell --------------------------------------------------------------
+
+    fn server_message(&mut self, link: u64, msg: SessionRequest) {
+        let Some(l) = self.links.get(&link) else {
+            return;
+        };
+        if !l.wire || !l.server_serves {
+            return;
+        }
+        let stream = l.stream;
+        let Some(req) = msg.request else {
+            return;
+        };
+        let attached = self.server_streams.get(&stream).is_some_and(|s| s.attached);
+        if !attached {
+            let rq::Request::SessionStart(start) = req else {
+                self.server_fail(link, stream, StatusCode::BadRequest);
+                return;
+            };
+            let (id, effects) = self.node.attach(self.now, stream, &start);
+            if id.is_some() {
+                let period = Duration::from_millis((start.timeout_millis / 3).clamp(10, 5_000));
+                self.server_streams.insert(
+                    stream,
+                    ServerStream {
+                        link,
+                        attached: true,
+                        outstanding: 0,
+                        period,
+                    },
+                );
+            } else {
+                self.server_streams.insert(
+                    stream,
+                    ServerStream {
+                        link,
+                        attached: false,
+                        outstanding: 0,
+                        period: S,
+                    },
+                );
+            }
+            self.server_effects(effects);
+            if id.is_some() {
+                self.server_ping(link);
+            }
+            return;
+        }
+        match req {
+            rq::Request::Ping(p) => {
+                let pong = rs::Response::Pong(rs::PingPong { opaque: p.opaque });
+                self.send_down(
+                    link,
+                    SessionResponse {
+                        response: Some(pong),
+                    },
+                );
+            }
+            rq::Request::Pong(p) => {
+                if let Some(s) = self.server_streams.get_mut(&stream)
+                    && s.outstanding == p.opaque
+                {
+                    s.outstanding = 0;
+                }
+            }
+            req => {
+                let effects = self.node.request(self.now, stream, req);
+                self.server_effects(effects);
+            }
+        }
+    }
+
+    /// The server's ping cadence: a ping every period; one still unanswered at the next
+    /// tick ends the stream (`TIMEOUT`), as YDB's proxy does.
+    fn server_ping(&mut self, link: u64) {
+        let Some(stream) = self.links.get(&link).map(|l| l.stream) else {
+            return;
+        };
+        let Some(s) = self.server_streams.get_mut(&stream) else {
+            return;
+        };
+        if s.outstanding != 0 {
+            self.server_fail(link, stream, StatusCode::Timeout);
+            return;
+        }
+        let opaque = self.next_opaque;
+        self.next_opaque += 1;
+        s.outstanding = opaque;
+        let at = self.now + s.period;
+        let ping = rs::Response::Ping(rs::PingPong { opaque });
+        self.send_down(
+            link,
+            SessionResponse {
+                response: Some(ping),
+            },
+        );
+        self.push(at, Ev::ServerPing { link });
+    }
+
+    fn server_fail(&mut self, link: u64, stream: StreamId, status: StatusCode) {
+        let failure = rs::Response::Failure(rs::Failure {
+            status: status as i32,
+            issues: Vec::new(),
+        });
+        self.send_down(
+            link,
+            SessionResponse {
+                response: Some(failure),
+            },
+        );
+        self.server_close(link);
+        self.server_streams.remove(&stream);
+        let effects = self.node.detach(self.now, stream);
+        self.server_effects(effects);
+    }
+
+    fn server_stream_ended(&mut self, link: u64) {
+        let Some(l) = self.links.get_mut(&link) else {
+            return;
+        };
+        l.server_serves = false;
+        let stream = l.stream;
+        if self.server_streams.remove(&stream).is_some() {
+            let effects = self.node.detach(self.now, stream);
+            self.server_effects(effects);
+        }
+        self.forget_link(link);
+    }
+
+    fn server_effects(&mut self, effects: Vec<ServerEffect>) {
+        for e in effects {
+            match e {
+                ServerEffect::Send(stream, msg) => {
+                    if let Some(s) = self.server_streams.get(&stream) {
+                        let link = s.link;
+                        self.send_down(link, msg);
+                    }
+                }
+                ServerEffect::Close(stream) => {
+                    if let Some(s) = self.server_streams.remove(&stream) {
+                        self.server_close(s.link);
+                    }
+                }
+            }
+        }
+    }
+
+    fn schedule_server_timer(&mut self) {
+        if let Some(at) = self.node.next_deadline()
+            && self.server_timer.is_none_or(|t| at < t)
+        {
+            self.server_timer = Some(at);
+            self.push(at.max(self.now), Ev::ServerTimers);
+        }
+    }
+
+    fn forget_link(&mut self, link: u64) {
+        if let Some(l) = self.links.get(&link)
+            && !l.server_serves
+            && !l.client_reads
+        {
+            self.links.remove(&link);
+        }
+    }
+
+    // ---- the client's shell (what the driver and the session manager do) ---------------
+
+    fn client_event(&mut self, c: usize, ev: Ev) {
+        let now_c = self.client_now(c);
+        // A process that runs again looks at its deadline before anything else.
+        if let Some(core) = self.clients[c].core.as_mut() {
+            core.check_deadline(now_c);
+        }
+        match ev {
+            Ev::ToClient { link, msg } => self.client_message(c, link, msg, now_c),
+            Ev::ClientClosed { link } => {
+                if let Some(l) = self.links.get_mut(&link) {
+                    l.client_reads = false;
+                }
+                self.forget_link(link);
+                let cause = Error::new(ErrorKind::Transport, "stream ended");
+                if self.clients[c].link == Some(link) {
+                    self.clients[c].link = None;
+                    if let Some(core) = self.clients[c].core.as_mut() {
+                        core.stream_lost(now_c, &cause);
+                    }
+                } else if self.is_dialing(c, link) {
+                    self.dial_failed(c, now_c, &cause);
+                }
+            }
+            // Only the latest wake-up counts; earlier ones were superseded.
+            Ev::ClientWake { at, .. } if self.clients[c].wake_at == Some(at) => {
+                self.clients[c].wake_at = None;
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.tick(now_c);
+                }
+            }
+            Ev::DialFailed { link, .. } if self.is_dialing(c, link) => {
+                let err = Error::new(ErrorKind::Transport, "connection refused");
+                self.dial_failed(c, now_c, &err);
+            }
+            Ev::DialTimeout { link, .. } if self.is_dialing(c, link) => {
+                self.client_close(link);
+                let err = Error::new(ErrorKind::Timeout, "attach timed out");
+                self.dial_failed(c, now_c, &err);
+            }
+            Ev::Worker { worker, .. } => self.worker_step(c, worker, now_c),
+            Ev::NewSession { .. } => self.start_session(c, now_c),
+            Ev::Close { .. } if self.clients[c].core.is_some() => {
+                // Closing ends what the workers hold: released, not lost.
+                for w in 0..self.clients[c].workers.len() {
+                    if let Some((key, ..)) = self.clients[c].workers[w].lease.take() {
+                        self.checker.ended(self.now, key, false);
+                    }
+                }
+                let caller = self.caller(c, None);
+                self.clients[c].closing = true;
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.command(now_c, Command::Close { caller });
+                }
+            }
+            _ => {}
+        }
+        self.after_client_step(c, now_c);
+    }
+
+    fn is_dialing(&self, c: usize, link: u64) -> bool {
+        self.clients[c].dialing.is_some_and(|(l, _)| l == link)
+    }
+
+    fn client_message(&mut self, c: usize, link: u64, msg: SessionResponse, now_c: Instant) {
+        let Some(l) = self.links.get(&link) else {
+            return;
+        };
+        if !l.wire || !l.client_reads {
+            return;
+        }
+        if self.clients[c].link == Some(link) {
+            if let Some(core) = self.clients[c].core.as_mut() {
+                core.inbound(now_c, msg);
+            }
+            return;
+        }
+        let Some((dial_link, sent_at)) = self.clients[c].dialing else {
+            return;
+        };
+        if dial_link != link {
+            return;
+        }
+        // The attacher: wait for session_started, answer pings.
+        match msg.response {
+            Some(rs::Response::SessionStarted(s)) => {
+                self.clients[c].dialing = None;
+                self.attached(c, link, s.session_id, sent_at, now_c);
+            }
+            Some(rs::Response::Failure(f)) => {
+                self.client_close(link);
+                let err = Error::from_ydb(f.status, &f.issues, "session start");
+                self.dial_failed(c, now_c, &err);
+            }
+            Some(rs::Response::Ping(p)) => {
+                self.send_up(link, rq::Request::Pong(rq::PingPong { opaque: p.opaque }));
+            }
+            _ => {}
+        }
+    }
+
+    fn attached(&mut self, c: usize, link: u64, session_id: u64, sent_at: Instant, now_c: Instant) {
+        let client = &mut self.clients[c];
+        match client.core.as_mut() {
+            Some(core) => {
+                if core.attached(now_c, session_id, sent_at) {
+                    client.link = Some(link);
+                } else {
+                    // A session made for nobody: stop it.
+                    self.send_up(link, rq::Request::SessionStop(rq::SessionStop {}));
+                    self.client_close(link);
+                }
+            }
+            None if self.winding_down => {
+                // The run is ending: the session this late attach made is stopped at once.
+                self.send_up(link, rq::Request::SessionStop(rq::SessionStop {}));
+                self.client_close(link);
+            }
+            None => {
+                client.start_attempts = 0;
+                client.session_no += 1;
+                client.link = Some(link);
+                client.callers.clear();
+                client.answered.clear();
+                self.sessions += 1;
+                let cfg = self.core_config(c, session_id);
+                let token = CancellationToken::new();
+                let mut core =
+                    SessionCore::new(cfg, token, Arc::new(Terminal::default()), sent_at, now_c);
+                if let Some(late) = self.cfg.fire_late {
+                    core.fire_late(late);
+                }
+                self.clients[c].core = Some(core);
+                for w in 0..self.clients[c].workers.len() {
+                    let at = self.now + Duration::from_millis(self.rng.range(0, 20));
+                    self.push(
+                        at,
+                        Ev::Worker {
+                            client: c,
+                            worker: w,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn core_config(&self, c: usize, session_id: u64) -> CoreConfig {
+        let mut options = SessionOptions::new().timeout(self.cfg.timeout);
+        if let Some(margin) = self.cfg.margin {
+            options = options.safety_margin(margin);
+        }
+        CoreConfig {
+            path: "/local/sim".into(),
+            options,
+            protection_key: vec![c as u8 + 1; 16],
+            session_id,
+            seq_no: 1,
+        }
+    }
+
+    fn dial(&mut self, c: usize, start: rq::SessionStart, limit: Duration, now_c: Instant) {
+        let link = self.open_link(c);
+        self.clients[c].dialing = Some((link, now_c));
+        if self.clients[c].refuse_until > self.now {
+            let at = self.now + MS;
+            self.push(at, Ev::DialFailed { client: c, link });
+            return;
+        }
+        self.send_up(link, rq::Request::SessionStart(start));
+        let at = self.global_of(c, now_c + limit);
+        self.push(at, Ev::DialTimeout { client: c, link });
+    }
+
+    fn dial_failed(&mut self, c: usize, now_c: Instant, err: &Error) {
+        self.clients[c].dialing = None;
+        let jitter = self.rng.unit();
+        match self.clients[c].core.as_mut() {
+            Some(core) => core.attach_failed(now_c, err, jitter),
+            None => {
+                // The session manager tries again with backoff.
+                let attempt = self.clients[c].start_attempts;
+                self.clients[c].start_attempts += 1;
+                let delay = crate::config::Backoff::default().delay(attempt, jitter);
+                let at = self.now + delay + MS;
+                self.push(at, Ev::NewSession { client: c });
+            }
+        }
+    }
+
+    fn start_session(&mut self, c: usize, now_c: Instant) {
+        if self.winding_down || self.clients[c].core.is_some() || self.clients[c].dialing.is_some()
+        {
+            return;
+        }
+        let cfg = self.core_config(c, 0);
+        let start = start_message(&cfg, 0);
+        self.dial(c, start, self.cfg.timeout, now_c);
+    }
+
+    /// Carries out the core's effects, then looks at tokens, the session's end and the
+    /// next wake-up.
+    fn after_client_step(&mut self, c: usize, now_c: Instant) {
+        while let Some(core) = self.clients[c].core.as_mut() {
+            core.check_deadline(now_c);
+            let effects = core.take_effects();
+            if effects.is_empty() {
+                break;
+            }
+            for e in effects {
+                self.client_effect(c, e, now_c);
+            }
+        }
+        self.observe_tokens(c);
+        let done = self.clients[c]
+            .core
+            .as_ref()
+            .is_some_and(SessionCore::is_done);
+        if done {
+            self.session_ended(c);
+            return;
+        }
+        if let Some(core) = self.clients[c].core.as_ref() {
+            let wake = self.global_of(c, core.next_wake()).max(self.now);
+            if self.clients[c].wake_at.is_none_or(|w| wake < w) {
+                self.clients[c].wake_at = Some(wake);
+                self.push(
+                    wake,
+                    Ev::ClientWake {
+                        client: c,
+                        at: wake,
+                    },
+                );
+            }
+        }
+    }
+
+    fn client_effect(&mut self, c: usize, e: Effect, now_c: Instant) {
+        match e {
+            Effect::Send(r) => {
+                if let Some(link) = self.clients[c].link {
+                    self.send_up(link, r);
+                }
+            }
+            Effect::Answer(caller, answer) => self.answered(c, caller, answer),
+            Effect::Queued(_) | Effect::Watch(..) | Effect::State(_) => {}
+            Effect::DropStream => {
+                if let Some(link) = self.clients[c].link.take() {
+                    self.client_close(link);
+                }
+            }
+            Effect::Dial { start, limit } => self.dial(c, start, limit, now_c),
+        }
+    }
+
+    fn session_ended(&mut self, c: usize) {
+        let Some(core) = self.clients[c].core.take() else {
+            return;
+        };
+        if !core.is_empty() {
+            self.checker.violations.push(Violation {
+                what: "leak",
+                detail: format!("client {c}: the ended session left entries in its tables"),
+            });
+        }
+        let client = &mut self.clients[c];
+        let unanswered: Vec<CallerId> = client
+            .callers
+            .keys()
+            .filter(|k| !client.answered.contains(k))
+            .copied()
+            .collect();
+        if !unanswered.is_empty() {
+            self.checker.violations.push(Violation {
+                what: "unanswered",
+                detail: format!("client {c}: callers {unanswered:?} never answered"),
+            });
+        }
+        for w in &mut client.workers {
+            w.state = WorkerState::Idle;
+            w.lease = None;
+        }
+        client.closing = false;
+        let link = client.link.take();
+        let dialing = client.dialing.take();
+        if let Some(link) = link {
+            self.client_close(link);
+        }
+        if let Some((link, _)) = dialing {
+            self.client_close(link);
+        }
+        let at = self.now + Duration::from_millis(self.rng.range(10, 300));
+        self.push(at, Ev::NewSession { client: c });
+    }
+
+    /// Leases whose token fired without a release are lost.
+    fn observe_tokens(&mut self, c: usize) {
+        for w in 0..self.clients[c].workers.len() {
+            let worker = &self.clients[c].workers[w];
+            if worker.state != WorkerState::Holding {
+                continue;
+            }
+            let Some((key, ..)) = worker
+                .lease
+                .as_ref()
+                .filter(|l| l.3.is_cancelled())
+                .cloned()
+            else {
+                continue;
+            };
+            self.checker.ended(self.now, key, true);
+            let worker = &mut self.clients[c].workers[w];
+            worker.lease = None;
+            worker.state = WorkerState::Idle;
+            let at = self.now + Duration::from_millis(self.rng.range(1, 50));
+            self.push(
+                at,
+                Ev::Worker {
+                    client: c,
+                    worker: w,
+                },
+            );
+        }
+    }
+
+    // ---- workers -------------------------------------------------------------------------
+
+    fn caller(&mut self, c: usize, worker: Option<usize>) -> CallerId {
+        let client = &mut self.clients[c];
+        let id = client.next_caller;
+        client.next_caller += 1;
+        client.callers.insert(id, worker);
+        id
+    }
+
+    fn worker_step(&mut self, c: usize, w: usize, now_c: Instant) {
+        if self.clients[c].core.is_none() || self.clients[c].closing {
+            return;
+        }
+        match self.clients[c].workers[w].state {
+            WorkerState::Idle => {
+                if self.winding_down || self.ops >= self.cfg.ops {
+                    return;
+                }
+                let resource = self.clients[c].workers[w].resource;
+                let (count, mut opts) = match resource {
+                    Resource::Mutex => (u64::MAX, AcquireOptions::exclusive().ephemeral(true)),
+                    Resource::Semaphore => (1, AcquireOptions::new().count(1)),
+                    Resource::RwLock if self.rng.chance(0.3) => {
+                        (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
+                    }
+                    Resource::RwLock => (1, AcquireOptions::shared().ephemeral(true)),
+                };
+                if self.rng.chance(0.3) {
+                    opts = opts.timeout(Duration::from_millis(self.rng.range(0, 500)));
+                }
+                let caller = self.caller(c, Some(w));
+                let worker = &mut self.clients[c].workers[w];
+                worker.state = WorkerState::Acquiring;
+                worker.count = count;
+                let cmd = Command::Acquire(AcquireCmd {
+                    caller,
+                    name: resource.name().into(),
+                    opts,
+                    requested_at: now_c,
+                });
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.command(now_c, cmd);
+                }
+            }
+            WorkerState::Holding => {
+                let Some((key, lease, order_id, token)) = self.clients[c].workers[w].lease.clone()
+                else {
+                    return;
+                };
+                let resource = self.clients[c].workers[w].resource;
+                if resource == Resource::Mutex && self.clients[c].workers[w].writes_left > 0 {
+                    self.clients[c].workers[w].writes_left -= 1;
+                    // Only a live lease writes (as `run_until_cancelled` does); the
+                    // register judges the rest.
+                    if !token.is_cancelled() {
+                        let at = self.now + self.delay();
+                        self.push(
+                            at,
+                            Ev::Write {
+                                key,
+                                token: order_id,
+                                issued_live: !token.is_cancelled(),
+                            },
+                        );
+                    }
+                    let at = self.now + Duration::from_millis(self.rng.range(1, 30));
+                    self.push(
+                        at,
+                        Ev::Worker {
+                            client: c,
+                            worker: w,
+                        },
+                    );
+                    return;
+                }
+                self.checker.ended(self.now, key, false);
+                let caller = self.caller(c, Some(w));
+                self.clients[c].workers[w].state = WorkerState::Releasing;
+                self.clients[c].workers[w].lease = None;
+                let release = Control::Release {
+                    name: resource.name().into(),
+                    lease,
+                    caller: Some(caller),
+                };
+                if let Some(core) = self.clients[c].core.as_mut() {
+                    core.control(now_c, release);
+                }
+            }
+            WorkerState::Acquiring | WorkerState::Releasing => {}
+        }
+    }
+
+    fn answered(&mut self, c: usize, caller: CallerId, answer: Answer) {
+        if !self.clients[c].answered.insert(caller) {
+            self.checker.violations.push(Violation {
+                what: "answered twice",
+                detail: format!("client {c}: caller {caller}"),
+            });
+            return;
+        }
+        let Some(Some(w)) = self.clients[c].callers.get(&caller).copied() else {
+            return;
+        };
+        let think = Duration::from_millis(self.rng.range(0, 40));
+        match answer {
+            Answer::Acquire(Ok(Some(Grant {
+                lease,
+                order_id,
+                token,
+            }))) => {
+                self.ops += 1;
+                let key = (c, self.clients[c].session_no, lease);
+                let resource = self.clients[c].workers[w].resource;
+                let count = self.clients[c].workers[w].count;
+                self.checker
+                    .granted(self.now, key, resource, count, order_id, token.clone());
+                let writes = if resource == Resource::Mutex {
+                    self.rng.range(1, 4) as u32
+                } else {
+                    0
+                };
+                let worker = &mut self.clients[c].workers[w];
+                worker.state = WorkerState::Holding;
+                worker.lease = Some((key, lease, order_id, token));
+                worker.writes_left = writes;
+                // Mostly short critical sections, some long ones, so that faults find
+                // leases held.
+                let hold = if self.rng.chance(0.2) {
+                    Duration::from_millis(self.rng.range(500, 15_000))
+                } else {
+                    Duration::from_millis(self.rng.range(1, 60))
+                };
+                self.push(
+                    self.now + hold,
+                    Ev::Worker {
+                        client: c,
+                        worker: w,
+                    },
+                );
+            }
+            Answer::Acquire(_) | Answer::Release(_) => {
+                let worker = &mut self.clients[c].workers[w];
+                worker.state = WorkerState::Idle;
+                worker.lease = None;
+                self.push(
+                    self.now + think,
+                    Ev::Worker {
+                        client: c,
+                        worker: w,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    // ---- faults --------------------------------------------------------------------------
+
+    fn fault(&mut self) {
+        if self.winding_down {
+            return;
+        }
+        let timeout = self.cfg.timeout;
+        let next = self.now + Duration::from_millis(self.rng.range(500, 4_000));
+        self.push(next, Ev::Fault);
+        let ready: Vec<usize> = (0..self.clients.len())
+            .filter(|&c| self.clients[c].cooldown_until <= self.now)
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        let c = ready[self.rng.range(0, ready.len() as u64) as usize];
+        self.faults += 1;
+        let short = Duration::from_millis(self.rng.range(50, timeout.as_millis() as u64 * 4 / 10));
+        let long = timeout + Duration::from_millis(self.rng.range(1_000, 10_000));
+        let kind = self.rng.range(0, 100);
+        let what = match kind {
+            0..=24 => "cut",
+            25..=44 => "short stall",
+            45..=59 => "short pause",
+            60..=66 => "restart",
+            67..=74 => "long outage",
+            75..=82 => "long stall",
+            83..=90 => "long pause",
+            _ => "expire",
+        };
+        let log = format!(
+            "{:?} fault {what} on client {c} (short {short:?}, long {long:?}, rate {:.3})",
+            self.now - self.base,
+            self.clients[c].rate
+        );
+        self.fault_log.push(log);
+        let end = match kind {
+            // A cut, reconnects refused for a short while.
+            0..=24 => {
+                if let Some(link) = self.clients[c].link {
+                    self.cut(link);
+                }
+                self.clients[c].refuse_until = self.now + short / 2;
+                self.now + short / 2
+            }
+            // A stall shorter than the session timeout.
+            25..=44 => {
+                self.clients[c].stalled_until = self.now + short;
+                self.now + short
+            }
+            // A process pause shorter than the session timeout.
+            45..=59 => {
+                self.clients[c].paused_until = self.now + short;
+                self.checker.pause(c, self.now + short);
+                self.now + short
+            }
+            // A tablet restart: every stream fails, sessions are kept.
+            60..=66 => {
+                let effects = self.node.restart(self.now);
+                self.server_effects(effects);
+                for other in &mut self.clients {
+                    other.cooldown_until = other.cooldown_until.max(self.now + timeout);
+                }
+                self.now
+            }
+            // Long faults: the session may be lost, and its leases with it.
+            67..=74 => {
+                if let Some(link) = self.clients[c].link {
+                    self.cut(link);
+                }
+                self.clients[c].refuse_until = self.now + long;
+                self.checker.may_lose(c, self.now + long + 3 * timeout);
+                self.now + long
+            }
+            75..=82 => {
+                self.clients[c].stalled_until = self.now + long;
+                self.checker.may_lose(c, self.now + long + 3 * timeout);
+                self.now + long
+            }
+            83..=90 => {
+                self.clients[c].paused_until = self.now + long;
+                self.checker.pause(c, self.now + long);
+                self.checker.may_lose(c, self.now + long + 3 * timeout);
+                self.now + long
+            }
+            _ => {
+                let sid = self.clients[c].core.as_ref().map(SessionCore::session_id);
+                if let Some(sid) = sid {
+                    let (_, effects) = self.node.expire_session(self.now, sid);
+                    self.checker.revoke(c, self.clients[c].session_no);
+                    self.server_effects(effects);
+                }
+                self.checker.may_lose(c, self.now + 3 * timeout);
+                self.now
+            }
+        };
+        self.clients[c].cooldown_until = end + timeout;
+    }
+
+    // ---- the end -------------------------------------------------------------------------
+
+    /// No new work: every client closes its session.
+    fn wind_down(&mut self) {
+        self.winding_down = true;
+        for c in 0..self.clients.len() {
+            self.clients[c].stalled_until = self.clients[c].stalled_until.min(self.now);
+            self.clients[c].refuse_until = self.clients[c].refuse_until.min(self.now);
+            if self.clients[c].core.is_none() {
+                if let Some((link, _)) = self.clients[c].dialing.take() {
+                    self.client_close(link);
+                }
+                continue;
+            }
+            let at = self.now;
+            self.push(at, Ev::Close { client: c });
+        }
+    }
+
+    fn finish_checks(&mut self) {
+        if !self.checker.violations.is_empty() {
+            return;
+        }
+        if self.clients.iter().any(|c| c.core.is_some()) {
+            self.checker.violations.push(Violation {
+                what: "hang",
+                detail: "a session did not end after close".into(),
+            });
+            return;
+        }
+        // The server forgets everything of the closed sessions once their timers ran.
+        let later = self.now + self.cfg.timeout * 4;
+        let effects = self.node.advance(later);
+        self.server_effects(effects);
+        let sessions = self.node.session_ids();
+        let names = self.node.semaphore_names();
+        if !sessions.is_empty() || names != vec![Resource::Semaphore.name().to_string()] {
+            self.checker.violations.push(Violation {
+                what: "server leak",
+                detail: format!("sessions {sessions:?}, semaphores {names:?} left on the server"),
+            });
+        }
+    }
+}
+
+/// Creates a persistent semaphore through a throwaway session, as a setup step.
+fn create_semaphore(node: &mut NodeState, now: Instant, name: &str, limit: u64) {
+    let start = rq::SessionStart {
+        path: "/local/sim".into(),
+        session_id: 0,
+        timeout_millis: 1_000,
+        description: String::new(),
+        seq_no: 1,
+        protection_key: Vec::new(),
+    };
+    let stream = 0;
+    let _ = node.attach(now, stream, &start);
+    let create = rq::Request::CreateSemaphore(rq::CreateSemaphore {
+        req_id: 1,
+        name: name.into(),
+        limit,
+        data: Vec::new(),
+    });
+    let _ = node.request(now, stream, create);
+    let _ = node.request(now, stream, rq::Request::SessionStop(rq::SessionStop {}));
+}
+
+fn short(ev: &Ev) -> String {
+    match ev {
+        Ev::ToServer { link, msg } => format!("to server on {link}: {:?}", msg.request),
+        Ev::ToClient { link, msg } => format!("to client on {link}: {:?}", msg.response),
+        other => format!("{other:?}"),
+    }
+}
