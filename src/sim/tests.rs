@@ -130,11 +130,7 @@ fn a_soak_runs_random_seeds_when_asked() {
 
 #[test]
 fn the_same_seed_replays_the_same_history() {
-    let cfg = Config {
-        ops: 200,
-        faults: 20,
-        ..Config::default()
-    };
+    let cfg = Config::default();
     let a = run(&cfg, 42);
     let b = run(&cfg, 42);
     assert_eq!((a.ops, a.faults, a.events), (b.ops, b.faults, b.events));

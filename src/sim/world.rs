@@ -1346,6 +1346,7 @@ fn short(ev: &Ev) -> String {
     match ev {
         Ev::ToServer { link, msg } => format!("to server on {link}: {:?}", msg.request),
         Ev::ToClient { link, msg } => format!("to client on {link}: {:?}", msg.response),
+        Ev::ClientWake { client, .. } => format!("wake client {client}"),
         other => format!("{other:?}"),
     }
 }

@@ -29,7 +29,7 @@ mod pending;
 mod tests;
 mod watch;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,14 +142,16 @@ pub(crate) struct SessionCore {
     link: Link,
     live: Liveness,
     pending: PendingTable<Kind>,
-    names: HashMap<String, NameState>,
+    // Ordered maps throughout: the order of effects never depends on a hash seed, so a
+    // simulated run replays exactly from its seed.
+    names: BTreeMap<String, NameState>,
     /// Local-queue deadlines: (deadline, caller) -> name.
     queue_deadlines: BTreeMap<(Instant, CallerId), String>,
     /// Deadlines of acquires the server is working on, which the client enforces itself
     /// when the server's answer cannot come: (deadline, caller) -> name.
     active_deadlines: BTreeMap<(Instant, CallerId), String>,
-    watches: HashMap<String, WatchEntry>,
-    watch_reqs: HashMap<u64, String>,
+    watches: BTreeMap<String, WatchEntry>,
+    watch_reqs: BTreeMap<u64, String>,
     /// Pings in flight: (opaque, sent at).
     pings: VecDeque<(u64, Instant)>,
     next_opaque: u64,
@@ -199,11 +201,11 @@ impl SessionCore {
             link: Link::Up,
             live,
             pending: PendingTable::default(),
-            names: HashMap::new(),
+            names: BTreeMap::new(),
             queue_deadlines: BTreeMap::new(),
             active_deadlines: BTreeMap::new(),
-            watches: HashMap::new(),
-            watch_reqs: HashMap::new(),
+            watches: BTreeMap::new(),
+            watch_reqs: BTreeMap::new(),
             pings: VecDeque::new(),
             next_opaque: 1,
             next_lease: 1,
@@ -801,7 +803,7 @@ impl SessionCore {
                 kind => self.fail_kind(now, kind, err.clone()),
             }
         }
-        let names: Vec<NameState> = self.names.drain().map(|(_, s)| s).collect();
+        let names: Vec<NameState> = std::mem::take(&mut self.names).into_values().collect();
         for state in names {
             if let Some(active) = state.active {
                 self.answer(active.cmd.caller, Answer::Acquire(Err(err.clone())));
@@ -812,7 +814,7 @@ impl SessionCore {
         }
         self.queue_deadlines.clear();
         self.active_deadlines.clear();
-        let watches: Vec<WatchEntry> = self.watches.drain().map(|(_, w)| w).collect();
+        let watches: Vec<WatchEntry> = std::mem::take(&mut self.watches).into_values().collect();
         self.watch_reqs.clear();
         for w in watches {
             for (subscriber, _) in w.subscribers {
