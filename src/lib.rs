@@ -117,7 +117,7 @@
 //!
 //! | feature | default | what |
 //! |---|---|---|
-//! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls |
+//! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
 //! | `cli` | no | the `ydb-coord` binary (implies `emulator`) |
 #![doc(test(attr(deny(warnings))))]
 
@@ -133,7 +133,8 @@ mod transport;
 
 #[cfg(feature = "emulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
-pub mod emulator;
+#[doc(inline)]
+pub use ydb_coordination_emulator as emulator;
 
 pub use auth::{Credentials, TokenFuture, TokenProvider};
 pub use client::{Client, ClientBuilder};
