@@ -118,7 +118,8 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
-//! | `cli` | no | the `ydb-coord` binary (implies `emulator`) |
+//!
+//! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
