@@ -117,8 +117,9 @@
 //!
 //! | feature | default | what |
 //! |---|---|---|
-//! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls |
-//! | `cli` | no | the `ydb-coord` binary (implies `emulator`) |
+//! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
+//!
+//! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
@@ -135,7 +136,8 @@ mod transport;
 
 #[cfg(feature = "emulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
-pub mod emulator;
+#[doc(inline)]
+pub use ydb_coordination_emulator as emulator;
 
 /// The emulator's pure node core, which the simulator runs against the session core.
 #[cfg(test)]

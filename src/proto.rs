@@ -13,7 +13,8 @@ pub(crate) use ydb_grpc::ydb_proto::issue::IssueMessage;
 pub(crate) use ydb_grpc::ydb_proto::status_ids::StatusCode;
 
 /// Builds the single issue the server attaches to an error (YDB fills only `message`).
-#[cfg_attr(not(feature = "emulator"), allow(dead_code))]
+// The client only reads issues off the wire; its tests build them.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn issue(message: impl Into<String>) -> IssueMessage {
     IssueMessage {
         message: message.into(),
@@ -21,24 +22,7 @@ pub(crate) fn issue(message: impl Into<String>) -> IssueMessage {
     }
 }
 
-/// Wraps a response variant into a [`SessionResponse`].
-#[cfg_attr(not(feature = "emulator"), allow(dead_code))]
-pub(crate) fn response(r: session_response::Response) -> SessionResponse {
-    SessionResponse { response: Some(r) }
-}
-
 /// Wraps a request variant into a [`SessionRequest`].
 pub(crate) fn request(r: session_request::Request) -> SessionRequest {
     SessionRequest { request: Some(r) }
-}
-
-/// The `failure` message that ends a stream.
-#[cfg_attr(not(feature = "emulator"), allow(dead_code))]
-pub(crate) fn failure(status: StatusCode, message: impl Into<String>) -> SessionResponse {
-    response(session_response::Response::Failure(
-        session_response::Failure {
-            status: status as i32,
-            issues: vec![issue(message)],
-        },
-    ))
 }

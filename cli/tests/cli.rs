@@ -1,6 +1,5 @@
 //! The `ydb-coord` binary against an emulator in the test process: locked commands exclude
 //! each other, lease loss stops the command, exit codes, JSON output and one-line errors.
-#![cfg(feature = "cli")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};

@@ -1,14 +1,9 @@
 //! `ydb-coord`: coordination nodes, semaphores and locked commands from the shell.
 
-#[path = "ydb_coord/admin.rs"]
 mod admin;
-#[path = "ydb_coord/duration.rs"]
 mod duration;
-#[path = "ydb_coord/fail.rs"]
 mod fail;
-#[path = "ydb_coord/lock.rs"]
 mod lock;
-#[path = "ydb_coord/output.rs"]
 mod output;
 
 use std::ffi::OsString;

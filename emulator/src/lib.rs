@@ -1,10 +1,15 @@
 //! An in-process emulator of YDB's coordination service.
 //!
 //! It serves the real gRPC protocol (`Ydb.Coordination.V1.CoordinationService` and
-//! `Ydb.Discovery.V1.DiscoveryService`) on a loopback TCP port, so this crate's client, the
-//! official `ydb` crate or any other YDB SDK can talk to it unchanged. Its semaphores, sessions,
-//! queues, watches, timeouts and status codes behave as a YDB coordination node's do; see the
-//! README's "Emulator" section for the few known differences (no ACLs, a single node).
+//! `Ydb.Discovery.V1.DiscoveryService`) on a loopback TCP port, so the `ydb-coordination`
+//! client, the official `ydb` crate or any other YDB SDK can talk to it unchanged. Its
+//! semaphores, sessions, queues, watches, timeouts and status codes behave as a YDB
+//! coordination node's do, with the few differences listed below.
+//!
+//! It shares nothing with the client but the protocol types generated into `ydb-grpc`. The
+//! `ydb-coordination` crate re-exports it as `ydb_coordination::emulator` under its `emulator`
+//! feature; the `ydb-coord` command runs it standalone (`ydb-coord emulator --listen
+//! 127.0.0.1:2136`).
 //!
 //! Time is `tokio::time`, so tests under `#[tokio::test(start_paused = true)]` see session and
 //! acquire timeouts fire deterministically.
@@ -14,7 +19,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
-//! use ydb_coordination::emulator::Emulator;
+//! use ydb_coordination_emulator::Emulator;
 //!
 //! let emulator = Emulator::builder().database("/local").node("/local/app").start().await?;
 //! assert!(emulator.connection_string().starts_with("grpc://127.0.0.1:"));
@@ -23,8 +28,26 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Differences from YDB
+//!
+//! - No access control: every request is allowed (YDB checks the node's ACL).
+//! - A single server node and tablet: no cross-node proxy races (on a multi-node YDB, a
+//!   rejected steal can kick the legitimate stream first; the emulator behaves as the tablet).
+//! - An update with oversized data is rejected without being applied (YDB replies
+//!   `BAD_REQUEST` but applies it).
+//! - Consistency modes and rate-limiter settings are stored and reported, not acted on.
+//! - Owners in a describe come sorted by `order_id` (YDB's order is unspecified).
+//!
+//! # Layout
+//!
+//! The node's rules are a pure state machine (`state.rs`: methods that take `now` and return
+//! effects, unit-tested without a runtime, following `ydb-coordination-semantics.md`); `world.rs`
+//! holds the nodes and routes effects to streams; `service.rs` is the thin tonic shell (one task
+//! per stream, one timer task); `net.rs` is the loopback TCP layer the fault controls act on.
 
 mod net;
+mod proto;
 mod service;
 pub(crate) mod state;
 mod world;
@@ -64,7 +87,7 @@ pub struct Emulator {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {
-/// use ydb_coordination::emulator::Emulator;
+/// use ydb_coordination_emulator::Emulator;
 ///
 /// let emulator = Emulator::builder()
 ///     .database("/Root")
@@ -331,7 +354,7 @@ impl Drop for Emulator {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {
 /// use std::time::Duration;
-/// use ydb_coordination::emulator::Emulator;
+/// use ydb_coordination_emulator::Emulator;
 ///
 /// let emulator = Emulator::builder().start().await?;
 /// emulator.net().stall();          // traffic stops, connections stay open
@@ -390,18 +413,16 @@ impl NetFaults<'_> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use ydb_coordination::Client;
-/// use ydb_coordination::emulator::{Emulator, FaultProxy};
+/// # async fn main() -> std::io::Result<()> {
+/// use ydb_coordination_emulator::{Emulator, FaultProxy};
 ///
 /// let emulator = Emulator::builder().node("/local/app").start().await?;
 /// let proxy = FaultProxy::start(emulator.local_addr()).await?;
-/// let client = Client::builder(proxy.connection_string(emulator.database()))
-///     .discovery(false)
-///     .build()
-///     .await?;
-/// proxy.net().stall(); // only this client's traffic stops
-/// # let _ = client;
+/// // One client gets this connection string, with discovery off (in `ydb-coordination`:
+/// // `Client::builder(url).discovery(false)`); the others connect to the emulator directly.
+/// let through_proxy = proxy.connection_string(emulator.database());
+/// assert_ne!(through_proxy, emulator.connection_string());
+/// proxy.net().stall(); // only the traffic through the proxy stops
 /// # Ok(())
 /// # }
 /// ```
