@@ -141,7 +141,7 @@ pub use ydb_coordination_emulator as emulator;
 
 /// The emulator's pure node core, which the simulator runs against the session core.
 #[cfg(test)]
-pub(crate) use crate::emulator::state as emulator_core;
+pub(crate) use crate::emulator::core as emulator_core;
 
 pub use auth::{Credentials, TokenFuture, TokenProvider};
 pub use client::{Client, ClientBuilder};

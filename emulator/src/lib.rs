@@ -52,6 +52,13 @@ mod service;
 pub(crate) mod state;
 mod world;
 
+/// The pure state machine of one coordination node, without the gRPC shell: for running
+/// the emulator inside a deterministic simulation, where the caller moves the messages and
+/// the clock. Every method takes `now` and returns the effects to carry out, in order.
+pub mod core {
+    pub use crate::state::{Effect, NodeState, StreamId};
+}
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -37,11 +37,11 @@ mod tests;
 mod proptests;
 
 /// Identifies one gRPC `Session` stream; assigned by the shell, never reused.
-pub(crate) type StreamId = u64;
+pub type StreamId = u64;
 
 /// What the shell must do, in the order given.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Effect {
+pub enum Effect {
     /// Send a message on a stream.
     Send(StreamId, SessionResponse),
     /// Finish the stream with gRPC OK after the messages already sent to it; the shell then
@@ -224,7 +224,7 @@ impl Semaphore {
 
 /// One coordination node.
 #[derive(Debug)]
-pub(crate) struct NodeState {
+pub struct NodeState {
     config: NodeConfigProto,
     next_session_id: SessionId,
     next_semaphore_id: SemId,
@@ -282,7 +282,7 @@ fn deadline_after(now: Instant, millis: u64) -> Option<Instant> {
 
 impl NodeState {
     /// A fresh node with the config as given by `CreateNode`.
-    pub(crate) fn new(config: NodeConfigProto) -> Self {
+    pub fn new(config: NodeConfigProto) -> Self {
         NodeState {
             config,
             next_session_id: 1,
@@ -348,7 +348,7 @@ impl NodeState {
     /// of the previously bound stream, if any (`failure{BAD_SESSION}` then `Close`; tablet
     /// semantics, §2.4). On failure returns `(None, [Send(stream, failure), Close(stream)])`.
     /// The shell sends the first ping itself.
-    pub(crate) fn attach(
+    pub fn attach(
         &mut self,
         now: Instant,
         stream: StreamId,
@@ -484,7 +484,7 @@ impl NodeState {
     /// bound to a session gets `failure{BAD_SESSION, "Session is not attached"}` and is closed
     /// (§2.7). `session_stop` destroys the session (§2.7) and ends with `session_stopped` and
     /// `Close` after the effects for other streams.
-    pub(crate) fn request(
+    pub fn request(
         &mut self,
         now: Instant,
         stream: StreamId,
@@ -544,7 +544,7 @@ impl NodeState {
     /// The stream ended for any reason. If it is still bound to a session, the session is
     /// detached: its expiry clock starts (`now + timeout`) and its wait and watch associations
     /// are dropped (§2.3, §2.5). Unknown streams are ignored.
-    pub(crate) fn detach(&mut self, now: Instant, stream: StreamId) -> Vec<Effect> {
+    pub fn detach(&mut self, now: Instant, stream: StreamId) -> Vec<Effect> {
         self.detach_stream(now, stream);
         Vec::new()
     }
@@ -568,14 +568,14 @@ impl NodeState {
     }
 
     /// The earliest pending timer (detached-session expiry or waiter deadline).
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&self) -> Option<Instant> {
         self.timers.first().map(|&(deadline, _)| deadline)
     }
 
     /// Fires every timer with a deadline at or before `now`, in deadline order: a session
     /// expiry deletes the session like `session_stop` (§2.5, §2.7); a waiter timeout removes
     /// the waiter and answers `acquired=false` if still associated (§4.3).
-    pub(crate) fn advance(&mut self, now: Instant) -> Vec<Effect> {
+    pub fn advance(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         while let Some(&(deadline, key)) = self.timers.first() {
             if deadline > now {
@@ -620,7 +620,7 @@ impl NodeState {
     /// Tablet restart (§2.5, §2.9): every bound stream gets `failure{UNAVAILABLE}` and is
     /// closed; every session is detached with deadline `now + timeout + grace`; `LastOwnerSeqNo`
     /// is reset; waiter timers restart with their full timeout. Everything else is kept.
-    pub(crate) fn restart(&mut self, now: Instant) -> Vec<Effect> {
+    pub fn restart(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         let grace = self.grace_period();
         self.timers.clear();
@@ -667,7 +667,7 @@ impl NodeState {
     /// Fault control: deletes the session now, as on expiry. A stream still bound to it gets
     /// `failure{SESSION_EXPIRED, "Session has expired"}` and is closed, after the other
     /// effects. Returns whether the session existed.
-    pub(crate) fn expire_session(&mut self, _now: Instant, session_id: u64) -> (bool, Vec<Effect>) {
+    pub fn expire_session(&mut self, _now: Instant, session_id: u64) -> (bool, Vec<Effect>) {
         let mut out = Vec::new();
         if !self.sessions.contains_key(&session_id) {
             return (false, out);
@@ -1431,14 +1431,14 @@ impl NodeState {
 #[allow(dead_code)]
 impl NodeState {
     /// Ids of all live sessions, ascending.
-    pub(crate) fn session_ids(&self) -> Vec<u64> {
+    pub fn session_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
         ids
     }
 
     /// Names of all semaphores (persistent and ephemeral), sorted.
-    pub(crate) fn semaphore_names(&self) -> Vec<String> {
+    pub fn semaphore_names(&self) -> Vec<String> {
         self.by_name.keys().cloned().collect()
     }
 
