@@ -173,3 +173,45 @@ fn the_checker_catches_tokens_fired_after_the_deadline() {
         explain(&found)
     );
 }
+
+/// Measures the clock-rate tolerance printed in the README (`cargo test --all-features
+/// --lib sim::tests::tolerance -- --ignored --nocapture`): with the default margin, the
+/// slowest client clock (against the server's) that still gives no violation over
+/// `SIM_SEEDS` seeds; with margin 0, the smallest difference that is caught.
+#[test]
+#[ignore = "a measurement, not a check: minutes of CPU"]
+fn tolerance() {
+    let seeds = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    for rate in [0.95, 0.92, 0.91, 0.90, 0.89, 0.88, 0.85] {
+        let cfg = Config {
+            rate: Some(rate),
+            ..Config::default()
+        };
+        let found = find_violation(&cfg, seeds);
+        eprintln!(
+            "default margin, client clock at {rate} of the server's: {}",
+            found.map_or("no violation".to_string(), |r| format!(
+                "violation at seed {}: {:?}",
+                r.seed, r.violations[0]
+            ))
+        );
+    }
+    for rate in [1.0, 0.999, 0.995, 0.99, 0.98, 0.97, 0.95] {
+        let cfg = Config {
+            rate: Some(rate),
+            margin: Some(Duration::ZERO),
+            ..Config::default()
+        };
+        let found = find_violation(&cfg, seeds);
+        eprintln!(
+            "margin 0, client clock at {rate} of the server's: {}",
+            found.map_or("no violation".to_string(), |r| format!(
+                "caught at seed {}: {}",
+                r.seed, r.violations[0].what
+            ))
+        );
+    }
+}
