@@ -657,3 +657,96 @@ async fn a_flood_of_server_pings_does_not_postpone_the_lease_deadline() {
         SessionState::Expired
     );
 }
+
+// ---- 3 (more). closing survives a lost stream; a manager's shutdown while reattaching ------
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_lost_while_closing_is_reattached_to_send_the_stop() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, behind) = env.behind_proxy().await;
+    let s = within(behind.session(&env.node, SessionOptions::new()))
+        .await
+        .unwrap();
+    let _lease = within(s.acquire("job", lock())).await.unwrap();
+    let other = env.session().await;
+    let mut waiter = other.acquire("job", lock());
+    assert!(within(waiter.queued()).await);
+    // The stop is written into a stalled stream, which then breaks; the network is back
+    // soon after.
+    proxy.net().stall();
+    let closing = tokio::spawn({
+        let s = s.clone();
+        async move { s.close().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.net().refuse_for(Duration::from_millis(300));
+    proxy.net().cut();
+    proxy.net().resume();
+    let closed_at = Instant::now();
+    within(closing).await.unwrap();
+    assert_eq!(s.state(), SessionState::Closed);
+    let granted = tokio::time::timeout_at(closed_at + Duration::from_secs(3), waiter).await;
+    assert!(
+        granted.is_ok(),
+        "the lock was still held 3 s after the close; server sessions: {:?}",
+        env.emulator.session_ids("app")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_manager_shut_down_while_reattaching_frees_its_locks_within_the_stop_timeout() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, behind) = env.behind_proxy().await;
+    let manager = behind.session_manager(&env.node, SessionOptions::new());
+    let session = within(manager.current()).await.unwrap();
+    let _guard = within(session.mutex("job").lock()).await.unwrap();
+    let other = env.session().await;
+    let mut waiter = other.acquire("job", lock());
+    assert!(within(waiter.queued()).await);
+    proxy.net().refuse_for(Duration::from_millis(500));
+    proxy.net().cut();
+    wait_state(&session, reattaching).await;
+    let shut_at = Instant::now();
+    within(manager.shutdown()).await;
+    let granted = tokio::time::timeout_at(shut_at + Duration::from_secs(3), waiter).await;
+    assert!(
+        granted.is_ok(),
+        "the lock was still held 3 s after shutdown; server sessions: {:?}",
+        env.emulator.session_ids("app")
+    );
+}
+
+// ---- 6. owner data on a semaphore deleted and made anew -----------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn set_data_after_the_semaphore_was_recreated_ends_the_lease_instead_of_taking_it_anew() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    within(s.create_semaphore("pool", 1, b"")).await.unwrap();
+    let lease = within(s.acquire("pool", AcquireOptions::exclusive().count(1)))
+        .await
+        .unwrap();
+    let old = lease.fencing_token();
+    let admin = env.session().await;
+    within(admin.delete_semaphore("pool", true)).await.unwrap();
+    within(admin.create_semaphore("pool", 1, b""))
+        .await
+        .unwrap();
+    let err = within(lease.set_data(b"new")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Aborted);
+    assert!(
+        lease.is_lost(),
+        "the lease still looks valid with fencing token {old}"
+    );
+    // What the update took by mistake was given back: another session can have it.
+    let taken = within(admin.try_acquire("pool", AcquireOptions::exclusive().count(1)))
+        .await
+        .unwrap();
+    assert!(taken.is_some(), "the recreated semaphore is still held");
+}
