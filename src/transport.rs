@@ -107,8 +107,9 @@ pub(crate) struct TransportConfig {
     pub(crate) request_timeout: Duration,
 }
 
+/// One endpoint's channel, replaced (next generation) when it breaks.
 #[derive(Debug)]
-struct Slot {
+struct EndpointChannel {
     uri: String,
     tls: bool,
     channel: Channel,
@@ -127,7 +128,7 @@ pub(crate) struct Lane {
 #[derive(Debug)]
 pub(crate) struct Transport {
     config: TransportConfig,
-    slots: Mutex<Vec<Slot>>,
+    slots: Mutex<Vec<EndpointChannel>>,
     next: AtomicUsize,
     login: LoginCache,
 }
@@ -144,7 +145,7 @@ impl Transport {
             config,
         };
         let channel = transport.make_channel(&uri, tls)?;
-        transport.lock().push(Slot {
+        transport.lock().push(EndpointChannel {
             uri,
             tls,
             channel,
@@ -153,7 +154,7 @@ impl Transport {
         Ok(Arc::new(transport))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<EndpointChannel>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -272,7 +273,7 @@ impl Transport {
             let tls = e.ssl || self.config.info.tls;
             let uri = format!("{}://{host}:{}", if tls { "https" } else { "http" }, e.port);
             if let Ok(channel) = self.make_channel(&uri, tls) {
-                slots.push(Slot {
+                slots.push(EndpointChannel {
                     uri,
                     tls,
                     channel,

@@ -15,7 +15,7 @@ use super::types::WatchUpdate;
 use crate::error::Result;
 
 #[derive(Debug, Default)]
-struct Slot {
+struct Mailbox {
     item: Option<Result<WatchUpdate>>,
     sender_gone: bool,
     receiver_gone: bool,
@@ -23,12 +23,12 @@ struct Slot {
 
 #[derive(Debug, Default)]
 struct Shared {
-    slot: Mutex<Slot>,
+    slot: Mutex<Mailbox>,
     waker: AtomicWaker,
 }
 
 impl Shared {
-    fn with<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Mailbox) -> R) -> R {
         f(&mut self.slot.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
@@ -89,7 +89,7 @@ impl Drop for Sender {
 impl Receiver {
     /// The next item; `Ready(None)` once the sender is gone and the slot is empty.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<WatchUpdate>>> {
-        let take = |slot: &mut Slot| match slot.item.take() {
+        let take = |slot: &mut Mailbox| match slot.item.take() {
             Some(item) => Poll::Ready(Some(item)),
             None if slot.sender_gone => Poll::Ready(None),
             None => Poll::Pending,
