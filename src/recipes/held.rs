@@ -11,7 +11,8 @@ use crate::manager::{Make, Renewal};
 use crate::session::Lease;
 
 /// A lock held for as long as the stream is polled, from [`Mutex::hold`](super::Mutex::hold),
-/// [`Semaphore::hold`](super::Semaphore::hold) or [`Election::hold`](super::Election::hold).
+/// [`Semaphore::hold`](super::Semaphore::hold), [`RwLock::hold_read`](super::RwLock::hold_read),
+/// [`RwLock::hold_write`](super::RwLock::hold_write) or [`Election::hold`](super::Election::hold).
 ///
 /// The stream yields a guard; once that guard is lost (its token fired) or dropped, the next
 /// poll acquires again, in a new session when the old one is gone (on a

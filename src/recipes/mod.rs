@@ -10,7 +10,7 @@
 //! Every acquire has a plain form, a `try_` form and a `_timeout(d)` form, and returns an
 //! [`Acquiring`] future with [`Acquiring::queued`].
 //!
-//! Every guard dereferences to its [`Lease`], so `token()`, `is_lost()`, `cancelled()` and
+//! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
 //! `fencing_token()` are available on all of them. A distributed guard can be lost while you
 //! hold it; that is the difference from `tokio::sync::MutexGuard`.
 
