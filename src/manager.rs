@@ -48,6 +48,73 @@ async fn start_session(
     }
 }
 
+/// Makes the next item of a [`Renewal`].
+pub(crate) type Make<T> = Arc<dyn Fn() -> BoxFuture<'static, Result<T>> + Send + Sync>;
+
+/// The one renewal mechanism, shared by [`SessionStream`] (the next live session) and
+/// [`Held`](crate::recipes::Held) (the next guard): yields an item, and once that item's
+/// token has fired, makes the next one. Never two at once: the next is started only after the
+/// previous token fired. An error ends it.
+pub(crate) struct Renewal<T> {
+    make: Make<T>,
+    /// The token of the last item yielded.
+    previous: Option<CancellationToken>,
+    next: Option<BoxFuture<'static, Result<T>>>,
+    ended: bool,
+}
+
+impl<T> Renewal<T> {
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+}
+
+impl<T: Send + 'static> Renewal<T> {
+    pub(crate) fn new(make: Make<T>) -> Self {
+        Self {
+            make,
+            previous: None,
+            next: None,
+            ended: false,
+        }
+    }
+
+    /// The next item once the last one's token (`token_of` it) has fired; `None` after an
+    /// error was yielded.
+    pub(crate) fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+        token_of: impl FnOnce(&T) -> CancellationToken,
+    ) -> Poll<Option<Result<T>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let next = self.next.get_or_insert_with(|| {
+            let previous = self.previous.take();
+            let make = self.make.clone();
+            Box::pin(async move {
+                if let Some(previous) = previous {
+                    // The old item ends before anything new is made.
+                    previous.cancelled().await;
+                }
+                make().await
+            })
+        });
+        let result = std::task::ready!(next.as_mut().poll(cx));
+        self.next = None;
+        match result {
+            Ok(item) => {
+                self.previous = Some(token_of(&item));
+                Poll::Ready(Some(Ok(item)))
+            }
+            Err(err) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(err)))
+            }
+        }
+    }
+}
+
 /// A stream of sessions: a live one, and after it is lost, a new one. From
 /// [`Client::sessions`].
 ///
@@ -80,34 +147,36 @@ async fn start_session(
 /// # }
 /// ```
 pub struct SessionStream {
-    client: Client,
     path: String,
-    options: SessionOptions,
-    previous: Option<CancellationToken>,
-    starting: Option<BoxFuture<'static, Result<Session>>>,
-    stop: CancellationToken,
-    ended: bool,
+    renewal: Renewal<Session>,
 }
 
 impl std::fmt::Debug for SessionStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionStream")
             .field("path", &self.path)
-            .field("ended", &self.ended)
+            .field("ended", &self.renewal.is_ended())
             .finish_non_exhaustive()
     }
 }
 
 impl SessionStream {
-    pub(crate) fn new(client: Client, path: String, options: SessionOptions) -> Self {
+    /// Sessions on `path`; `stop` ends a start in progress.
+    pub(crate) fn new(
+        client: Client,
+        path: String,
+        options: SessionOptions,
+        stop: CancellationToken,
+    ) -> Self {
+        let at = path.clone();
+        let make: Make<Session> = Arc::new(move || {
+            let (client, path, options, stop) =
+                (client.clone(), at.clone(), options.clone(), stop.clone());
+            Box::pin(async move { start_session(&client, &path, &options, &stop).await })
+        });
         Self {
-            client,
             path,
-            options,
-            previous: None,
-            starting: None,
-            stop: CancellationToken::new(),
-            ended: false,
+            renewal: Renewal::new(make),
         }
     }
 }
@@ -116,40 +185,7 @@ impl Stream for SessionStream {
     type Item = Result<Session>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        if this.starting.is_none() {
-            let previous = this.previous.take();
-            let (client, path, options, stop) = (
-                this.client.clone(),
-                this.path.clone(),
-                this.options.clone(),
-                this.stop.clone(),
-            );
-            this.starting = Some(Box::pin(async move {
-                if let Some(previous) = previous {
-                    previous.cancelled().await;
-                }
-                start_session(&client, &path, &options, &stop).await
-            }));
-        }
-        let Some(starting) = this.starting.as_mut() else {
-            return Poll::Pending;
-        };
-        let result = std::task::ready!(starting.as_mut().poll(cx));
-        this.starting = None;
-        match result {
-            Ok(session) => {
-                this.previous = Some(session.token());
-                Poll::Ready(Some(Ok(session)))
-            }
-            Err(err) => {
-                this.ended = true;
-                Poll::Ready(Some(Err(err)))
-            }
-        }
+        self.renewal.poll_next(cx, Session::token)
     }
 }
 
@@ -218,8 +254,7 @@ impl SessionManager {
             fatal: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
-        let mut sessions = SessionStream::new(client, path.to_string(), options);
-        sessions.stop = stop.clone();
+        let mut sessions = SessionStream::new(client, path.to_string(), options, stop.clone());
         tokio::spawn(async move {
             use futures::StreamExt;
             loop {
@@ -344,7 +379,12 @@ impl Client {
     ///
     /// See [`SessionStream`].
     pub fn sessions(&self, path: &str, options: SessionOptions) -> SessionStream {
-        SessionStream::new(self.clone(), path.to_string(), options)
+        SessionStream::new(
+            self.clone(),
+            path.to_string(),
+            options,
+            CancellationToken::new(),
+        )
     }
 
     /// A [`SessionManager`] on `path`.

@@ -348,3 +348,180 @@ async fn held_permits_and_leadership_come_back_after_expiry() {
     assert!(leader3.fencing_token() > fence);
     manager.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_recipe_future_says_it_is_queued_then_completes() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+
+    let guard = within(a.mutex("m").lock()).await.unwrap();
+    let mut lock = b.mutex("m").lock();
+    assert!(within(lock.queued()).await);
+    drop(guard);
+    drop(within(lock).await.unwrap());
+
+    let permit = within(a.semaphore("s", 2).acquire(2)).await.unwrap();
+    let mut acquire = b.semaphore("s", 2).acquire(1);
+    assert!(within(acquire.queued()).await);
+    drop(permit);
+    assert_eq!(within(acquire).await.unwrap().count(), 1);
+
+    let write = within(a.rwlock("rw").write()).await.unwrap();
+    let mut read = b.rwlock("rw").read();
+    assert!(within(read.queued()).await);
+    drop(write);
+    let read = within(read).await.unwrap();
+    let mut write = a.rwlock("rw").write();
+    assert!(within(write.queued()).await);
+    drop(read);
+    drop(within(write).await.unwrap());
+
+    let leadership = within(a.election("e").campaign(b"a")).await.unwrap();
+    let mut campaign = b.election("e").campaign(b"b");
+    assert!(within(campaign.queued()).await);
+    drop(leadership);
+    let leadership = within(campaign).await.unwrap();
+    // Not queued: free at once.
+    let mut free = a.mutex("free").lock();
+    assert!(!within(free.queued()).await);
+    drop(within(free).await.unwrap());
+    drop(leadership);
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_forms_return_none_while_held() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let _m = within(a.mutex("m").try_lock()).await.unwrap().unwrap();
+    assert!(within(b.mutex("m").try_lock()).await.unwrap().is_none());
+    let _s = within(a.semaphore("s", 1).try_acquire(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        within(b.semaphore("s", 1).try_acquire(1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let _w = within(a.rwlock("rw").try_write()).await.unwrap().unwrap();
+    assert!(within(b.rwlock("rw").try_read()).await.unwrap().is_none());
+    assert!(within(b.rwlock("rw").try_write()).await.unwrap().is_none());
+    let _l = within(a.election("e").try_campaign(b"a"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        within(b.election("e").try_campaign(b"b"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_forms_give_up_after_the_deadline() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let d = Duration::from_secs(2);
+    let _m = within(a.mutex("m").lock()).await.unwrap();
+    let _s = within(a.semaphore("s", 1).acquire(1)).await.unwrap();
+    let _w = within(a.rwlock("rw").write()).await.unwrap();
+    let _l = within(a.election("e").campaign(b"a")).await.unwrap();
+    let start = Instant::now();
+    assert!(
+        within(b.mutex("m").lock_timeout(d))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        within(b.semaphore("s", 1).acquire_timeout(1, d))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        within(b.rwlock("rw").read_timeout(d))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        within(b.rwlock("rw").write_timeout(d))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        within(b.election("e").campaign_timeout(b"b", d))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(start.elapsed() >= d * 5);
+    // A bad count is refused before anything is asked.
+    let err = within(b.semaphore("s", 1).acquire_timeout(2, d))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_read_and_write_come_back_after_expiry() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut reading = manager.rwlock("cfg").hold_read();
+    let read = within(reading.next()).await.unwrap().unwrap();
+    env.emulator.expire_session("app", read.session_id());
+    let read2 = within(reading.next()).await.unwrap().unwrap();
+    assert!(read.is_lost());
+    assert_ne!(read2.session_id(), read.session_id());
+    assert!(read2.fencing_token() > read.fencing_token());
+    drop((reading, read2));
+
+    let mut writing = manager.rwlock("cfg").hold_write();
+    let write = within(writing.next()).await.unwrap().unwrap();
+    env.emulator.expire_session("app", write.session_id());
+    let write2 = within(writing.next()).await.unwrap().unwrap();
+    assert!(write.is_lost());
+    assert_ne!(write2.session_id(), write.session_id());
+    assert!(write2.fencing_token() > write.fencing_token());
+    manager.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn recipes_on_a_manager_survive_a_session_loss_while_queued() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let holder = env.session().await;
+    let guard = within(holder.mutex("m").lock()).await.unwrap();
+    let permit = within(holder.semaphore("s", 1).acquire(1)).await.unwrap();
+    let leadership = within(holder.election("e").campaign(b"h")).await.unwrap();
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let first = within(manager.current()).await.unwrap();
+    let mut lock = manager.mutex("m").lock();
+    let mut acquire = manager.semaphore("s", 1).acquire(1);
+    let mut campaign = manager.election("e").campaign(b"m");
+    assert!(within(lock.queued()).await);
+    assert!(within(acquire.queued()).await);
+    assert!(within(campaign.queued()).await);
+    env.emulator.expire_session("app", first.id());
+    wait_state(&first, |s| s.is_terminal()).await;
+    drop((guard, permit, leadership));
+    let guard = within(lock).await.unwrap();
+    let permit = within(acquire).await.unwrap();
+    let leadership = within(campaign).await.unwrap();
+    assert_ne!(guard.session_id(), first.id());
+    assert_eq!(permit.session_id(), guard.session_id());
+    assert_eq!(leadership.session_id(), guard.session_id());
+    manager.shutdown().await;
+}

@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
-use ydb_coordination::{AcquireOptions, DescribeOptions, ErrorKind, Lease, Session};
+use ydb_coordination::{Acquiring, DescribeOptions, Error, ErrorKind, Lease, Session};
 
 use super::duration;
 use super::fail::{self, Failure, semaphore_error};
@@ -86,6 +86,8 @@ pub(crate) enum Kind {
     Shared,
     /// `count` tokens of a persistent semaphore, created with `limit` when given.
     Counted { count: u64, limit: Option<u64> },
+    /// The leadership of an election (a persistent semaphore with limit 1).
+    Leadership,
 }
 
 /// How long to wait for the lock.
@@ -203,70 +205,55 @@ async fn hold_and_run(
     Ok(end.code)
 }
 
-fn options(req: &Request) -> AcquireOptions {
-    let options = match req.kind {
-        Kind::Exclusive => AcquireOptions::exclusive().ephemeral(true),
-        Kind::Shared => AcquireOptions::shared().ephemeral(true),
-        Kind::Counted { count, .. } => AcquireOptions::new().count(count),
-    };
-    let options = options.data(req.data.clone());
-    match req.wait {
-        Wait::Forever => options.wait_forever(),
-        Wait::For(d) => options.timeout(d),
-        Wait::AtOnce => options.timeout(Duration::ZERO),
-    }
-}
-
-/// Creates the persistent semaphore with `limit` tokens unless it exists with that limit.
-async fn ensure(session: &Session, req: &Request, limit: u64) -> Result<(), Failure> {
+/// The limit of the existing persistent semaphore a counted lock without `--limit` takes.
+async fn existing_limit(session: &Session, req: &Request) -> Result<u64, Failure> {
     let (name, node) = (&req.name, &req.node);
-    let err = match session.create_semaphore(name, limit, b"").await {
-        Ok(()) => return Ok(()),
-        Err(e) => e,
-    };
-    match err.kind() {
-        ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown => {}
-        ErrorKind::PreconditionFailed => {
-            return Err(Failure::new(format!(
-                "semaphore {name:?} on {node} is an ephemeral lock in use; \
-                 a counted lock needs a persistent semaphore of another name"
-            )));
-        }
-        _ => return Err(semaphore_error("create", name, node, &err)),
-    }
-    let d = session
+    match session
         .describe_semaphore(name, DescribeOptions::new())
         .await
-        .map_err(|e| semaphore_error("describe", name, node, &e))?;
-    if d.ephemeral || d.limit != limit {
-        let has = if d.ephemeral {
-            "is an ephemeral lock".to_string()
-        } else {
-            format!("exists with limit {}", d.limit)
-        };
-        return Err(Failure::new(format!(
-            "semaphore {name:?} on {node} {has}, not limit {limit}"
-        )));
+    {
+        Ok(d) => Ok(d.limit),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(Failure::new(format!(
+            "semaphore {name:?} not found on {node} (pass --limit N to create it)"
+        ))),
+        Err(e) => Err(semaphore_error("describe", name, node, &e)),
     }
-    Ok(())
 }
 
-/// Acquires as the request says, showing the queue position on stderr when `progress`.
-async fn acquire(
+/// Why a counted lock's semaphore was refused (the recipe's `PreconditionFailed`): an
+/// ephemeral lock of that name is in use, or it exists with another limit.
+async fn refused(session: &Session, req: &Request, limit: u64, err: &Error) -> Failure {
+    let (name, node) = (&req.name, &req.node);
+    match session
+        .describe_semaphore(name, DescribeOptions::new())
+        .await
+    {
+        Ok(d) if d.ephemeral => Failure::new(format!(
+            "semaphore {name:?} on {node} is an ephemeral lock in use; \
+             a counted lock needs a persistent semaphore of another name"
+        )),
+        Ok(d) if d.limit != limit => Failure::new(format!(
+            "semaphore {name:?} on {node} exists with limit {}, not limit {limit}",
+            d.limit
+        )),
+        _ => semaphore_error("acquire", name, node, err),
+    }
+}
+
+/// Waits for a recipe's acquire, showing the queue position on stderr when `progress` and
+/// the request is queued; a signal ends the wait (and withdraws the request).
+async fn wait_for<T>(
+    mut acquiring: Acquiring<T>,
     session: &Session,
     req: &Request,
     signals: &mut Signals,
     progress: bool,
-) -> Result<Lease, Failure> {
-    if let Kind::Counted {
-        limit: Some(limit), ..
-    } = req.kind
-    {
-        signals.interruptible(ensure(session, req, limit)).await?;
-    }
-    let acquire = session.acquire(&req.name, options(req));
-    tokio::pin!(acquire);
+) -> Result<ydb_coordination::Result<T>, Failure> {
     let started = Instant::now();
+    let queued = tokio::select! {
+        q = acquiring.queued() => q,
+        sig = signals.recv() => return Err(interrupted(sig)),
+    };
     let mut tick =
         tokio::time::interval_at(started + Duration::from_millis(300), Duration::from_secs(1));
     let mut shown = false;
@@ -277,12 +264,12 @@ async fn acquire(
     };
     let result = loop {
         tokio::select! {
-            r = &mut acquire => break r,
+            r = &mut acquiring => break r,
             sig = signals.recv() => {
                 clear(shown);
                 return Err(interrupted(sig));
             }
-            _ = tick.tick(), if progress => {
+            _ = tick.tick(), if progress && queued => {
                 let line = queue_line(session, req, started).await;
                 eprint!("\r\x1b[2K{line}");
                 shown = true;
@@ -290,9 +277,74 @@ async fn acquire(
         }
     };
     clear(shown);
+    Ok(result)
+}
+
+/// Takes the lock or leadership with the recipe the request names: `Mutex` (exclusive),
+/// `RwLock::read` (shared), `Semaphore` (counted) or `Election`, in the verb of its wait
+/// (plain, `_timeout(d)`, or `try_` for `--no-wait`). `None`: not obtained in time.
+async fn acquire(
+    session: &Session,
+    req: &Request,
+    signals: &mut Signals,
+    progress: bool,
+) -> Result<Lease, Failure> {
+    // The plain verb, or the `_timeout`/`try_` one; both give the guard's lease.
+    macro_rules! obtain {
+        ($plain:expr, |$d:ident| $timed:expr, $try:expr) => {
+            match req.wait {
+                Wait::Forever => wait_for($plain, session, req, signals, progress)
+                    .await?
+                    .map(|g| Some(g.into_lease())),
+                Wait::For($d) => wait_for($timed, session, req, signals, progress)
+                    .await?
+                    .map(|g| g.map(|g| g.into_lease())),
+                Wait::AtOnce => wait_for($try, session, req, signals, progress)
+                    .await?
+                    .map(|g| g.map(|g| g.into_lease())),
+            }
+        };
+    }
     let (name, node) = (&req.name, &req.node);
-    result.map_err(|e| match e.kind() {
-        ErrorKind::Timeout => {
+    let data = req.data.clone();
+    let mut limit = None;
+    let result = match req.kind {
+        Kind::Exclusive => {
+            let mutex = session.mutex(name).data(data);
+            obtain!(mutex.lock(), |d| mutex.lock_timeout(d), mutex.try_lock())
+        }
+        Kind::Shared => {
+            let rwlock = session.rwlock(name).data(data);
+            obtain!(rwlock.read(), |d| rwlock.read_timeout(d), rwlock.try_read())
+        }
+        Kind::Counted {
+            count,
+            limit: given,
+        } => {
+            let n = match given {
+                Some(n) => n,
+                None => signals.interruptible(existing_limit(session, req)).await?,
+            };
+            limit = Some(n);
+            let semaphore = session.semaphore(name, n).data(data);
+            obtain!(
+                semaphore.acquire(count),
+                |d| semaphore.acquire_timeout(count, d),
+                semaphore.try_acquire(count)
+            )
+        }
+        Kind::Leadership => {
+            let election = session.election(name);
+            obtain!(
+                election.campaign(&data),
+                |d| election.campaign_timeout(&data, d),
+                election.try_campaign(&data)
+            )
+        }
+    };
+    match result {
+        Ok(Some(lease)) => Ok(lease),
+        Ok(None) => {
             let message = match req.wait {
                 Wait::For(d) => format!(
                     "{} {name:?} on {node} not obtained within {}",
@@ -304,15 +356,14 @@ async fn acquire(
                     req.what
                 ),
             };
-            Failure::with_code(fail::NOT_ACQUIRED, message)
+            Err(Failure::with_code(fail::NOT_ACQUIRED, message))
         }
-        ErrorKind::NotFound if matches!(req.kind, Kind::Counted { limit: None, .. }) => {
-            Failure::new(format!(
-                "semaphore {name:?} not found on {node} (pass --limit N to create it)"
-            ))
-        }
-        _ => semaphore_error("acquire", name, node, &e),
-    })
+        Err(e) if e.kind() == ErrorKind::PreconditionFailed => Err(match limit {
+            Some(limit) => refused(session, req, limit, &e).await,
+            None => semaphore_error("acquire", name, node, &e),
+        }),
+        Err(e) => Err(semaphore_error("acquire", name, node, &e)),
+    }
 }
 
 /// The progress line: where this session stands in the queue.

@@ -705,10 +705,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let request = Request {
                 node: String::new(),
                 name: args.name,
-                kind: Kind::Counted {
-                    count: 1,
-                    limit: Some(1),
-                },
+                kind: Kind::Leadership,
                 data: args.data.unwrap_or_default().into_bytes(),
                 wait: args.wait.wait(),
                 kill_grace: args.wait.kill_grace,

@@ -546,3 +546,14 @@ fn silent_server_stops_the_command_with_lease_lost() {
     assert_eq!(wait_exit(&mut child).code(), Some(LEASE_LOST));
     assert!(stalled.elapsed() < Duration::from_secs(8));
 }
+
+#[test]
+fn counted_lock_without_limit_needs_an_existing_semaphore() {
+    let env = Env::new("nolimit");
+    let o = env.run(&["lock", NODE, "absent", "--count", "1", "--", "true"]);
+    assert_one_line_error(&o, 1, "--limit");
+    let o = env.run(&["lock", NODE, "present", "--limit", "2", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = env.run(&["lock", NODE, "present", "--count", "2", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

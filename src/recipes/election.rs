@@ -3,8 +3,10 @@
 use futures::{Stream, StreamExt};
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Held, Prepare, Scope, ensure_semaphore, guard};
+use super::acquiring::optional;
+use super::{Acquiring, Held, Prepare, Source, ensure_semaphore, guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{ErrorKind, Result};
 use crate::session::{Lease, SemaphoreDescription, WatchStream};
@@ -35,7 +37,7 @@ use crate::session::{Lease, SemaphoreDescription, WatchStream};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Election {
-    scope: Scope,
+    source: Source,
     name: String,
 }
 
@@ -85,14 +87,32 @@ fn leader_of(d: &SemaphoreDescription) -> Option<Leader> {
 }
 
 impl Election {
-    pub(crate) fn new(scope: Scope, name: &str) -> Self {
+    pub(crate) fn new(source: Source, name: &str) -> Self {
         Self {
-            scope,
+            source,
             name: name.to_string(),
         }
     }
 
+    fn start<T>(
+        &self,
+        data: &[u8],
+        timeout: Option<Duration>,
+        finish: fn(Result<Lease>) -> Result<T>,
+    ) -> Acquiring<T> {
+        let options = AcquireOptions::new().count(1).data(data.to_vec());
+        let options = match timeout {
+            Some(timeout) => options.timeout(timeout),
+            None => options,
+        };
+        let prepare = Prepare::Semaphore { limit: 1 };
+        Acquiring::new(&self.source, &self.name, options, prepare, finish)
+    }
+
     /// Waits to become the leader, with `data` as the leader's value.
+    ///
+    /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether someone else
+    /// leads ([`Acquiring::queued`]).
     ///
     /// # Errors
     ///
@@ -102,11 +122,79 @@ impl Election {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the candidacy.
-    pub async fn campaign(&self, data: &[u8]) -> Result<Leadership> {
-        let options = AcquireOptions::new().count(1).data(data.to_vec());
-        let prepare = Prepare::Semaphore { limit: 1 };
-        let lease = self.scope.acquire(&self.name, &options, prepare).await?;
-        Ok(Leadership { lease })
+    pub fn campaign(&self, data: &[u8]) -> Acquiring<Leadership> {
+        self.start(data, None, |r| r.map(|lease| Leadership { lease }))
+    }
+
+    /// Becomes the leader only if nobody leads or waits now; `None` otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session("/local/app", SessionOptions::new()).await?;
+    /// let b = client.session("/local/app", SessionOptions::new()).await?;
+    /// let leadership = a.election("scheduler").try_campaign(b"a").await?;
+    /// assert!(leadership.is_some());
+    /// assert!(b.election("scheduler").try_campaign(b"b").await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Election::campaign`].
+    pub fn try_campaign(&self, data: &[u8]) -> Acquiring<Option<Leadership>> {
+        self.campaign_timeout(data, Duration::ZERO)
+    }
+
+    /// Waits to become the leader at most `timeout` (in the server's queue); `None` if it
+    /// passed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let election = session.election("scheduler");
+    /// match election.campaign_timeout(b"host-a", Duration::from_secs(5)).await? {
+    ///     Some(leadership) => leadership.resign().await?,
+    ///     None => return Ok(()), // someone else leads
+    /// };
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Election::campaign`].
+    pub fn campaign_timeout(
+        &self,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Acquiring<Option<Leadership>> {
+        self.start(data, Some(timeout), |r| {
+            optional(r).map(|lease| lease.map(|lease| Leadership { lease }))
+        })
     }
 
     /// Stays a candidate for as long as the stream is polled: a [`Leadership`] each time this
@@ -117,10 +205,7 @@ impl Election {
         let data = data.to_vec();
         Held::new(
             format!("election {:?}", self.name),
-            Arc::new(move || {
-                let (election, data) = (election.clone(), data.clone());
-                Box::pin(async move { election.campaign(&data).await })
-            }),
+            Arc::new(move || Box::pin(election.campaign(&data))),
         )
     }
 
@@ -134,7 +219,7 @@ impl Election {
     ///
     /// Cancel safe.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let session = self.scope.session().await?;
+        let session = self.source.session().await?;
         match session
             .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
             .await
@@ -223,7 +308,7 @@ struct Observe {
 
 impl Observe {
     async fn open(&self) -> Result<WatchStream> {
-        let session = self.election.scope.session().await?;
+        let session = self.election.source.session().await?;
         ensure_semaphore(&session, &self.election.name, 1).await?;
         session
             .watch_semaphore(&self.election.name, WatchOptions::owners_changes())
@@ -276,7 +361,7 @@ impl Observe {
     }
 
     fn fail(mut self, e: crate::Error) -> Option<(Result<Option<Leader>>, Self)> {
-        if e.is_session_lost() && matches!(self.election.scope, Scope::Manager(_)) {
+        if e.is_session_lost() && self.election.source.renews() {
             // The next session reports the leader again.
             self.last = None;
             self.watch = None;

@@ -2,20 +2,17 @@
 
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use futures::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
+use crate::manager::{Make, Renewal};
 use crate::session::Lease;
 
-type Acquirer<G> = Arc<dyn Fn() -> BoxFuture<'static, Result<G>> + Send + Sync>;
-
 /// A lock held for as long as the stream is polled, from [`Mutex::hold`](super::Mutex::hold),
-/// [`Semaphore::hold`](super::Semaphore::hold) or [`Election::hold`](super::Election::hold).
+/// [`Semaphore::hold`](super::Semaphore::hold), [`RwLock::hold_read`](super::RwLock::hold_read),
+/// [`RwLock::hold_write`](super::RwLock::hold_write) or [`Election::hold`](super::Election::hold).
 ///
 /// The stream yields a guard; once that guard is lost (its token fired) or dropped, the next
 /// poll acquires again, in a new session when the old one is gone (on a
@@ -46,19 +43,17 @@ type Acquirer<G> = Arc<dyn Fn() -> BoxFuture<'static, Result<G>> + Send + Sync>;
 /// # }
 /// ```
 pub struct Held<G> {
-    acquire: Acquirer<G>,
+    renewal: Renewal<G>,
     what: String,
-    /// The last guard's token and session.
-    previous: Option<(CancellationToken, u64)>,
-    next: Option<BoxFuture<'static, Result<G>>>,
-    ended: bool,
+    /// The session of the last guard.
+    last_session: Option<u64>,
 }
 
 impl<G> std::fmt::Debug for Held<G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
             .field("lock", &self.what)
-            .field("ended", &self.ended)
+            .field("ended", &self.renewal.is_ended())
             .finish_non_exhaustive()
     }
 }
@@ -67,13 +62,11 @@ impl<G> Held<G>
 where
     G: Deref<Target = Lease> + Send + 'static,
 {
-    pub(crate) fn new(what: String, acquire: Acquirer<G>) -> Self {
+    pub(crate) fn new(what: String, acquire: Make<G>) -> Self {
         Self {
-            acquire,
+            renewal: Renewal::new(acquire),
             what,
-            previous: None,
-            next: None,
-            ended: false,
+            last_session: None,
         }
     }
 }
@@ -86,51 +79,24 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        if this.next.is_none() {
-            let previous = this.previous.take();
-            let acquire = this.acquire.clone();
-            let what = this.what.clone();
-            this.next = Some(Box::pin(async move {
-                let before = previous.as_ref().map(|(_, session)| *session);
-                if let Some((token, _)) = previous {
-                    // The old guard's token fires before anything new is issued.
-                    token.cancelled().await;
-                }
-                let guard = acquire().await?;
-                match before {
-                    // The previous guard's session is gone: the lock came back on a new one.
-                    Some(old) if old != guard.session_id() => tracing::info!(
-                        lock = what.as_str(),
-                        session_id = guard.session_id(),
-                        fencing_token = guard.fencing_token(),
-                        "held lock re-acquired"
-                    ),
-                    _ => tracing::debug!(
-                        lock = what.as_str(),
-                        fencing_token = guard.fencing_token(),
-                        "held lock acquired"
-                    ),
-                }
-                Ok(guard)
-            }));
-        }
-        let Some(next) = this.next.as_mut() else {
-            return Poll::Pending;
-        };
-        let result = std::task::ready!(next.as_mut().poll(cx));
-        this.next = None;
-        match result {
-            Ok(guard) => {
-                this.previous = Some((guard.token(), guard.session_id()));
-                Poll::Ready(Some(Ok(guard)))
-            }
-            Err(e) => {
-                this.ended = true;
-                Poll::Ready(Some(Err(e)))
+        let item = std::task::ready!(this.renewal.poll_next(cx, |guard| guard.token()));
+        if let Some(Ok(guard)) = &item {
+            let what = this.what.as_str();
+            match this.last_session.replace(guard.session_id()) {
+                // The previous guard's session is gone: the lock came back on a new one.
+                Some(old) if old != guard.session_id() => tracing::info!(
+                    lock = what,
+                    session_id = guard.session_id(),
+                    fencing_token = guard.fencing_token(),
+                    "held lock re-acquired"
+                ),
+                _ => tracing::debug!(
+                    lock = what,
+                    fencing_token = guard.fencing_token(),
+                    "held lock acquired"
+                ),
             }
         }
+        Poll::Ready(item)
     }
 }

@@ -3,84 +3,36 @@
 //!
 //! Each recipe can be made from a [`Session`] (it ends with the session) or from a
 //! [`SessionManager`] (a lock attempt interrupted by a session loss carries on in the
-//! replacement session, and [`Mutex::hold`] re-acquires a lost lock). None of them contains
+//! replacement session, and [`Mutex::hold`] re-acquires a lost lock). Each is written once
+//! against its session source and never asks which of the two it has. None of them contains
 //! protocol code: they only call [`Session`] operations.
 //!
-//! Every guard dereferences to its [`Lease`], so `token()`, `is_lost()`, `cancelled()` and
+//! Every acquire has a plain form, a `try_` form and a `_timeout(d)` form, and returns an
+//! [`Acquiring`] future with [`Acquiring::queued`].
+//!
+//! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
 //! `fencing_token()` are available on all of them. A distributed guard can be lost while you
 //! hold it; that is the difference from `tokio::sync::MutexGuard`.
 
+mod acquiring;
 mod election;
 mod held;
 mod mutex;
 mod rwlock;
 mod semaphore;
+mod source;
 
+pub use self::acquiring::Acquiring;
 pub use self::election::{Election, Leader, LeaderStream, Leadership};
 pub use self::held::Held;
 pub use self::mutex::{Mutex, MutexGuard};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 
-use crate::config::AcquireOptions;
+pub(crate) use self::source::Source;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
-use crate::session::{Lease, Session};
-
-/// Where a recipe gets its session from.
-#[derive(Debug, Clone)]
-pub(crate) enum Scope {
-    Session(Session),
-    Manager(SessionManager),
-}
-
-impl Scope {
-    /// The session to work in now.
-    pub(crate) async fn session(&self) -> Result<Session> {
-        match self {
-            Self::Session(s) => Ok(s.clone()),
-            Self::Manager(m) => m.current().await,
-        }
-    }
-
-    /// Runs `prepare` then acquires; on a manager, a session lost on the way is replaced
-    /// and the attempt repeated in the new session.
-    pub(crate) async fn acquire(
-        &self,
-        name: &str,
-        options: &AcquireOptions,
-        prepare: Prepare,
-    ) -> Result<Lease> {
-        loop {
-            let session = self.session().await?;
-            let attempt = async {
-                if let Prepare::Semaphore { limit } = prepare {
-                    ensure_semaphore(&session, name, limit).await?;
-                }
-                session.acquire(name, options.clone()).await
-            };
-            match attempt.await {
-                Err(e) if e.is_session_lost() && matches!(self, Self::Manager(_)) => continue,
-                other => return other,
-            }
-        }
-    }
-
-    /// As [`Scope::acquire`] with a zero timeout: `None` when not free at once.
-    pub(crate) async fn try_acquire(
-        &self,
-        name: &str,
-        options: &AcquireOptions,
-        prepare: Prepare,
-    ) -> Result<Option<Lease>> {
-        let options = options.clone().timeout(std::time::Duration::ZERO);
-        match self.acquire(name, &options, prepare).await {
-            Ok(lease) => Ok(Some(lease)),
-            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
+use crate::session::Session;
 
 /// What to make sure of in a session before acquiring.
 #[derive(Debug, Clone, Copy)]
@@ -158,43 +110,43 @@ pub(crate) use guard;
 impl Session {
     /// A [`Mutex`] on the ephemeral semaphore `name`.
     pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(Scope::Session(self.clone()), name)
+        Mutex::new(Source::new(self.clone()), name)
     }
 
     /// A counted [`Semaphore`] `name` with `limit` tokens (created if missing).
     pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
-        Semaphore::new(Scope::Session(self.clone()), name, limit)
+        Semaphore::new(Source::new(self.clone()), name, limit)
     }
 
     /// A [`RwLock`] on the ephemeral semaphore `name`.
     pub fn rwlock(&self, name: &str) -> RwLock {
-        RwLock::new(Scope::Session(self.clone()), name)
+        RwLock::new(Source::new(self.clone()), name)
     }
 
     /// An [`Election`] on the semaphore `name` (created with limit 1 if missing).
     pub fn election(&self, name: &str) -> Election {
-        Election::new(Scope::Session(self.clone()), name)
+        Election::new(Source::new(self.clone()), name)
     }
 }
 
 impl SessionManager {
     /// A [`Mutex`] that survives session loss.
     pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(Scope::Manager(self.clone()), name)
+        Mutex::new(Source::new(self.clone()), name)
     }
 
     /// A counted [`Semaphore`] that survives session loss.
     pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
-        Semaphore::new(Scope::Manager(self.clone()), name, limit)
+        Semaphore::new(Source::new(self.clone()), name, limit)
     }
 
     /// A [`RwLock`] that survives session loss.
     pub fn rwlock(&self, name: &str) -> RwLock {
-        RwLock::new(Scope::Manager(self.clone()), name)
+        RwLock::new(Source::new(self.clone()), name)
     }
 
     /// An [`Election`] that survives session loss.
     pub fn election(&self, name: &str) -> Election {
-        Election::new(Scope::Manager(self.clone()), name)
+        Election::new(Source::new(self.clone()), name)
     }
 }

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Held, Prepare, Scope, guard};
+use super::acquiring::optional;
+use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::session::Lease;
 
 /// An exclusive lock: an ephemeral semaphore acquired with all its tokens, so it exists
@@ -32,7 +33,7 @@ use crate::session::Lease;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Mutex {
-    scope: Scope,
+    source: Source,
     name: String,
     data: Vec<u8>,
 }
@@ -47,9 +48,9 @@ pub struct MutexGuard {
 guard!(MutexGuard, unlock, "lock");
 
 impl Mutex {
-    pub(crate) fn new(scope: Scope, name: &str) -> Self {
+    pub(crate) fn new(source: Source, name: &str) -> Self {
         Self {
-            scope,
+            source,
             name: name.to_string(),
             data: Vec::new(),
         }
@@ -69,6 +70,9 @@ impl Mutex {
 
     /// Waits for the lock.
     ///
+    /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether the lock is
+    /// taken ([`Acquiring::queued`]).
+    ///
     /// # Errors
     ///
     /// Session errors (on a [`Session`](crate::Session) scope: the session was lost while
@@ -78,12 +82,15 @@ impl Mutex {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request; the lock is not taken.
-    pub async fn lock(&self) -> Result<MutexGuard> {
-        let lease = self
-            .scope
-            .acquire(&self.name, &self.options(), Prepare::Nothing)
-            .await?;
-        Ok(MutexGuard { lease })
+    pub fn lock(&self) -> Acquiring<MutexGuard> {
+        let finish = |r: Result<Lease>| r.map(|lease| MutexGuard { lease });
+        Acquiring::new(
+            &self.source,
+            &self.name,
+            self.options(),
+            Prepare::Nothing,
+            finish,
+        )
     }
 
     /// Takes the lock only if it is free and nobody is queued.
@@ -95,12 +102,8 @@ impl Mutex {
     /// # Cancel safety
     ///
     /// As [`Mutex::lock`].
-    pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        let lease = self
-            .scope
-            .try_acquire(&self.name, &self.options(), Prepare::Nothing)
-            .await?;
-        Ok(lease.map(|lease| MutexGuard { lease }))
+    pub fn try_lock(&self) -> Acquiring<Option<MutexGuard>> {
+        self.lock_timeout(Duration::ZERO)
     }
 
     /// Waits for the lock at most `timeout` (in the server's queue); `None` if it passed.
@@ -112,17 +115,11 @@ impl Mutex {
     /// # Cancel safety
     ///
     /// As [`Mutex::lock`].
-    pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
+    pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MutexGuard>> {
         let options = self.options().timeout(timeout);
-        match self
-            .scope
-            .acquire(&self.name, &options, Prepare::Nothing)
-            .await
-        {
-            Ok(lease) => Ok(Some(MutexGuard { lease })),
-            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
-            Err(e) => Err(e),
-        }
+        let finish =
+            |r: Result<Lease>| optional(r).map(|lease| lease.map(|lease| MutexGuard { lease }));
+        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
     }
 
     /// Holds the lock for as long as the stream is polled: a guard now, and a new one
@@ -134,7 +131,7 @@ impl Mutex {
             format!("mutex {:?}", self.name),
             Arc::new(move || {
                 let mutex = mutex.clone();
-                Box::pin(async move { mutex.lock().await })
+                Box::pin(mutex.lock())
             }),
         )
     }

@@ -1,6 +1,10 @@
 //! A reader-writer lock.
 
-use super::{Prepare, Scope, guard};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acquiring::optional;
+use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
@@ -31,8 +35,9 @@ use crate::session::Lease;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    scope: Scope,
+    source: Source,
     name: String,
+    data: Vec<u8>,
 }
 
 /// Shared access to a [`RwLock`]. Dereferences to the [`Lease`].
@@ -53,14 +58,66 @@ guard!(RwLockReadGuard, unlock, "read lock");
 guard!(RwLockWriteGuard, unlock, "write lock");
 
 impl RwLock {
-    pub(crate) fn new(scope: Scope, name: &str) -> Self {
+    pub(crate) fn new(source: Source, name: &str) -> Self {
         Self {
-            scope,
+            source,
             name: name.to_string(),
+            data: Vec::new(),
         }
     }
 
+    /// Data stored with the holder (visible in describes), e.g. the host name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # use ydb_coordination::DescribeOptions;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let read = session.rwlock("config").data("host-a").read().await?;
+    /// let d = session.describe_semaphore("config", DescribeOptions::new().owners(true)).await?;
+    /// assert_eq!(d.owners[0].data, b"host-a");
+    /// # drop(read);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    fn options(&self, write: bool, timeout: Option<Duration>) -> AcquireOptions {
+        let options = if write {
+            AcquireOptions::exclusive()
+        } else {
+            AcquireOptions::shared()
+        };
+        let options = options.ephemeral(true).data(self.data.clone());
+        match timeout {
+            Some(timeout) => options.timeout(timeout),
+            None => options,
+        }
+    }
+
+    fn start<T>(
+        &self,
+        write: bool,
+        timeout: Option<Duration>,
+        finish: fn(Result<Lease>) -> Result<T>,
+    ) -> Acquiring<T> {
+        let options = self.options(write, timeout);
+        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+    }
+
     /// Waits for shared access.
+    ///
+    /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether a writer is in
+    /// the way ([`Acquiring::queued`]).
     ///
     /// # Errors
     ///
@@ -69,13 +126,8 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn read(&self) -> Result<RwLockReadGuard> {
-        let options = AcquireOptions::shared().ephemeral(true);
-        let lease = self
-            .scope
-            .acquire(&self.name, &options, Prepare::Nothing)
-            .await?;
-        Ok(RwLockReadGuard { lease })
+    pub fn read(&self) -> Acquiring<RwLockReadGuard> {
+        self.start(false, None, |r| r.map(|lease| RwLockReadGuard { lease }))
     }
 
     /// Waits for exclusive access.
@@ -87,13 +139,8 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn write(&self) -> Result<RwLockWriteGuard> {
-        let options = AcquireOptions::exclusive().ephemeral(true);
-        let lease = self
-            .scope
-            .acquire(&self.name, &options, Prepare::Nothing)
-            .await?;
-        Ok(RwLockWriteGuard { lease })
+    pub fn write(&self) -> Acquiring<RwLockWriteGuard> {
+        self.start(true, None, |r| r.map(|lease| RwLockWriteGuard { lease }))
     }
 
     /// Shared access only if available now.
@@ -105,13 +152,8 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
-        let options = AcquireOptions::shared().ephemeral(true);
-        let lease = self
-            .scope
-            .try_acquire(&self.name, &options, Prepare::Nothing)
-            .await?;
-        Ok(lease.map(|lease| RwLockReadGuard { lease }))
+    pub fn try_read(&self) -> Acquiring<Option<RwLockReadGuard>> {
+        self.read_timeout(Duration::ZERO)
     }
 
     /// Exclusive access only if available now.
@@ -123,12 +165,135 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
-        let options = AcquireOptions::exclusive().ephemeral(true);
-        let lease = self
-            .scope
-            .try_acquire(&self.name, &options, Prepare::Nothing)
-            .await?;
-        Ok(lease.map(|lease| RwLockWriteGuard { lease }))
+    pub fn try_write(&self) -> Acquiring<Option<RwLockWriteGuard>> {
+        self.write_timeout(Duration::ZERO)
+    }
+
+    /// Waits for shared access at most `timeout` (in the server's queue); `None` if it
+    /// passed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let config = session.rwlock("config");
+    /// let read = config.read_timeout(Duration::from_secs(5)).await?;
+    /// assert!(read.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request.
+    pub fn read_timeout(&self, timeout: Duration) -> Acquiring<Option<RwLockReadGuard>> {
+        self.start(false, Some(timeout), |r| {
+            optional(r).map(|lease| lease.map(|lease| RwLockReadGuard { lease }))
+        })
+    }
+
+    /// Waits for exclusive access at most `timeout` (in the server's queue); `None` if it
+    /// passed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let config = session.rwlock("config");
+    /// let read = config.read().await?;
+    /// // Our own reader is in the way: no write access within the timeout.
+    /// # let other = client.session("/local/app", SessionOptions::new()).await?;
+    /// let write = other.rwlock("config").write_timeout(Duration::from_millis(100)).await?;
+    /// assert!(write.is_none());
+    /// # drop(read);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request.
+    pub fn write_timeout(&self, timeout: Duration) -> Acquiring<Option<RwLockWriteGuard>> {
+        self.start(true, Some(timeout), |r| {
+            optional(r).map(|lease| lease.map(|lease| RwLockWriteGuard { lease }))
+        })
+    }
+
+    /// Holds shared access for as long as the stream is polled: a guard now, and a new one
+    /// each time the last one is lost or dropped. See [`Held`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let manager = client.session_manager("/local/app", SessionOptions::new());
+    /// let mut reading = manager.rwlock("config").hold_read();
+    /// let guard = reading.next().await.expect("the stream goes on")?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_read(&self) -> Held<RwLockReadGuard> {
+        let lock = self.clone();
+        Held::new(
+            format!("rwlock {:?} (read)", self.name),
+            Arc::new(move || Box::pin(lock.read())),
+        )
+    }
+
+    /// Holds exclusive access for as long as the stream is polled: a guard now, and a new
+    /// one each time the last one is lost or dropped. See [`Held`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let manager = client.session_manager("/local/app", SessionOptions::new());
+    /// let mut writing = manager.rwlock("config").hold_write();
+    /// let guard = writing.next().await.expect("the stream goes on")?;
+    /// assert!(!guard.is_lost());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_write(&self) -> Held<RwLockWriteGuard> {
+        let lock = self.clone();
+        Held::new(
+            format!("rwlock {:?} (write)", self.name),
+            Arc::new(move || Box::pin(lock.write())),
+        )
     }
 }

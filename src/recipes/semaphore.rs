@@ -1,8 +1,10 @@
 //! A counted semaphore.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Held, Prepare, Scope, guard};
+use super::acquiring::optional;
+use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
@@ -30,9 +32,10 @@ use crate::session::Lease;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    scope: Scope,
+    source: Source,
     name: String,
     limit: u64,
+    data: Vec<u8>,
 }
 
 /// Tokens of a [`Semaphore`]; dropping them releases. Dereferences to the [`Lease`].
@@ -45,17 +48,42 @@ pub struct SemaphorePermit {
 guard!(SemaphorePermit, release, "permit");
 
 impl Semaphore {
-    pub(crate) fn new(scope: Scope, name: &str, limit: u64) -> Self {
+    pub(crate) fn new(source: Source, name: &str, limit: u64) -> Self {
         Self {
-            scope,
+            source,
             name: name.to_string(),
             limit,
+            data: Vec::new(),
         }
     }
 
     /// The number of tokens.
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    /// Data stored with each permit's holder (visible in describes), e.g. the host name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, DescribeOptions, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let permit = session.semaphore("pool", 3).data("host-a").acquire(1).await?;
+    /// let d = session.describe_semaphore("pool", DescribeOptions::new().owners(true)).await?;
+    /// assert_eq!(d.owners[0].data, b"host-a");
+    /// # drop(permit);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
     }
 
     fn options(&self, n: u64) -> Result<AcquireOptions> {
@@ -65,10 +93,32 @@ impl Semaphore {
                 format!("cannot acquire {n} of {} tokens", self.limit),
             ));
         }
-        Ok(AcquireOptions::new().count(n))
+        Ok(AcquireOptions::new().count(n).data(self.data.clone()))
+    }
+
+    fn start<T>(
+        &self,
+        n: u64,
+        timeout: Option<Duration>,
+        finish: fn(Result<Lease>) -> Result<T>,
+    ) -> Acquiring<T> {
+        match self.options(n) {
+            Ok(options) => {
+                let options = match timeout {
+                    Some(timeout) => options.timeout(timeout),
+                    None => options,
+                };
+                let prepare = Prepare::Semaphore { limit: self.limit };
+                Acquiring::new(&self.source, &self.name, options, prepare, finish)
+            }
+            Err(err) => Acquiring::failed(&self.source, &self.name, err, finish),
+        }
     }
 
     /// Waits for `n` tokens (FIFO: a large request is not overtaken by smaller ones).
+    ///
+    /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether it has to wait
+    /// ([`Acquiring::queued`]).
     ///
     /// # Errors
     ///
@@ -79,11 +129,8 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn acquire(&self, n: u64) -> Result<SemaphorePermit> {
-        let options = self.options(n)?;
-        let prepare = Prepare::Semaphore { limit: self.limit };
-        let lease = self.scope.acquire(&self.name, &options, prepare).await?;
-        Ok(SemaphorePermit { lease })
+    pub fn acquire(&self, n: u64) -> Acquiring<SemaphorePermit> {
+        self.start(n, None, |r| r.map(|lease| SemaphorePermit { lease }))
     }
 
     /// Takes `n` tokens only if they are free now and nobody is queued.
@@ -95,14 +142,41 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// As [`Semaphore::acquire`].
-    pub async fn try_acquire(&self, n: u64) -> Result<Option<SemaphorePermit>> {
-        let options = self.options(n)?;
-        let prepare = Prepare::Semaphore { limit: self.limit };
-        let lease = self
-            .scope
-            .try_acquire(&self.name, &options, prepare)
-            .await?;
-        Ok(lease.map(|lease| SemaphorePermit { lease }))
+    pub fn try_acquire(&self, n: u64) -> Acquiring<Option<SemaphorePermit>> {
+        self.acquire_timeout(n, Duration::ZERO)
+    }
+
+    /// Waits for `n` tokens at most `timeout` (in the server's queue); `None` if it passed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let pool = session.semaphore("pool", 2);
+    /// let permit = pool.acquire_timeout(2, Duration::from_secs(5)).await?;
+    /// assert!(permit.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`].
+    pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> Acquiring<Option<SemaphorePermit>> {
+        self.start(n, Some(timeout), |r| {
+            optional(r).map(|lease| lease.map(|lease| SemaphorePermit { lease }))
+        })
     }
 
     /// Holds `n` tokens for as long as the stream is polled: a permit now, and a new one
@@ -111,10 +185,7 @@ impl Semaphore {
         let semaphore = self.clone();
         Held::new(
             format!("semaphore {:?}", self.name),
-            Arc::new(move || {
-                let semaphore = semaphore.clone();
-                Box::pin(async move { semaphore.acquire(n).await })
-            }),
+            Arc::new(move || Box::pin(semaphore.acquire(n))),
         )
     }
 }

@@ -1,0 +1,278 @@
+//! The future of every recipe acquire: a session from the source, the semaphore made sure
+//! of, then [`Session::acquire`], again in the next session when the source renews it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::{Prepare, Source, ensure_semaphore};
+use crate::config::AcquireOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::session::{Acquire, Lease, Session};
+
+/// A recipe acquire in progress: [`Mutex::lock`](super::Mutex::lock),
+/// [`Semaphore::acquire`](super::Semaphore::acquire), [`RwLock::read`](super::RwLock::read),
+/// [`Election::campaign`](super::Election::campaign) and their `try_` and `_timeout` forms.
+/// A future of `Result<T>`: the guard, or `Option` of it for the `try_` and `_timeout`
+/// forms (`None`: not obtained in time).
+///
+/// Await it, or first ask [`Acquiring::queued`] whether it has to wait behind someone else.
+/// On a [`SessionManager`](crate::SessionManager) a session lost while waiting is replaced
+/// and the request made again in the new session (a `_timeout` form keeps its deadline).
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let other = client.session("/local/app", SessionOptions::new()).await?;
+/// # let held = other.mutex("nightly-cleanup").lock().await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// let mut lock = session.mutex("nightly-cleanup").lock();
+/// if lock.queued().await {
+///     println!("someone else holds it; waiting");
+/// #   drop(held);
+/// }
+/// let guard = lock.await?;
+/// # drop(guard);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Cancel safety
+///
+/// Dropping it withdraws the request: the server forgets the waiter, and a grant that was
+/// already on its way is released.
+#[must_use = "an acquire does nothing unless awaited"]
+pub struct Acquiring<T> {
+    source: Source,
+    name: String,
+    options: AcquireOptions,
+    prepare: Prepare,
+    /// When a `_timeout` form gives up, set at the first poll.
+    deadline: Option<Instant>,
+    state: State,
+    finish: fn(Result<Lease>) -> Result<T>,
+}
+
+enum State {
+    /// Not started.
+    Start,
+    /// Getting a session and making sure of the semaphore.
+    Preparing(BoxFuture<'static, Result<Session>>),
+    /// Asking the session.
+    Acquiring(Box<Acquire>),
+    /// The outcome, not yet returned.
+    Ready(Result<Lease>),
+    /// Returned.
+    Done,
+}
+
+impl<T> std::fmt::Debug for Acquiring<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Start => "start",
+            State::Preparing(_) => "preparing",
+            State::Acquiring(_) => "acquiring",
+            State::Ready(_) => "ready",
+            State::Done => "done",
+        };
+        f.debug_struct("Acquiring")
+            .field("name", &self.name)
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of a `try_` or `_timeout` form: `None` when the time ran out.
+pub(crate) fn optional(result: Result<Lease>) -> Result<Option<Lease>> {
+    match result {
+        Ok(lease) => Ok(Some(lease)),
+        Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl<T> Acquiring<T> {
+    pub(crate) fn new(
+        source: &Source,
+        name: &str,
+        options: AcquireOptions,
+        prepare: Prepare,
+        finish: fn(Result<Lease>) -> Result<T>,
+    ) -> Self {
+        Self {
+            source: source.clone(),
+            name: name.to_string(),
+            options,
+            prepare,
+            deadline: None,
+            state: State::Start,
+            finish,
+        }
+    }
+
+    /// An acquire that fails with `err` when awaited, asking nothing.
+    pub(crate) fn failed(
+        source: &Source,
+        name: &str,
+        err: Error,
+        finish: fn(Result<Lease>) -> Result<T>,
+    ) -> Self {
+        let mut this = Self::new(
+            source,
+            name,
+            AcquireOptions::new(),
+            Prepare::Nothing,
+            finish,
+        );
+        this.state = State::Ready(Err(err));
+        this
+    }
+
+    /// Waits until the server queues the request (`true`: someone else holds the tokens,
+    /// or is ahead in the queue) or it completes without queuing (`false`: acquired, timed
+    /// out, or failed; awaiting the future then returns at once).
+    ///
+    /// On a [`SessionManager`](crate::SessionManager), a session lost before the server
+    /// answered is replaced first and the question asked again in the new session.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session("/local/app", SessionOptions::new()).await?;
+    /// let b = client.session("/local/app", SessionOptions::new()).await?;
+    /// let permit = a.semaphore("pool", 1).acquire(1).await?;
+    /// let mut waiting = b.semaphore("pool", 1).acquire(1);
+    /// assert!(waiting.queued().await);
+    /// permit.release().await?;
+    /// let permit = waiting.await?;
+    /// # drop(permit);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the acquire stays in progress; await it afterwards.
+    pub async fn queued(&mut self) -> bool {
+        loop {
+            if let Err(err) = std::future::poll_fn(|cx| self.poll_started(cx)).await {
+                self.state = State::Ready(Err(err));
+            }
+            let State::Acquiring(acquire) = &mut self.state else {
+                return false;
+            };
+            if acquire.queued().await {
+                return true;
+            }
+            // Answered without queuing: the outcome is there (or the session is gone).
+            let result = (&mut **acquire).await;
+            if !self.retry(&result) {
+                self.state = State::Ready(result);
+                return false;
+            }
+        }
+    }
+
+    /// Whether to make the request again in the next session after `result`.
+    fn retry(&mut self, result: &Result<Lease>) -> bool {
+        match result {
+            Err(e) if e.is_session_lost() && self.source.renews() => {
+                self.state = State::Start;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drives the attempt until the request is sent to a session (or has an outcome).
+    fn poll_started(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        loop {
+            match &mut self.state {
+                State::Start => {
+                    if self.deadline.is_none()
+                        && let Some(timeout) = self.options.timeout
+                    {
+                        self.deadline = Instant::now().checked_add(timeout);
+                    }
+                    let (source, name, prepare) =
+                        (self.source.clone(), self.name.clone(), self.prepare);
+                    self.state = State::Preparing(Box::pin(async move {
+                        let session = source.session().await?;
+                        if let Prepare::Semaphore { limit } = prepare {
+                            ensure_semaphore(&session, &name, limit).await?;
+                        }
+                        Ok(session)
+                    }));
+                }
+                State::Preparing(prepare) => match ready!(prepare.as_mut().poll(cx)) {
+                    Ok(session) => {
+                        let mut options = self.options.clone();
+                        if let Some(deadline) = self.deadline {
+                            // A retry in a new session keeps the first attempt's deadline.
+                            options =
+                                options.timeout(deadline.saturating_duration_since(Instant::now()));
+                        }
+                        self.state =
+                            State::Acquiring(Box::new(session.acquire(&self.name, options)));
+                    }
+                    Err(err) => {
+                        let result = Err(err);
+                        if !self.retry(&result) {
+                            self.state = State::Ready(result);
+                        }
+                    }
+                },
+                State::Acquiring(_) | State::Ready(_) | State::Done => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
+impl<T> Future for Acquiring<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            if let Err(err) = ready!(this.poll_started(cx)) {
+                this.state = State::Ready(Err(err));
+            }
+            match std::mem::replace(&mut this.state, State::Done) {
+                State::Acquiring(mut acquire) => match Pin::new(&mut *acquire).poll(cx) {
+                    Poll::Pending => {
+                        this.state = State::Acquiring(acquire);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(result) => {
+                        if !this.retry(&result) {
+                            return Poll::Ready((this.finish)(result));
+                        }
+                    }
+                },
+                State::Ready(result) => return Poll::Ready((this.finish)(result)),
+                State::Done => {
+                    return Poll::Ready(Err(Error::new(
+                        ErrorKind::Cancelled,
+                        "acquire polled after completion",
+                    )));
+                }
+                other => this.state = other,
+            }
+        }
+    }
+}
