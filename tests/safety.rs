@@ -252,21 +252,47 @@ async fn a_connect_timeout_out_of_range_is_rejected_when_the_session_is_created(
 
 // ---- 4. close while reattaching -----------------------------------------------------------
 
+/// A session behind its own fault proxy holding "job", and another session queued for it.
+async fn held_behind_proxy(
+    env: &Env,
+) -> (
+    ydb_coordination::emulator::FaultProxy,
+    Session,
+    Lease,
+    ydb_coordination::Acquire,
+) {
+    let (proxy, behind) = env.behind_proxy().await;
+    let s = within(behind.session(&env.node, SessionOptions::new()))
+        .await
+        .unwrap();
+    let lease = within(s.acquire("job", lock())).await.unwrap();
+    let other = env.session().await;
+    let mut waiter = other.acquire("job", lock());
+    assert!(within(waiter.queued()).await);
+    (proxy, s, lease, waiter)
+}
+
+/// The queued session gets "job" within 3 s of `since`: well before the server could have
+/// expired the session that held it (10 s).
+async fn granted_soon_after(env: &Env, since: Instant, waiter: ydb_coordination::Acquire) {
+    let granted = tokio::time::timeout_at(since + Duration::from_secs(3), waiter).await;
+    let granted = granted.unwrap_or_else(|_| {
+        panic!(
+            "the lock was still held 3 s later; server sessions: {:?}",
+            env.emulator.session_ids("app")
+        )
+    });
+    granted.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn close_while_reattaching_stops_the_session_on_the_server_within_the_stop_timeout() {
     let env = Env::new().await;
     if !env.emulated() {
         return;
     }
-    let (proxy, behind) = env.behind_proxy().await;
-    let s = within(behind.session(&env.node, SessionOptions::new()))
-        .await
-        .unwrap();
-    let lease = within(s.acquire("job", lock())).await.unwrap();
+    let (proxy, s, lease, waiter) = held_behind_proxy(&env).await;
     let token = lease.token();
-    let other = env.session().await;
-    let mut waiter = other.acquire("job", lock());
-    assert!(within(waiter.queued()).await);
     proxy.net().refuse_for(Duration::from_millis(500));
     proxy.net().cut();
     wait_state(&s, reattaching).await;
@@ -275,15 +301,7 @@ async fn close_while_reattaching_stops_the_session_on_the_server_within_the_stop
     assert_eq!(s.state(), SessionState::Closed);
     assert!(token.is_cancelled());
     assert!(lease.is_lost());
-    // Well before the server could expire the session (10 s) the lock is free.
-    let granted = tokio::time::timeout_at(closed_at + Duration::from_secs(3), waiter).await;
-    let granted = granted.unwrap_or_else(|_| {
-        panic!(
-            "the closed session still held the lock 3 s after close(); server sessions: {:?}",
-            env.emulator.session_ids("app")
-        )
-    });
-    granted.unwrap();
+    granted_soon_after(&env, closed_at, waiter).await;
 }
 
 // ---- 5. an acquire's own timeout holds while the stream is down ---------------------------
@@ -666,14 +684,7 @@ async fn a_stream_lost_while_closing_is_reattached_to_send_the_stop() {
     if !env.emulated() {
         return;
     }
-    let (proxy, behind) = env.behind_proxy().await;
-    let s = within(behind.session(&env.node, SessionOptions::new()))
-        .await
-        .unwrap();
-    let _lease = within(s.acquire("job", lock())).await.unwrap();
-    let other = env.session().await;
-    let mut waiter = other.acquire("job", lock());
-    assert!(within(waiter.queued()).await);
+    let (proxy, s, _lease, waiter) = held_behind_proxy(&env).await;
     // The stop is written into a stalled stream, which then breaks; the network is back
     // soon after.
     proxy.net().stall();
@@ -688,12 +699,7 @@ async fn a_stream_lost_while_closing_is_reattached_to_send_the_stop() {
     let closed_at = Instant::now();
     within(closing).await.unwrap();
     assert_eq!(s.state(), SessionState::Closed);
-    let granted = tokio::time::timeout_at(closed_at + Duration::from_secs(3), waiter).await;
-    assert!(
-        granted.is_ok(),
-        "the lock was still held 3 s after the close; server sessions: {:?}",
-        env.emulator.session_ids("app")
-    );
+    granted_soon_after(&env, closed_at, waiter).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -714,12 +720,7 @@ async fn a_manager_shut_down_while_reattaching_frees_its_locks_within_the_stop_t
     wait_state(&session, reattaching).await;
     let shut_at = Instant::now();
     within(manager.shutdown()).await;
-    let granted = tokio::time::timeout_at(shut_at + Duration::from_secs(3), waiter).await;
-    assert!(
-        granted.is_ok(),
-        "the lock was still held 3 s after shutdown; server sessions: {:?}",
-        env.emulator.session_ids("app")
-    );
+    granted_soon_after(&env, shut_at, waiter).await;
 }
 
 // ---- 6. owner data on a semaphore deleted and made anew -----------------------------------
