@@ -153,7 +153,7 @@ pub use config::{
 pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
 pub use manager::{SessionManager, SessionStream};
 pub use recipes::{
-    Acquiring, Election, Leader, Leadership, Mutex, MutexGuard, RwLock, RwLockReadGuard,
+    Acquiring, Candidate, Election, Leader, Leadership, Mutex, MutexGuard, RwLock, RwLockReadGuard,
     RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 pub use session::{

@@ -525,3 +525,91 @@ async fn recipes_on_a_manager_survive_a_session_loss_while_queued() {
     assert_eq!(leadership.session_id(), guard.session_id());
     manager.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn election_candidates_list_the_leader_then_waiters_in_fifo_order() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let c = env.session().await;
+    assert!(
+        within(a.election("sched").candidates())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let lead_a = within(a.election("sched").campaign(b"a")).await.unwrap();
+    let mut campaign_b = b.election("sched").campaign(b"b");
+    assert!(within(campaign_b.queued()).await);
+    let mut campaign_c = c.election("sched").campaign(b"c");
+    assert!(within(campaign_c.queued()).await);
+
+    let queue = within(b.election("sched").candidates()).await.unwrap();
+    let seen: Vec<(&[u8], u64, bool, bool)> = queue
+        .iter()
+        .map(|x| (x.data.as_slice(), x.session_id, x.is_leader, x.is_me))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (b"a".as_slice(), a.id(), true, false),
+            (b"b".as_slice(), b.id(), false, true),
+            (b"c".as_slice(), c.id(), false, false),
+        ]
+    );
+    assert_eq!(queue[0].order_id, lead_a.fencing_token());
+    assert!(queue[0].order_id < queue[1].order_id);
+    assert!(queue[1].order_id < queue[2].order_id);
+
+    // The leader resigns: the first waiter leads with the order id it was listed with.
+    within(lead_a.resign()).await.unwrap();
+    let lead_b = within(campaign_b).await.unwrap();
+    assert_eq!(lead_b.fencing_token(), queue[1].order_id);
+    let queue = within(a.election("sched").candidates()).await.unwrap();
+    let sessions: Vec<(u64, bool)> = queue.iter().map(|x| (x.session_id, x.is_leader)).collect();
+    assert_eq!(sessions, [(b.id(), true), (c.id(), false)]);
+    drop(campaign_c);
+}
+
+#[tokio::test(start_paused = true)]
+async fn observe_says_whether_the_leader_is_this_session() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let mut seen_by_a = a.election("sched").observe();
+    let mut seen_by_b = b.election("sched").observe();
+    assert_eq!(within(seen_by_a.next()).await.unwrap().unwrap(), None);
+    assert_eq!(within(seen_by_b.next()).await.unwrap().unwrap(), None);
+
+    let lead_a = within(a.election("sched").campaign(b"a")).await.unwrap();
+    let by_a = within(seen_by_a.next()).await.unwrap().unwrap().unwrap();
+    let by_b = within(seen_by_b.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!((by_a.session_id, by_a.is_me), (a.id(), true));
+    assert_eq!((by_b.session_id, by_b.is_me), (a.id(), false));
+    let leader = within(b.election("sched").leader()).await.unwrap().unwrap();
+    assert!(!leader.is_me);
+    let leader = within(a.election("sched").leader()).await.unwrap().unwrap();
+    assert!(leader.is_me);
+
+    // The leadership moves to b: now b sees itself and a sees another.
+    let election_b = b.election("sched");
+    let campaign_b = tokio::spawn(async move { election_b.campaign(b"b").await });
+    within(lead_a.resign()).await.unwrap();
+    let lead_b = within(campaign_b).await.unwrap().unwrap();
+    // Intermediate states (nobody leads) may or may not be seen: wait for b.
+    let by_a = loop {
+        match within(seen_by_a.next()).await.unwrap().unwrap() {
+            Some(l) if l.session_id == b.id() => break l,
+            _ => continue,
+        }
+    };
+    let by_b = loop {
+        match within(seen_by_b.next()).await.unwrap().unwrap() {
+            Some(l) if l.session_id == b.id() => break l,
+            _ => continue,
+        }
+    };
+    assert!(!by_a.is_me);
+    assert!(by_b.is_me);
+    drop(lead_b);
+}

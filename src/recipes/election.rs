@@ -51,6 +51,27 @@ pub struct Leader {
     pub session_id: u64,
     /// The leader's fencing token.
     pub fencing_token: u64,
+    /// Whether the leader is the session that asked: the recipe's session (on a
+    /// [`SessionManager`](crate::SessionManager), the session current when the answer
+    /// came).
+    pub is_me: bool,
+}
+
+/// A candidate of an [`Election`], from [`Election::candidates`]: the leader or a waiter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Candidate {
+    /// The candidate's value (its owner or waiter data).
+    pub data: Vec<u8>,
+    /// The candidate's session.
+    pub session_id: u64,
+    /// The server's `order_id` of the candidacy: the fencing token for the leader; for a
+    /// waiter, the token it will lead with (grants happen in increasing `order_id`).
+    pub order_id: u64,
+    /// Whether this candidate is the leader (only the first can be).
+    pub is_leader: bool,
+    /// Whether the candidate is the session that asked (as [`Leader::is_me`]).
+    pub is_me: bool,
 }
 
 /// Being the leader. Dereferences to the [`Lease`]: `token()` fires when leadership ends or
@@ -78,11 +99,13 @@ impl Leadership {
     }
 }
 
-fn leader_of(d: &SemaphoreDescription) -> Option<Leader> {
+/// The leader in `d`, as seen from the session `me`.
+fn leader_of(d: &SemaphoreDescription, me: u64) -> Option<Leader> {
     d.owners.first().map(|o| Leader {
         data: o.data.clone(),
         session_id: o.session_id,
         fencing_token: o.order_id,
+        is_me: o.session_id == me,
     })
 }
 
@@ -224,10 +247,71 @@ impl Election {
             .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
             .await
         {
-            Ok(d) => Ok(leader_of(&d)),
+            Ok(d) => Ok(leader_of(&d, session.id())),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The queue: the leader first (when someone leads), then the waiting candidates in the
+    /// server's FIFO order, each with its value, from one describe of owners and waiters.
+    /// Empty when nobody leads or waits.
+    ///
+    /// A snapshot: by the time it returns the queue may have moved on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session("/local/app", SessionOptions::new()).await?;
+    /// let b = client.session("/local/app", SessionOptions::new()).await?;
+    /// let leadership = a.election("scheduler").campaign(b"host-a").await?;
+    /// let mut waiting = b.election("scheduler").campaign(b"host-b");
+    /// assert!(waiting.queued().await);
+    ///
+    /// let queue = a.election("scheduler").candidates().await?;
+    /// let values: Vec<&[u8]> = queue.iter().map(|c| c.data.as_slice()).collect();
+    /// assert_eq!(values, [b"host-a".as_slice(), b"host-b"]);
+    /// assert!(queue[0].is_leader && queue[0].is_me);
+    /// assert!(!queue[1].is_leader && !queue[1].is_me);
+    /// # drop((leadership, waiting));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn candidates(&self) -> Result<Vec<Candidate>> {
+        let session = self.source.session().await?;
+        let options = DescribeOptions::new().owners(true).waiters(true);
+        let d = match session.describe_semaphore(&self.name, options).await {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let me = session.id();
+        let owners = d.owners.iter().take(1).map(|o| (o, true));
+        let waiters = d.waiters.iter().map(|w| (w, false));
+        Ok(owners
+            .chain(waiters)
+            .map(|(c, is_leader)| Candidate {
+                data: c.data.clone(),
+                session_id: c.session_id,
+                order_id: c.order_id,
+                is_leader,
+                is_me: c.session_id == me,
+            })
+            .collect())
     }
 
     /// Follows the leader: the stream yields the leader now (or `None` when nobody leads),
@@ -249,7 +333,8 @@ impl Election {
     /// - The stream re-arms across reattaches of the session by itself.
     ///
     /// So don't count items or expect to see every leader: wait for the state you care
-    /// about. Use [`Leadership`] (its token) to learn that *you* lost the leadership.
+    /// about. [`Leader::is_me`] tells whether the leader is the session watching; use
+    /// [`Leadership`] (its token) to learn that *you* lost the leadership.
     ///
     /// On a [`SessionManager`](crate::SessionManager) scope the stream carries on across
     /// session loss (an error item, then the leader again as the next session sees it); on a
@@ -290,6 +375,7 @@ impl Election {
         let state = Observe {
             election: self.clone(),
             watch: None,
+            me: 0,
             last: None,
             done: false,
         };
@@ -302,17 +388,20 @@ impl Election {
 struct Observe {
     election: Election,
     watch: Option<WatchStream>,
+    /// The session of `watch`, for [`Leader::is_me`].
+    me: u64,
     last: Option<Option<Leader>>,
     done: bool,
 }
 
 impl Observe {
-    async fn open(&self) -> Result<WatchStream> {
+    async fn open(&self) -> Result<(WatchStream, u64)> {
         let session = self.election.source.session().await?;
         ensure_semaphore(&session, &self.election.name, 1).await?;
-        session
+        let watch = session
             .watch_semaphore(&self.election.name, WatchOptions::owners_changes())
-            .await
+            .await?;
+        Ok((watch, session.id()))
     }
 
     async fn step(mut self) -> Option<(Result<Option<Leader>>, Self)> {
@@ -322,7 +411,10 @@ impl Observe {
             }
             if self.watch.is_none() {
                 match self.open().await {
-                    Ok(w) => self.watch = Some(w),
+                    Ok((w, me)) => {
+                        self.watch = Some(w);
+                        self.me = me;
+                    }
                     Err(e) => {
                         // No session to watch in (the manager stopped, or the session
                         // scope ended): the end of the stream.
@@ -337,7 +429,7 @@ impl Observe {
             };
             match item {
                 Some(Ok(update)) => {
-                    let leader = leader_of(&update.description);
+                    let leader = leader_of(&update.description, self.me);
                     if self.last.as_ref() != Some(&leader) {
                         self.last = Some(leader.clone());
                         return Some((Ok(leader), self));

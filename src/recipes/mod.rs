@@ -23,7 +23,7 @@ mod semaphore;
 mod source;
 
 pub use self::acquiring::Acquiring;
-pub use self::election::{Election, Leader, LeaderStream, Leadership};
+pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub use self::held::Held;
 pub use self::mutex::{Mutex, MutexGuard};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
