@@ -153,8 +153,8 @@ pub use config::{
 pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
 pub use manager::{SessionManager, SessionStream};
 pub use recipes::{
-    Acquiring, Candidate, Election, Leader, Leadership, Mutex, MutexGuard, RwLock, RwLockReadGuard,
-    RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Acquiring, BoundedMutexGuard, Candidate, Election, Leader, Leadership, Mutex, MutexGuard,
+    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 pub use session::{
     Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,

@@ -613,3 +613,66 @@ async fn observe_says_whether_the_leader_is_this_session() {
     assert!(by_b.is_me);
     drop(lead_b);
 }
+
+#[tokio::test(start_paused = true)]
+async fn lock_for_fires_at_the_deadline_and_hands_the_lock_over() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let d = Duration::from_secs(30);
+    let start = Instant::now();
+    let guard = within(a.mutex("job").lock_for(d)).await.unwrap();
+    assert!(guard.deadline() >= start + d);
+    let mut next = b.mutex("job").lock();
+    assert!(within(next.queued()).await);
+
+    // Not before the deadline, though the holder does nothing and the session is healthy.
+    tokio::time::sleep_until(guard.deadline() - Duration::from_millis(1)).await;
+    assert!(!guard.is_lost());
+    assert!(matches!(a.state(), SessionState::Attached { .. }));
+    within(guard.cancelled()).await;
+    let fired = Instant::now();
+    assert!(fired >= guard.deadline());
+    assert!(fired < guard.deadline() + Duration::from_millis(10));
+
+    // The release follows the token: the waiter gets the lock right after.
+    let guard_b = within(next).await.unwrap();
+    assert!(Instant::now() < fired + Duration::from_secs(1));
+    assert!(guard_b.fencing_token() > guard.fencing_token());
+    assert_eq!(guard_b.session_id(), b.id());
+    // Unlocking after the deadline reports the lock as already gone.
+    assert!(!within(guard.unlock()).await.unwrap());
+    assert!(!guard_b.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_for_unlocked_before_the_deadline_releases_normally() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let d = Duration::from_secs(30);
+    let guard = within(a.mutex("job").lock_for(d)).await.unwrap();
+    let token = guard.token();
+    let deadline = guard.deadline();
+    let mut next = b.mutex("job").lock_for(d);
+    assert!(within(next.queued()).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!token.is_cancelled());
+    assert!(within(guard.unlock()).await.unwrap());
+    assert!(token.is_cancelled());
+    let guard_b = within(next).await.unwrap();
+    assert!(Instant::now() < deadline);
+
+    // The first guard's deadline passing does nothing to the next holder's lock.
+    tokio::time::sleep_until(deadline + Duration::from_secs(1)).await;
+    assert!(!guard_b.is_lost());
+    assert!(within(a.mutex("job").try_lock()).await.unwrap().is_none());
+    // A dropped bounded guard releases too.
+    drop(guard_b);
+    assert!(
+        within(a.mutex("job").lock_timeout(Duration::from_secs(1)))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -59,8 +59,11 @@ pub struct Acquiring<T> {
     /// When a `_timeout` form gives up, set at the first poll.
     deadline: Option<Instant>,
     state: State,
-    finish: fn(Result<Lease>) -> Result<T>,
+    finish: Finish<T>,
 }
+
+/// Makes the future's output from the session's answer (the guard around the lease).
+type Finish<T> = Box<dyn Fn(Result<Lease>) -> Result<T> + Send + Sync>;
 
 enum State {
     /// Not started.
@@ -106,7 +109,7 @@ impl<T> Acquiring<T> {
         name: &str,
         options: AcquireOptions,
         prepare: Prepare,
-        finish: fn(Result<Lease>) -> Result<T>,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Self {
         Self {
             source: source.clone(),
@@ -115,7 +118,7 @@ impl<T> Acquiring<T> {
             prepare,
             deadline: None,
             state: State::Start,
-            finish,
+            finish: Box::new(finish),
         }
     }
 
@@ -124,7 +127,7 @@ impl<T> Acquiring<T> {
         source: &Source,
         name: &str,
         err: Error,
-        finish: fn(Result<Lease>) -> Result<T>,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Self {
         let mut this = Self::new(
             source,

@@ -117,7 +117,7 @@ impl Election {
         }
     }
 
-    fn start<T>(
+    fn start<T: 'static>(
         &self,
         data: &[u8],
         timeout: Option<Duration>,

@@ -12,7 +12,9 @@
 //!
 //! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
 //! `fencing_token()` are available on all of them. A distributed guard can be lost while you
-//! hold it; that is the difference from `tokio::sync::MutexGuard`.
+//! hold it; that is the difference from `tokio::sync::MutexGuard`. The one exception is
+//! [`BoundedMutexGuard`] ([`Mutex::lock_for`]), whose lease lives in the task that ends it at
+//! its deadline; it has the same accessors.
 
 mod acquiring;
 mod election;
@@ -25,7 +27,7 @@ mod source;
 pub use self::acquiring::Acquiring;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub use self::held::Held;
-pub use self::mutex::{Mutex, MutexGuard};
+pub use self::mutex::{BoundedMutexGuard, Mutex, MutexGuard};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 

@@ -3,6 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
 use super::acquiring::optional;
 use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
@@ -46,6 +50,142 @@ pub struct MutexGuard {
 }
 
 guard!(MutexGuard, unlock, "lock");
+
+/// The longest bound [`Mutex::lock_for`] keeps (about 30 years); longer ones are cut to it.
+const LONGEST_BOUND: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// A [`Mutex`] held for at most a set time, from [`Mutex::lock_for`]: at its
+/// [`deadline`](BoundedMutexGuard::deadline) the token fires and the lock is released, even
+/// if the holder is still at work and the session healthy.
+///
+/// The lease itself lives in a small task started when the lock was granted, which waits
+/// for the deadline, an [`unlock`](BoundedMutexGuard::unlock) or the guard's drop, so the
+/// guard does not dereference to the [`Lease`]; it has the same accessors. Dropping the
+/// guard fires the token at once and has the task release the lock (nothing is spawned by
+/// the drop).
+#[derive(Debug)]
+#[must_use = "dropping the guard unlocks the mutex"]
+pub struct BoundedMutexGuard {
+    token: CancellationToken,
+    fencing_token: u64,
+    session_id: u64,
+    deadline: Instant,
+    /// Asks the task to release now and answer; dropped with the guard (the task then
+    /// drops the lease, which releases it).
+    unlock: Option<oneshot::Sender<oneshot::Sender<Result<bool>>>>,
+}
+
+impl BoundedMutexGuard {
+    /// Hands `lease` to a task that fires its token and releases it at `now + bound`.
+    fn start(lease: Lease, bound: Duration) -> Self {
+        let deadline = Instant::now() + bound.min(LONGEST_BOUND);
+        let (unlock, asked) = oneshot::channel();
+        let guard = Self {
+            token: lease.token(),
+            fencing_token: lease.fencing_token(),
+            session_id: lease.session_id(),
+            deadline,
+            unlock: Some(unlock),
+        };
+        tokio::spawn(Self::bound(lease, deadline, asked));
+        guard
+    }
+
+    /// The task behind the guard: the first of the deadline, an unlock and the guard's drop
+    /// ends the lease.
+    async fn bound(
+        lease: Lease,
+        deadline: Instant,
+        asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
+    ) {
+        tokio::select! {
+            biased;
+            asked = asked => match asked {
+                Ok(reply) => {
+                    let _ = reply.send(lease.release().await);
+                }
+                // The guard was dropped: dropping the lease releases it.
+                Err(_) => drop(lease),
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                // The holder learns first, then the server hears.
+                lease.token().cancel();
+                let name = lease.name().to_string();
+                match lease.release().await {
+                    Ok(_) => tracing::info!(lock = name, "bounded lock released at its deadline"),
+                    Err(e) => tracing::debug!(lock = name, error = %e, "bounded lock ended with its session"),
+                }
+            }
+        }
+    }
+
+    /// A clone of the lock's cancellation token: it fires at the deadline, on unlock or
+    /// drop, and when the lock may have been lost (as [`Lease::token`]).
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Waits until the token fires.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+
+    /// Whether the token fired: the deadline passed, or the lock may have been lost.
+    pub fn is_lost(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// The fencing token (see [`Lease::fencing_token`]).
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The session holding the lock.
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// When the token fires and the lock is released, unless unlocked before.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Releases the lock and waits for the server's answer (`false`: it was already lost,
+    /// or released at the deadline).
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then releases everything itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// The token fires and the release is requested at once; dropping the future only skips
+    /// the wait.
+    pub async fn unlock(mut self) -> Result<bool> {
+        self.token.cancel();
+        let (reply, answer) = oneshot::channel();
+        let Some(unlock) = self.unlock.take() else {
+            return Ok(false);
+        };
+        if unlock.send(reply).is_err() {
+            // The task is gone: the deadline passed and the lock was released.
+            return Ok(false);
+        }
+        // No answer: the deadline came first and the task released the lock itself.
+        answer.await.unwrap_or(Ok(false))
+    }
+}
+
+impl Drop for BoundedMutexGuard {
+    fn drop(&mut self) {
+        // The task sees the sender dropped and drops the lease, which releases it.
+        self.token.cancel();
+    }
+}
 
 impl Mutex {
     pub(crate) fn new(source: Source, name: &str) -> Self {
@@ -120,6 +260,58 @@ impl Mutex {
         let finish =
             |r: Result<Lease>| optional(r).map(|lease| lease.map(|lease| MutexGuard { lease }));
         Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+    }
+
+    /// Waits for the lock and holds it for at most `bound` from the grant: a wedged holder
+    /// cannot keep it from the fleet forever.
+    ///
+    /// At the [deadline](BoundedMutexGuard::deadline), first the guard's token fires (stop
+    /// the protected work under it), then the release is sent to the server, so another
+    /// session may take the lock right after; the fencing token still guards against a
+    /// holder that ignores its token. This happens even if the holder is alive and the
+    /// session healthy. An [`unlock`](BoundedMutexGuard::unlock) or a drop before the
+    /// deadline releases as usual. Each granted guard has a small task (started at the
+    /// grant) that holds the lease and waits for the deadline; it ends with the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let mutex = session.mutex("nightly-cleanup");
+    /// let guard = mutex.lock_for(Duration::from_millis(100)).await?;
+    /// let wedged = std::future::pending::<()>();
+    /// assert!(guard.token().run_until_cancelled(wedged).await.is_none());
+    /// // The lock was released at the deadline: it is free for the next holder.
+    /// let next = mutex.lock().await?;
+    /// # drop((guard, next));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Mutex::lock`]: the deadline's task is started only when the lock is granted and
+    /// returned.
+    pub fn lock_for(&self, bound: Duration) -> Acquiring<BoundedMutexGuard> {
+        let finish = move |r: Result<Lease>| r.map(|lease| BoundedMutexGuard::start(lease, bound));
+        Acquiring::new(
+            &self.source,
+            &self.name,
+            self.options(),
+            Prepare::Nothing,
+            finish,
+        )
     }
 
     /// Holds the lock for as long as the stream is polled: a guard now, and a new one

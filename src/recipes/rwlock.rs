@@ -104,7 +104,7 @@ impl RwLock {
         }
     }
 
-    fn start<T>(
+    fn start<T: 'static>(
         &self,
         write: bool,
         timeout: Option<Duration>,

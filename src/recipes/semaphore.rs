@@ -96,7 +96,7 @@ impl Semaphore {
         Ok(AcquireOptions::new().count(n).data(self.data.clone()))
     }
 
-    fn start<T>(
+    fn start<T: 'static>(
         &self,
         n: u64,
         timeout: Option<Duration>,
