@@ -227,47 +227,43 @@ mod tests {
 
     use super::*;
 
+    /// An exclusive grant of the mutex with a live token.
+    fn lock(c: &mut Checker, t: Instant, key: LeaseKey, order_id: u64) {
+        c.granted(
+            t,
+            key,
+            Resource::Mutex,
+            u64::MAX,
+            order_id,
+            CancellationToken::new(),
+        );
+    }
+
+    /// One permit of the counted semaphore with a live token.
+    fn permit(c: &mut Checker, t: Instant, key: LeaseKey, order_id: u64) {
+        c.granted(
+            t,
+            key,
+            Resource::Semaphore,
+            1,
+            order_id,
+            CancellationToken::new(),
+        );
+    }
+
     #[test]
     fn two_live_exclusive_holders_are_an_overlap_unless_one_is_paused() {
         let t = Instant::now();
         let mut c = Checker::default();
-        c.granted(
-            t,
-            (0, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            1,
-            CancellationToken::new(),
-        );
-        c.granted(
-            t,
-            (1, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            2,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (0, 1, 1), 1);
+        lock(&mut c, t, (1, 1, 1), 2);
         assert_eq!(c.violations.len(), 1);
         assert_eq!(c.violations[0].what, "overlap");
 
         let mut c = Checker::default();
-        c.granted(
-            t,
-            (0, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            1,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (0, 1, 1), 1);
         c.pause(0, t + Duration::from_secs(30));
-        c.granted(
-            t,
-            (1, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            2,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (1, 1, 1), 2);
         assert!(c.violations.is_empty());
     }
 
@@ -278,34 +274,13 @@ mod tests {
         let fired = CancellationToken::new();
         c.granted(t, (0, 1, 1), Resource::Mutex, u64::MAX, 1, fired.clone());
         fired.cancel();
-        c.granted(
-            t,
-            (1, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            2,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (1, 1, 1), 2);
         assert!(c.violations.is_empty());
         for i in 0..3 {
-            c.granted(
-                t,
-                (i, 1, 2),
-                Resource::Semaphore,
-                1,
-                10 + i as u64,
-                CancellationToken::new(),
-            );
+            permit(&mut c, t, (i, 1, 2), 10 + i as u64);
         }
         assert!(c.violations.is_empty());
-        c.granted(
-            t,
-            (3, 1, 2),
-            Resource::Semaphore,
-            1,
-            20,
-            CancellationToken::new(),
-        );
+        permit(&mut c, t, (3, 1, 2), 20);
         assert_eq!(c.violations.len(), 1);
     }
 
@@ -313,23 +288,9 @@ mod tests {
     fn fencing_tokens_must_grow_and_the_register_rejects_older_ones() {
         let t = Instant::now();
         let mut c = Checker::default();
-        c.granted(
-            t,
-            (0, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            5,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (0, 1, 1), 5);
         c.ended(t, (0, 1, 1), false);
-        c.granted(
-            t,
-            (1, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            4,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (1, 1, 1), 4);
         assert_eq!(c.violations.last().map(|v| v.what), Some("fencing"));
         assert!(c.write(5, true, (0, 1, 1)));
         assert!(!c.write(4, true, (1, 1, 1)));
@@ -341,26 +302,12 @@ mod tests {
     fn a_lost_lease_needs_a_long_fault() {
         let t = Instant::now();
         let mut c = Checker::default();
-        c.granted(
-            t,
-            (0, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            1,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (0, 1, 1), 1);
         c.ended(t, (0, 1, 1), true);
         assert_eq!(c.violations.last().map(|v| v.what), Some("lost lease"));
         let mut c = Checker::default();
         c.may_lose(0, t + Duration::from_secs(30));
-        c.granted(
-            t,
-            (0, 1, 1),
-            Resource::Mutex,
-            u64::MAX,
-            1,
-            CancellationToken::new(),
-        );
+        lock(&mut c, t, (0, 1, 1), 1);
         c.ended(t + Duration::from_secs(10), (0, 1, 1), true);
         assert!(c.violations.is_empty());
     }
