@@ -91,13 +91,15 @@ impl BoundedMutexGuard {
         guard
     }
 
-    /// The task behind the guard: the first of the deadline, an unlock and the guard's drop
-    /// ends the lease.
+    /// The task behind the guard: the first of the deadline, an unlock, the guard's drop and
+    /// the lease's loss ends the lease. (An unlock asks before it fires the token, and the
+    /// biased order looks at the request first, so the unlock is answered.)
     async fn bound(
         lease: Lease,
         deadline: Instant,
         asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
     ) {
+        let lost = lease.token();
         tokio::select! {
             biased;
             asked = asked => match asked {
@@ -116,6 +118,9 @@ impl BoundedMutexGuard {
                     Err(e) => tracing::debug!(lock = name, error = %e, "bounded lock ended with its session"),
                 }
             }
+            // The lease was lost (its session ended): nothing is left to wait for, and the
+            // task must not keep the lease (and its session's channels) until the deadline.
+            () = lost.cancelled() => drop(lease),
         }
     }
 
@@ -166,13 +171,13 @@ impl BoundedMutexGuard {
     /// The token fires and the release is requested at once; dropping the future only skips
     /// the wait.
     pub async fn unlock(mut self) -> Result<bool> {
-        self.token.cancel();
         let (reply, answer) = oneshot::channel();
-        let Some(unlock) = self.unlock.take() else {
-            return Ok(false);
-        };
-        if unlock.send(reply).is_err() {
-            // The task is gone: the deadline passed and the lock was released.
+        // Ask first, then fire the token: a task that runs in between sees the request, not
+        // a token that looks lost.
+        let asked = self.unlock.take().map(|unlock| unlock.send(reply));
+        self.token.cancel();
+        if !matches!(asked, Some(Ok(()))) {
+            // The task is gone: the deadline passed (or the lease was lost) first.
             return Ok(false);
         }
         // No answer: the deadline came first and the task released the lock itself.
@@ -208,6 +213,20 @@ impl Mutex {
             .data(self.data.clone())
     }
 
+    /// An acquire of the lock (waiting at most `timeout`) whose lease `finish` turns into
+    /// the caller's guard.
+    fn start<T: 'static>(
+        &self,
+        timeout: Option<Duration>,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
+    ) -> Acquiring<T> {
+        let mut options = self.options();
+        if let Some(t) = timeout {
+            options = options.timeout(t);
+        }
+        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+    }
+
     /// Waits for the lock.
     ///
     /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether the lock is
@@ -223,14 +242,7 @@ impl Mutex {
     ///
     /// Dropping the future withdraws the request; the lock is not taken.
     pub fn lock(&self) -> Acquiring<MutexGuard> {
-        let finish = |r: Result<Lease>| r.map(|lease| MutexGuard { lease });
-        Acquiring::new(
-            &self.source,
-            &self.name,
-            self.options(),
-            Prepare::Nothing,
-            finish,
-        )
+        self.start(None, |r| r.map(|lease| MutexGuard { lease }))
     }
 
     /// Takes the lock only if it is free and nobody is queued.
@@ -256,10 +268,9 @@ impl Mutex {
     ///
     /// As [`Mutex::lock`].
     pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MutexGuard>> {
-        let options = self.options().timeout(timeout);
-        let finish =
-            |r: Result<Lease>| optional(r).map(|lease| lease.map(|lease| MutexGuard { lease }));
-        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+        self.start(Some(timeout), |r| {
+            optional(r).map(|lease| lease.map(|lease| MutexGuard { lease }))
+        })
     }
 
     /// Waits for the lock and holds it for at most `bound` from the grant: a wedged holder
@@ -304,14 +315,9 @@ impl Mutex {
     /// As [`Mutex::lock`]: the deadline's task is started only when the lock is granted and
     /// returned.
     pub fn lock_for(&self, bound: Duration) -> Acquiring<BoundedMutexGuard> {
-        let finish = move |r: Result<Lease>| r.map(|lease| BoundedMutexGuard::start(lease, bound));
-        Acquiring::new(
-            &self.source,
-            &self.name,
-            self.options(),
-            Prepare::Nothing,
-            finish,
-        )
+        self.start(None, move |r| {
+            r.map(|lease| BoundedMutexGuard::start(lease, bound))
+        })
     }
 
     /// Holds the lock for as long as the stream is polled: a guard now, and a new one
