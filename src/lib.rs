@@ -153,8 +153,9 @@ pub use config::{
 pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
 pub use manager::{SessionManager, SessionStream};
 pub use recipes::{
-    Acquiring, BoundedMutexGuard, Candidate, Election, Leader, Leadership, Mutex, MutexGuard,
-    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
+    Acquiring, BoundedMutexGuard, Candidate, Election, Group, Leader, Leadership, Member,
+    Membership, MembershipState, MultiLock, MultiLockGuard, Mutex, MutexGuard, RwLock,
+    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 pub use session::{
     Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,

@@ -1,15 +1,16 @@
 //! Leader election with observation.
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::acquiring::optional;
-use super::{Acquiring, Held, Prepare, Source, ensure_semaphore, guard};
+use super::follow::{Follow, Following, Spec};
+use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{ErrorKind, Result};
-use crate::session::{Lease, SemaphoreDescription, WatchStream};
+use crate::session::{Lease, SemaphoreDescription};
 
 /// Leader election on a persistent semaphore with one token (created if missing): the
 /// owner is the leader and its owner data is the leader's value. Candidates queue in FIFO
@@ -372,95 +373,16 @@ impl Election {
     /// # }
     /// ```
     pub fn observe(&self) -> LeaderStream {
-        let state = Observe {
-            election: self.clone(),
-            watch: None,
-            me: 0,
-            last: None,
-            done: false,
+        let spec = Spec {
+            name: self.name.clone(),
+            limit: 1,
+            watch: WatchOptions::owners_changes(),
+            view: leader_of,
+            report_loss: true,
         };
         LeaderStream {
-            inner: Box::pin(futures::stream::unfold(state, Observe::step)),
+            inner: Follow::stream(self.source.clone(), spec),
         }
-    }
-}
-
-struct Observe {
-    election: Election,
-    watch: Option<WatchStream>,
-    /// The session of `watch`, for [`Leader::is_me`].
-    me: u64,
-    last: Option<Option<Leader>>,
-    done: bool,
-}
-
-impl Observe {
-    async fn open(&self) -> Result<(WatchStream, u64)> {
-        let session = self.election.source.session().await?;
-        ensure_semaphore(&session, &self.election.name, 1).await?;
-        let watch = session
-            .watch_semaphore(&self.election.name, WatchOptions::owners_changes())
-            .await?;
-        Ok((watch, session.id()))
-    }
-
-    async fn step(mut self) -> Option<(Result<Option<Leader>>, Self)> {
-        loop {
-            if self.done {
-                return None;
-            }
-            if self.watch.is_none() {
-                match self.open().await {
-                    Ok((w, me)) => {
-                        self.watch = Some(w);
-                        self.me = me;
-                    }
-                    Err(e) => {
-                        // No session to watch in (the manager stopped, or the session
-                        // scope ended): the end of the stream.
-                        self.done = true;
-                        return Some((Err(e), self));
-                    }
-                }
-            }
-            let item = match self.watch.as_mut() {
-                Some(w) => w.next().await,
-                None => continue,
-            };
-            match item {
-                Some(Ok(update)) => {
-                    let leader = leader_of(&update.description, self.me);
-                    if self.last.as_ref() != Some(&leader) {
-                        self.last = Some(leader.clone());
-                        return Some((Ok(leader), self));
-                    }
-                }
-                Some(Err(e)) => {
-                    self.watch = None;
-                    if e.kind() == ErrorKind::NotFound {
-                        // The semaphore was deleted: nobody leads; watch the new one.
-                        if self.last != Some(None) {
-                            self.last = Some(None);
-                            return Some((Ok(None), self));
-                        }
-                        continue;
-                    }
-                    return self.fail(e);
-                }
-                None => self.watch = None,
-            }
-        }
-    }
-
-    fn fail(mut self, e: crate::Error) -> Option<(Result<Option<Leader>>, Self)> {
-        if e.is_session_lost() && self.election.source.renews() {
-            // The next session reports the leader again.
-            self.last = None;
-            self.watch = None;
-            return Some((Err(e), self));
-        }
-        self.done = true;
-        Some((Err(e), self))
     }
 }
 
@@ -468,7 +390,7 @@ impl Observe {
 /// A slow reader may miss intermediate leaders but always gets the newest state; two items
 /// in a row never repeat the same state. See [`Election::observe`].
 pub struct LeaderStream {
-    inner: std::pin::Pin<Box<dyn Stream<Item = Result<Option<Leader>>> + Send>>,
+    inner: Following<Option<Leader>>,
 }
 
 impl std::fmt::Debug for LeaderStream {
@@ -484,6 +406,6 @@ impl Stream for LeaderStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+        self.inner.poll_next(cx)
     }
 }

@@ -1,5 +1,6 @@
 //! Locks built from session operations, with tokio's and etcd's verbs: [`Mutex`],
-//! [`Semaphore`], [`RwLock`] and [`Election`].
+//! [`Semaphore`], [`RwLock`] and [`Election`]; and what fleets build on them: group
+//! membership ([`Group`]) and several locks at once ([`MultiLock`]).
 //!
 //! Each recipe can be made from a [`Session`] (it ends with the session) or from a
 //! [`SessionManager`] (a lock attempt interrupted by a session loss carries on in the
@@ -18,7 +19,10 @@
 
 mod acquiring;
 mod election;
+mod follow;
+mod group;
 mod held;
+mod multi_lock;
 mod mutex;
 mod rwlock;
 mod semaphore;
@@ -26,7 +30,9 @@ mod source;
 
 pub use self::acquiring::Acquiring;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
+pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::held::Held;
+pub use self::multi_lock::{MultiLock, MultiLockGuard};
 pub use self::mutex::{BoundedMutexGuard, Mutex, MutexGuard};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};

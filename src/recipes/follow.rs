@@ -1,0 +1,137 @@
+//! Following one semaphore's state through watches, in whatever session the source gives:
+//! the stream behind [`Group::watch`](super::Group::watch),
+//! [`Published::subscribe`](super::Published::subscribe) and
+//! [`Election::observe`](super::Election::observe).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+
+use super::{Source, ensure_semaphore};
+use crate::config::WatchOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::session::{SemaphoreDescription, WatchStream};
+
+/// Turns a description, seen from the session `me`, into the value a stream yields.
+pub(crate) type View<V> = fn(&SemaphoreDescription, u64) -> V;
+
+/// What a [`Follow`] watches and how it reports.
+#[derive(Debug, Clone)]
+pub(crate) struct Spec<V> {
+    pub(crate) name: String,
+    /// The persistent semaphore's limit (created with it if missing).
+    pub(crate) limit: u64,
+    pub(crate) watch: WatchOptions,
+    pub(crate) view: View<V>,
+    /// Whether a session lost on a renewing source is yielded as an error item before the
+    /// value from the next session (`false`: the stream just carries on).
+    pub(crate) report_loss: bool,
+}
+
+/// The state of a following stream: a watch in the current session, the last value yielded.
+pub(crate) struct Follow<V> {
+    source: Source,
+    spec: Spec<V>,
+    watch: Option<WatchStream>,
+    /// The session of `watch`.
+    me: u64,
+    last: Option<V>,
+    done: bool,
+}
+
+impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
+    /// A stream of values: the value now, then each new one, consecutive duplicates dropped,
+    /// with the watch's latest-value semantics (a slow reader skips values, never the last).
+    pub(crate) fn stream(source: Source, spec: Spec<V>) -> Following<V> {
+        let state = Self {
+            source,
+            spec,
+            watch: None,
+            me: 0,
+            last: None,
+            done: false,
+        };
+        Following {
+            inner: Box::pin(futures::stream::unfold(state, Self::step)),
+        }
+    }
+
+    async fn open(&self) -> Result<(WatchStream, u64)> {
+        let session = self.source.session().await?;
+        ensure_semaphore(&session, &self.spec.name, self.spec.limit).await?;
+        let watch = session
+            .watch_semaphore(&self.spec.name, self.spec.watch)
+            .await?;
+        Ok((watch, session.id()))
+    }
+
+    async fn step(mut self) -> Option<(Result<V>, Self)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let item = match self.watch.as_mut() {
+                Some(watch) => watch.next().await,
+                None => match self.open().await {
+                    Ok((watch, me)) => {
+                        self.watch = Some(watch);
+                        self.me = me;
+                        continue;
+                    }
+                    Err(e) => Some(Err(e)),
+                },
+            };
+            match item {
+                Some(Ok(update)) => {
+                    let value = (self.spec.view)(&update.description, self.me);
+                    if self.last.as_ref() != Some(&value) {
+                        self.last = Some(value.clone());
+                        return Some((Ok(value), self));
+                    }
+                }
+                // Deleted: it is made again at the next open, and watched there.
+                Some(Err(e)) if e.kind() == ErrorKind::NotFound => self.watch = None,
+                Some(Err(e)) => {
+                    if let Some(item) = self.on_error(e) {
+                        return Some((item, self));
+                    }
+                }
+                None => self.watch = None,
+            }
+        }
+    }
+
+    /// What to yield after `e` (`None`: nothing, carry on in the next session).
+    fn on_error(&mut self, e: Error) -> Option<Result<V>> {
+        self.watch = None;
+        if e.is_session_lost() && self.source.renews() {
+            if !self.spec.report_loss {
+                // The next session's first value is compared with the last one yielded.
+                return None;
+            }
+            // The next session reports its state again, even if equal to the last.
+            self.last = None;
+            return Some(Err(e));
+        }
+        self.done = true;
+        Some(Err(e))
+    }
+}
+
+/// A stream of the values a [`Follow`] yields.
+pub(crate) struct Following<V> {
+    inner: Pin<Box<dyn Stream<Item = Result<V>> + Send>>,
+}
+
+impl<V> std::fmt::Debug for Following<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Following")
+    }
+}
+
+impl<V> Following<V> {
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<V>>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}

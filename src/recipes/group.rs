@@ -1,0 +1,429 @@
+//! Group membership and service discovery.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{oneshot, watch};
+
+use super::follow::{Follow, Following, Spec};
+use super::{Acquiring, Held, Prepare, Source};
+use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::manager::SessionManager;
+use crate::session::{Lease, SemaphoreDescription, Session};
+
+/// The group semaphore's limit: nobody ever waits to join.
+const GROUP_LIMIT: u64 = u64::MAX;
+
+/// A group of processes that know about each other: each member [joins](Group::join) with
+/// its data (an address, a shard, a role) and stays a member for as long as it keeps the
+/// returned [`Membership`]; anyone can list the [members](Group::members) or
+/// [watch](Group::watch) the whole set change. The building block of service discovery.
+///
+/// # Representation
+///
+/// One persistent semaphore with an unreachable limit (`u64::MAX`, created on first use):
+/// each member is an owner of one token, its data is the owner data, and the set is read
+/// with a describe of the owners and followed with an owners watch. A member that crashes
+/// is removed by the server when its session times out
+/// ([`SessionOptions::timeout`](crate::SessionOptions::timeout)). The semaphore is
+/// persistent, not ephemeral, so that an empty group can still be watched (the server
+/// deletes an ephemeral semaphore with its last owner, and nobody can watch one that does
+/// not exist); it stays on the node when the group empties.
+///
+/// # Member identity
+///
+/// A member is a session: [`Member::session_id`] is its identity, and one session can be a
+/// member of a group once (a second [`join`](Group::join) from the same session waits until
+/// the first membership ends). After a session loss a [`Membership`] from a
+/// [`SessionManager`] joins again in the next session, with a new session id and a greater
+/// [`Member::order_id`]; until the server expires the old session (at most a session
+/// timeout), the set can show both the old entry and the new one. Identify a process by
+/// its data when that matters.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let manager = client.session_manager("/local/app", SessionOptions::new());
+/// let workers = manager.group("workers");
+/// let me = workers.join(b"10.0.0.7:8080").await?;
+///
+/// let members = workers.members().await?;
+/// assert_eq!(members.len(), 1);
+/// assert_eq!(members[0].data, b"10.0.0.7:8080");
+/// assert!(members[0].is_me);
+///
+/// me.leave().await?;
+/// assert!(workers.members().await?.is_empty());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Group {
+    source: Source,
+    name: String,
+}
+
+/// A member of a [`Group`], from [`Group::members`] and [`Group::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Member {
+    /// The member's session: its identity in the group.
+    pub session_id: u64,
+    /// The data it joined with.
+    pub data: Vec<u8>,
+    /// The server's `order_id` of the membership: members joined in increasing `order_id`.
+    pub order_id: u64,
+    /// Whether the member is the session that asked (on a
+    /// [`SessionManager`], the session current when the answer came).
+    pub is_me: bool,
+}
+
+/// The members in `d`, in the order they joined, as seen from the session `me`.
+fn members_of(d: &SemaphoreDescription, me: u64) -> Vec<Member> {
+    d.owners
+        .iter()
+        .map(|o| Member {
+            session_id: o.session_id,
+            data: o.data.clone(),
+            order_id: o.order_id,
+            is_me: o.session_id == me,
+        })
+        .collect()
+}
+
+/// Where a [`Membership`] is.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum MembershipState {
+    /// Joining: at first, and again after the last session was lost (on a
+    /// [`SessionManager`]).
+    Joining,
+    /// A member, as the session `session_id`, with the membership's `order_id`.
+    Joined {
+        /// The session that is the member.
+        session_id: u64,
+        /// The membership's `order_id` (see [`Member::order_id`]).
+        order_id: u64,
+    },
+    /// No longer a member, and not joining again: left, or the error that ended it (the
+    /// session of a [`Session`] scope was lost; the manager stopped).
+    Ended(Option<Error>),
+}
+
+/// One membership's lease, for the [`Held`] stream that keeps it.
+#[derive(Debug)]
+struct MemberLease {
+    lease: Lease,
+}
+
+impl std::ops::Deref for MemberLease {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+/// Being a member of a [`Group`], from [`Group::join`]: the process stays a member for as
+/// long as this handle lives. Dropping it leaves the group.
+///
+/// A small task, started by the join, keeps the membership: on a [`SessionManager`] it
+/// joins again in the next session after a loss (the [state](Membership::state) goes
+/// [`Joining`](MembershipState::Joining), then [`Joined`](MembershipState::Joined) with the
+/// new session); on a [`Session`] the membership ends with the session.
+#[derive(Debug)]
+#[must_use = "dropping the membership leaves the group"]
+pub struct Membership {
+    state: watch::Receiver<MembershipState>,
+    /// Asks the task to leave and answer; dropped with the handle (the task then drops the
+    /// lease, which releases it).
+    leave: Option<oneshot::Sender<oneshot::Sender<Result<bool>>>>,
+}
+
+/// Answers a leave request, if there was one (not just a dropped handle).
+fn answer(
+    asked: std::result::Result<oneshot::Sender<Result<bool>>, oneshot::error::RecvError>,
+    released: Result<bool>,
+) {
+    if let Ok(reply) = asked {
+        let _ = reply.send(released);
+    }
+}
+
+impl Membership {
+    /// Starts the task that keeps the membership `held`.
+    fn start(held: Held<MemberLease>) -> Self {
+        let (state_tx, state) = watch::channel(MembershipState::Joining);
+        let (leave, asked) = oneshot::channel();
+        tokio::spawn(Self::keep(held, state_tx, asked));
+        Self {
+            state,
+            leave: Some(leave),
+        }
+    }
+
+    /// The task: takes each membership from `held` and waits for it to end, until asked to
+    /// leave (or the handle is dropped, which drops the lease and so releases it).
+    async fn keep(
+        mut held: Held<MemberLease>,
+        state: watch::Sender<MembershipState>,
+        mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
+    ) {
+        let ended = loop {
+            let member = tokio::select! {
+                biased;
+                asked = &mut asked => {
+                    answer(asked, Ok(false));
+                    break None;
+                }
+                next = held.next() => match next {
+                    Some(Ok(member)) => member,
+                    Some(Err(e)) => break Some(e),
+                    None => break None,
+                },
+            };
+            state.send_replace(MembershipState::Joined {
+                session_id: member.session_id(),
+                order_id: member.fencing_token(),
+            });
+            let lost = member.token();
+            tokio::select! {
+                biased;
+                asked = &mut asked => {
+                    // Asked to leave: release and answer. The handle was dropped: dropping
+                    // the lease releases it.
+                    let released = member.lease.release().await;
+                    answer(asked, released);
+                    break None;
+                }
+                () = lost.cancelled() => {
+                    drop(member);
+                    state.send_replace(MembershipState::Joining);
+                }
+            }
+        };
+        state.send_replace(MembershipState::Ended(ended));
+    }
+
+    /// Where the membership is now.
+    pub fn state(&self) -> MembershipState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver of the membership's state changes.
+    pub fn state_changes(&self) -> watch::Receiver<MembershipState> {
+        self.state.clone()
+    }
+
+    /// Waits until the process is a member, and returns its session id.
+    ///
+    /// # Errors
+    ///
+    /// The membership ended and will not join again: the error that ended it, or
+    /// [`ErrorKind::Cancelled`] if it was left.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn joined(&self) -> Result<u64> {
+        let mut rx = self.state.clone();
+        let state = rx
+            .wait_for(|s| !matches!(s, MembershipState::Joining))
+            .await
+            .map(|s| s.clone())
+            .unwrap_or(MembershipState::Ended(None));
+        match state {
+            MembershipState::Joined { session_id, .. } => Ok(session_id),
+            MembershipState::Ended(Some(e)) => Err(e),
+            _ => Err(Error::new(
+                ErrorKind::Cancelled,
+                "the membership has ended; join the group again",
+            )),
+        }
+    }
+
+    /// Leaves the group and waits for the server's answer (`false`: the membership was
+    /// already lost, and the process was not a member at that moment).
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then removes the member itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// The task is asked to leave at once; dropping the future only skips the wait.
+    pub async fn leave(mut self) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        let asked = self.leave.take().map(|leave| leave.send(reply));
+        if !matches!(asked, Some(Ok(()))) {
+            return Ok(false);
+        }
+        answer.await.unwrap_or(Ok(false))
+    }
+}
+
+impl Group {
+    pub(crate) fn new(source: Source, name: &str) -> Self {
+        Self {
+            source,
+            name: name.to_string(),
+        }
+    }
+
+    /// The group's name (its semaphore's).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One attempt at membership with `data`.
+    fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
+        let options = AcquireOptions::new().count(1).data(data.to_vec());
+        let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
+        Acquiring::new(&self.source, &self.name, options, prepare, |r| {
+            r.map(|lease| MemberLease { lease })
+        })
+    }
+
+    /// Joins the group with `data` (what the others see in [`Member::data`], up to
+    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes) and returns once this process is a
+    /// member. It stays one for as long as the returned [`Membership`] lives: on a
+    /// [`SessionManager`] it joins again in the next session after a loss, by itself.
+    ///
+    /// Nobody waits to join: the group has no size limit.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for data over the limit; [`ErrorKind::PreconditionFailed`]
+    /// when a semaphore of that name exists and is not a group (another limit, or
+    /// ephemeral); session errors (on a [`SessionManager`]: only once it stopped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes withdraws the request: the process does not
+    /// join.
+    pub async fn join(&self, data: &[u8]) -> Result<Membership> {
+        let group = self.clone();
+        let data = data.to_vec();
+        let held = Held::new(
+            format!("group {:?}", self.name),
+            Arc::new(move || Box::pin(group.member(&data))),
+        );
+        let membership = Membership::start(held);
+        membership.joined().await?;
+        Ok(membership)
+    }
+
+    /// The members now, in the order they joined (each with its data; see [`Member`]).
+    /// Empty when nobody is a member.
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn members(&self) -> Result<Vec<Member>> {
+        let session = self.source.session().await?;
+        let options = DescribeOptions::new().owners(true);
+        match session.describe_semaphore(&self.name, options).await {
+            Ok(d) => Ok(members_of(&d, session.id())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Follows the member set: the stream yields the members now, then the whole set again
+    /// each time it changes (someone joined, left, or was removed with its session).
+    ///
+    /// # Latest-value semantics
+    ///
+    /// - Each item is the whole set as of some moment, in the order the session saw them.
+    /// - A reader that falls behind skips intermediate sets and reads the newest one: after
+    ///   any burst of changes, the next item is the set as the session last saw it. The last
+    ///   set is never skipped.
+    /// - Two items in a row differ.
+    /// - Across a reattach of the session the watch is re-armed by itself; changes made
+    ///   while the stream was down show up in the next item.
+    /// - On a [`SessionManager`] the stream carries on across a session loss without an
+    ///   error item: it watches again in the next session and yields the set from there if
+    ///   it differs from the last item ([`Member::is_me`] then refers to the new session).
+    ///   On a [`Session`] it ends with the session's error.
+    ///
+    /// So don't count items: wait for the set you care about.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session_manager("/local/app", SessionOptions::new());
+    /// let b = client.session_manager("/local/app", SessionOptions::new());
+    /// let mut sets = a.group("workers").watch();
+    /// assert!(sets.next().await.expect("the stream goes on")?.is_empty());
+    ///
+    /// let member = b.group("workers").join(b"host-b").await?;
+    /// while let Some(set) = sets.next().await {
+    ///     if set?.iter().any(|m| m.data == b"host-b") {
+    ///         break;
+    ///     }
+    /// }
+    /// # drop(member);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self) -> MemberStream {
+        let spec = Spec {
+            name: self.name.clone(),
+            limit: GROUP_LIMIT,
+            watch: WatchOptions::owners_changes(),
+            view: members_of,
+            report_loss: false,
+        };
+        MemberStream {
+            inner: Follow::stream(self.source.clone(), spec),
+        }
+    }
+}
+
+/// The stream of [`Group::watch`]: the whole member set, with latest-value semantics.
+#[derive(Debug)]
+pub struct MemberStream {
+    inner: Following<Vec<Member>>,
+}
+
+impl Stream for MemberStream {
+    type Item = Result<Vec<Member>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.poll_next(cx)
+    }
+}
+
+impl Session {
+    /// A [`Group`] named `name`; its memberships end with the session.
+    pub fn group(&self, name: &str) -> Group {
+        Group::new(Source::new(self.clone()), name)
+    }
+}
+
+impl SessionManager {
+    /// A [`Group`] named `name` whose memberships join again after a session loss.
+    pub fn group(&self, name: &str) -> Group {
+        Group::new(Source::new(self.clone()), name)
+    }
+}

@@ -1,0 +1,322 @@
+//! Several locks of one node, taken all-or-nothing.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Source;
+use crate::config::{self, AcquireOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::manager::SessionManager;
+use crate::session::{Lease, Session};
+
+/// Several [`Mutex`](super::Mutex)es of one node taken together: all of them or none,
+/// under one deadline, held in one session, behind one guard.
+///
+/// The locks are taken one after the other in a canonical order (the names sorted, each
+/// once), whatever order they were given in. So two processes asking for overlapping sets,
+/// `{a, b}` and `{b, a}`, both go for `a` first and cannot deadlock: whoever gets `a`
+/// gets `b` too, the other waits for `a`. Each part is the same lock as
+/// `session.mutex(name)`, so a multi-lock and single mutexes of those names exclude each
+/// other.
+///
+/// If the locks cannot all be had (the deadline passed, an error), those already taken are
+/// released before the call returns. On a [`SessionManager`] a session lost half-way
+/// releases everything (the server does) and starts over in the next session, keeping the
+/// deadline.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// // Move money between two accounts: both rows locked, in whatever order named.
+/// let guard = session.multi_lock(["account-42", "account-7"]).lock().await?;
+/// assert_eq!(guard.names(), ["account-42", "account-7"]); // the canonical order
+/// let transfer = async { /* debit one, credit the other */ };
+/// if guard.token().run_until_cancelled(transfer).await.is_none() {
+///     eprintln!("a lock was lost; stopped");
+/// }
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    source: Source,
+    /// Sorted, each once.
+    names: Vec<String>,
+    data: Vec<u8>,
+}
+
+/// Every lock of a [`MultiLock`], held in one session; dropping it releases them all.
+///
+/// Its [`token`](MultiLockGuard::token) fires as soon as any part is lost (or the guard is
+/// unlocked or dropped). A small task, started with the guard, waits for the parts' tokens
+/// and fires it; it ends with the guard.
+#[derive(Debug)]
+#[must_use = "dropping the guard unlocks every lock"]
+pub struct MultiLockGuard {
+    leases: Vec<Lease>,
+    token: CancellationToken,
+}
+
+/// A token that fires when any of `tokens` does, or when it is cancelled itself (which also
+/// ends the task that watches the others).
+fn any_of(tokens: Vec<CancellationToken>) -> CancellationToken {
+    let any = CancellationToken::new();
+    let fire = any.clone();
+    tokio::spawn(async move {
+        let parts =
+            futures::future::select_all(tokens.into_iter().map(|t| Box::pin(t.cancelled_owned())));
+        tokio::select! {
+            _ = parts => fire.cancel(),
+            () = fire.cancelled() => {}
+        }
+    });
+    any
+}
+
+impl MultiLockGuard {
+    fn new(leases: Vec<Lease>) -> Self {
+        let token = any_of(leases.iter().map(Lease::token).collect());
+        Self { leases, token }
+    }
+
+    /// A clone of the guard's token: it fires when any of the locks is lost, released or
+    /// dropped. Do the protected work under it.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Waits until the token fires.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+
+    /// Whether the token fired: some lock may have been lost.
+    pub fn is_lost(&self) -> bool {
+        self.token.is_cancelled() || self.leases.iter().any(Lease::is_lost)
+    }
+
+    /// The locks' names, in the canonical order they were taken in.
+    pub fn names(&self) -> Vec<&str> {
+        self.leases.iter().map(Lease::name).collect()
+    }
+
+    /// The leases, in the canonical order: each part's fencing token is
+    /// [`Lease::fencing_token`].
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// The session holding the locks.
+    pub fn session_id(&self) -> u64 {
+        self.leases.first().map_or(0, Lease::session_id)
+    }
+
+    /// Releases every lock and waits for the server's answers: `true` if all were still
+    /// held, `false` if any was already lost.
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then releases everything itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// The token fires and every release is requested at once (as by a drop); dropping the
+    /// future only skips the wait.
+    pub async fn unlock(mut self) -> Result<bool> {
+        self.token.cancel();
+        let releases: Vec<_> = std::mem::take(&mut self.leases)
+            .into_iter()
+            .map(Lease::release)
+            .collect();
+        let mut all = true;
+        for released in futures::future::join_all(releases).await {
+            all &= released?;
+        }
+        Ok(all)
+    }
+}
+
+impl Drop for MultiLockGuard {
+    fn drop(&mut self) {
+        // The leases drop after this, each releasing its lock.
+        self.token.cancel();
+    }
+}
+
+impl MultiLock {
+    pub(crate) fn new<S: AsRef<str>>(source: Source, names: impl IntoIterator<Item = S>) -> Self {
+        let mut names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        names.sort();
+        names.dedup();
+        Self {
+            source,
+            names,
+            data: Vec::new(),
+        }
+    }
+
+    /// Data stored with the holder of each lock (visible in describes), e.g. the host name.
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// The names, in the canonical order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.names.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a multi-lock needs at least one lock name",
+            ));
+        }
+        self.names.iter().try_for_each(|n| config::check_name(n))?;
+        config::check_data(&self.data)
+    }
+
+    /// Waits for every lock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for no names, an oversized name or data; session
+    /// errors (on a [`SessionManager`] it starts over in the next session instead).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request in progress and releases the locks
+    /// already taken.
+    pub async fn lock(&self) -> Result<MultiLockGuard> {
+        match self.take(None).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                "the locks were not all acquired in time",
+            )),
+        }
+    }
+
+    /// Takes every lock only if each is free now and nobody is queued for it; `None`
+    /// otherwise (and nothing is held).
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.lock_timeout(Duration::ZERO).await
+    }
+
+    /// Waits for every lock until `timeout` from now, one deadline for all of them;
+    /// `None` if it passed (the locks taken by then are released).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session("/local/app", SessionOptions::new()).await?;
+    /// let b = client.session("/local/app", SessionOptions::new()).await?;
+    /// let held = b.mutex("y").lock().await?;
+    /// let both = a.multi_lock(["x", "y"]).lock_timeout(Duration::from_millis(100)).await?;
+    /// assert!(both.is_none());
+    /// // "x" was taken, then given back at the deadline.
+    /// assert!(b.mutex("x").try_lock().await?.is_some());
+    /// # drop(held);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MultiLock::lock`].
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.take(Some(deadline.unwrap_or_else(far_future))).await
+    }
+
+    /// Takes every lock by `deadline` (`None`: no deadline), in one session, starting over
+    /// in the next session after a loss when the source renews.
+    async fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
+        self.check()?;
+        loop {
+            let session = self.source.session().await?;
+            match self.take_in(&session, deadline).await {
+                Err(e) if e.is_session_lost() && self.source.renews() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt in `session`: each lock in order; `None` when the deadline passes (the
+    /// leases taken so far are dropped, which releases them).
+    async fn take_in(
+        &self,
+        session: &Session,
+        deadline: Option<Instant>,
+    ) -> Result<Option<MultiLockGuard>> {
+        let mut leases = Vec::with_capacity(self.names.len());
+        for name in &self.names {
+            let mut options = AcquireOptions::exclusive()
+                .ephemeral(true)
+                .data(self.data.clone());
+            if let Some(deadline) = deadline {
+                options = options.timeout(deadline.saturating_duration_since(Instant::now()));
+            }
+            match session.acquire(name, options).await {
+                Ok(lease) => leases.push(lease),
+                Err(e) if e.kind() == ErrorKind::Timeout => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(MultiLockGuard::new(leases)))
+    }
+}
+
+/// A deadline for a timeout too long to add to now: as good as none.
+fn far_future() -> Instant {
+    Instant::now() + config::MAX_ACQUIRE_TIMEOUT
+}
+
+impl Session {
+    /// A [`MultiLock`] on the mutexes `names` (any order, repeats ignored).
+    pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> MultiLock {
+        MultiLock::new(Source::new(self.clone()), names)
+    }
+}
+
+impl SessionManager {
+    /// A [`MultiLock`] on the mutexes `names` that starts over in the next session after a
+    /// loss.
+    pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> MultiLock {
+        MultiLock::new(Source::new(self.clone()), names)
+    }
+}

@@ -1,0 +1,327 @@
+//! The fleet recipes against the emulator: group membership, published values, multi-locks
+//! and bounded holds, across reattach and session replacement.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, within};
+use futures::StreamExt;
+use ydb_coordination::recipes::MemberStream;
+use ydb_coordination::{ErrorKind, Member, MembershipState, SessionOptions};
+
+/// The data of each member of `set`, in join order.
+fn data(set: &[Member]) -> Vec<Vec<u8>> {
+    set.iter().map(|m| m.data.clone()).collect()
+}
+
+/// Reads `sets` until a set whose data is `want` (in join order); returns how many sets it
+/// read.
+async fn until_set(sets: &mut MemberStream, want: &[&[u8]]) -> usize {
+    let want: Vec<Vec<u8>> = want.iter().map(|d| d.to_vec()).collect();
+    let mut read = 0;
+    loop {
+        let set = within(sets.next()).await.unwrap().unwrap();
+        read += 1;
+        if data(&set) == want {
+            return read;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn group_members_are_listed_in_join_order_with_their_data() {
+    let env = Env::new().await;
+    let (a, b, c) = (
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    );
+    assert!(
+        within(a.group("workers").members())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ma = within(a.group("workers").join(b"a")).await.unwrap();
+    let mb = within(b.group("workers").join(b"b")).await.unwrap();
+    let _mc = within(c.group("workers").join(b"c")).await.unwrap();
+    let seen_by_b = within(b.group("workers").members()).await.unwrap();
+    assert_eq!(data(&seen_by_b), [b"a", b"b", b"c"]);
+    let me: Vec<bool> = seen_by_b.iter().map(|m| m.is_me).collect();
+    assert_eq!(me, [false, true, false]);
+    assert_eq!(seen_by_b[0].session_id, a.id());
+    assert!(seen_by_b.windows(2).all(|w| w[0].order_id < w[1].order_id));
+    assert!(matches!(
+        ma.state(),
+        MembershipState::Joined { session_id, .. } if session_id == a.id()
+    ));
+
+    assert!(within(mb.leave()).await.unwrap());
+    let left = within(c.group("workers").members()).await.unwrap();
+    assert_eq!(data(&left), [b"a", b"c"]);
+    // Dropping the handle leaves too (the release is on its way when the drop returns).
+    drop(ma);
+    until_set(&mut c.group("workers").watch(), &[b"c"]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn join_with_oversized_data_or_on_a_foreign_semaphore_is_refused() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let big = vec![0u8; ydb_coordination::MAX_DATA_LEN + 1];
+    let err = within(s.group("workers").join(&big)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    within(s.create_semaphore("pool", 3, b"")).await.unwrap();
+    let err = within(s.group("pool").join(b"a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    let err = within(s.group("pool").watch().next())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_session_expires_is_seen_leaving() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let watcher = env.session().await;
+    let mut sets = watcher.group("workers").watch();
+    assert!(within(sets.next()).await.unwrap().unwrap().is_empty());
+    let mut members = Vec::new();
+    for name in [b"a", b"b", b"c"] {
+        let s = env.session().await;
+        let m = within(s.group("workers").join(name)).await.unwrap();
+        members.push((s, m));
+    }
+    until_set(&mut sets, &[b"a", b"b", b"c"]).await;
+    let (dead, membership) = &members[1];
+    env.emulator.expire_session("app", dead.id());
+    until_set(&mut sets, &[b"a", b"c"]).await;
+    // A membership of a session scope ends with its session.
+    let mut state = membership.state_changes();
+    within(state.wait_for(|s| matches!(s, MembershipState::Ended(Some(_)))))
+        .await
+        .unwrap();
+    let err = within(membership.joined()).await.unwrap_err();
+    assert!(err.is_session_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_membership_on_a_manager_joins_again_in_the_next_session() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let membership = within(manager.group("workers").join(b"a")).await.unwrap();
+    let first = within(membership.joined()).await.unwrap();
+    let observer = env.session().await;
+    let mut sets = observer.group("workers").watch();
+    until_set(&mut sets, &[b"a"]).await;
+
+    let mut state = membership.state_changes();
+    state.borrow_and_update();
+    env.emulator.expire_session("app", first);
+    within(state.wait_for(|s| matches!(s, MembershipState::Joining)))
+        .await
+        .unwrap();
+    let second = within(membership.joined()).await.unwrap();
+    assert_ne!(first, second);
+    // The old entry went with the old session; the new one is there.
+    let set = loop {
+        let set = within(sets.next()).await.unwrap().unwrap();
+        if set.iter().any(|m| m.session_id == second) {
+            break set;
+        }
+    };
+    assert_eq!(set.len(), 1);
+    assert_eq!(set[0].data, b"a");
+
+    // Dropping the handle leaves.
+    drop(membership);
+    until_set(&mut sets, &[]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_group_watcher_skips_sets_but_reads_the_last() {
+    let env = Env::new().await;
+    let watcher = env.session().await;
+    let mut sets = watcher.group("workers").watch();
+    assert!(within(sets.next()).await.unwrap().unwrap().is_empty());
+    // Twenty changes while the watcher does not read.
+    let mut members = Vec::new();
+    for i in 0..10u8 {
+        let s = env.session().await;
+        members.push(within(s.group("workers").join(&[i])).await.unwrap());
+    }
+    for m in members.drain(..5) {
+        within(m.leave()).await.unwrap();
+    }
+    let want: Vec<&[u8]> = vec![&[5], &[6], &[7], &[8], &[9]];
+    let read = until_set(&mut sets, &want).await;
+    assert!(read < 20, "read {read} sets for 20 changes");
+    // Nothing more: the last set was the final one.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), sets.next())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_watch_rides_out_a_reattach_and_a_session_replacement() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut sets = manager.group("workers").watch();
+    assert!(within(sets.next()).await.unwrap().unwrap().is_empty());
+    let member = env.session().await;
+    let _a = within(member.group("workers").join(b"a")).await.unwrap();
+    until_set(&mut sets, &[b"a"]).await;
+
+    // A reattach: a join while the stream is down shows up after it.
+    let watching = within(manager.current()).await.unwrap();
+    env.emulator.net().cut();
+    let other = env.session().await;
+    let _b = within(other.group("workers").join(b"b")).await.unwrap();
+    until_set(&mut sets, &[b"a", b"b"]).await;
+    assert_eq!(within(manager.current()).await.unwrap().id(), watching.id());
+
+    // A session replacement: no error item, the set from the next session.
+    let old = watching.id();
+    env.emulator.expire_session("app", old);
+    drop(watching);
+    let third = env.session().await;
+    let _c = within(third.group("workers").join(b"c")).await.unwrap();
+    until_set(&mut sets, &[b"a", b"b", b"c"]).await;
+    assert_ne!(within(manager.current()).await.unwrap().id(), old);
+}
+
+#[tokio::test(start_paused = true)]
+async fn multi_locks_on_overlapping_sets_in_opposite_orders_never_deadlock() {
+    let env = Env::new().await;
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for names in [["a", "b"], ["b", "a"]] {
+        let session = env.session().await;
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            let both = session.multi_lock(names);
+            for _ in 0..50 {
+                // Bounded: a deadlock fails the test instead of hanging it.
+                let guard = within(both.lock()).await.unwrap();
+                assert_eq!(guard.names(), ["a", "b"]);
+                let was = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(was, 0, "two holders of {{a, b}} at once");
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                assert!(!guard.is_lost());
+                assert!(within(guard.unlock()).await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    if env.emulated() {
+        assert!(env.emulator.semaphore_names("app").is_empty());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_gives_back_what_it_took_when_the_deadline_passes() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let held = within(b.mutex("c").lock()).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let all = a.multi_lock(["c", "a", "b"]);
+    assert!(
+        within(all.lock_timeout(Duration::from_secs(2)))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // One deadline for all three, not one per lock.
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // "a" and "b" were taken on the way and are free again.
+    let snapshot = within(a.snapshot()).await;
+    assert!(snapshot.held.is_empty() && snapshot.waiting.is_empty());
+    let other = within(b.multi_lock(["a", "b"]).try_lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(within(all.try_lock()).await.unwrap().is_none());
+    drop((held, other));
+    let guard = within(all.lock_timeout(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.names(), ["a", "b", "c"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_token_fires_when_any_part_is_lost() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let s = env.session().await;
+    let guard = within(s.multi_lock(["a", "b"]).lock()).await.unwrap();
+    let token = guard.token();
+    assert!(!token.is_cancelled());
+    env.emulator.expire_session("app", s.id());
+    within(token.cancelled()).await;
+    assert!(guard.is_lost());
+
+    // On a manager, a session lost half-way starts over in the next session.
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let other = env.session().await;
+    let held = within(other.mutex("b").lock()).await.unwrap();
+    let waiting = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.multi_lock(["a", "b"]).lock().await }
+    });
+    let first = within(manager.current()).await.unwrap();
+    within(async {
+        while !within(first.snapshot())
+            .await
+            .held
+            .iter()
+            .any(|h| h.name == "a")
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    env.emulator.expire_session("app", first.id());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(held);
+    let guard = within(waiting).await.unwrap().unwrap();
+    assert_ne!(guard.session_id(), first.id());
+    assert_eq!(guard.names(), ["a", "b"]);
+    assert!(!guard.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_refuses_bad_input() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let none: [&str; 0] = [];
+    let err = within(s.multi_lock(none).lock()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let long = "x".repeat(ydb_coordination::MAX_NAME_LEN + 1);
+    let err = within(s.multi_lock([long.as_str(), "a"]).try_lock())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    // Repeats count once.
+    let guard = within(s.multi_lock(["a", "a"]).lock()).await.unwrap();
+    assert_eq!(guard.names(), ["a"]);
+}
