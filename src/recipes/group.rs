@@ -140,6 +140,27 @@ impl std::ops::Deref for MemberLease {
 /// joins again in the next session after a loss (the [state](Membership::state) goes
 /// [`Joining`](MembershipState::Joining), then [`Joined`](MembershipState::Joined) with the
 /// new session); on a [`Session`] the membership ends with the session.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, MembershipState, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let manager = client.session_manager("/local/app", SessionOptions::new());
+/// let membership = manager.group("workers").join(b"10.0.0.7:8080").await?;
+/// let session_id = membership.joined().await?;
+/// assert!(matches!(membership.state(), MembershipState::Joined { .. }));
+/// let mut changes = membership.state_changes();
+/// # let _ = (session_id, &mut changes);
+/// // e.g. stop serving while `changes` says `Joining` (the session was replaced)
+/// membership.leave().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 #[must_use = "dropping the membership leaves the group"]
 pub struct Membership {
