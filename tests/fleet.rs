@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Env, within};
 use futures::StreamExt;
-use ydb_coordination::recipes::MemberStream;
+use ydb_coordination::recipes::{MemberStream, ValueStream};
 use ydb_coordination::{ErrorKind, Member, MembershipState, SessionOptions};
 
 /// The data of each member of `set`, in join order.
@@ -324,4 +324,105 @@ async fn a_multi_lock_refuses_bad_input() {
     // Repeats count once.
     let guard = within(s.multi_lock(["a", "a"]).lock()).await.unwrap();
     assert_eq!(guard.names(), ["a"]);
+}
+
+/// Reads `values` until `want`, checking that no value read is older than one before it
+/// (values are big-endian counters); returns how many it read.
+async fn until_value(values: &mut ValueStream, want: u32) -> usize {
+    let mut read = 0;
+    let mut newest = 0;
+    loop {
+        let value = within(values.next()).await.unwrap().unwrap();
+        read += 1;
+        let n = u32::from_be_bytes(value.try_into().unwrap());
+        assert!(n > newest, "read {n} after {newest}");
+        newest = n;
+        if n == want {
+            return read;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_published_value_is_read_and_replaced() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let config = a.published("config");
+    assert!(within(config.get()).await.unwrap().is_empty());
+    within(config.publish(b"v1")).await.unwrap();
+    assert_eq!(within(b.published("config").get()).await.unwrap(), b"v1");
+    // Concurrent publishers overwrite each other: the last one wins.
+    within(b.published("config").publish(b"v2")).await.unwrap();
+    assert_eq!(within(config.get()).await.unwrap(), b"v2");
+
+    let big = vec![1u8; ydb_coordination::MAX_DATA_LEN + 1];
+    let err = within(config.publish(&big)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let full = vec![1u8; ydb_coordination::MAX_DATA_LEN];
+    within(config.publish(&full)).await.unwrap();
+    assert_eq!(within(config.get()).await.unwrap(), full);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_subscriber_converges_on_the_newest_value() {
+    let env = Env::new().await;
+    let (publisher, subscriber) = (env.session().await, env.session().await);
+    let mut values = subscriber.published("config").subscribe();
+    assert!(within(values.next()).await.unwrap().unwrap().is_empty());
+    let config = publisher.published("config");
+    for n in 1..=200u32 {
+        within(config.publish(&n.to_be_bytes())).await.unwrap();
+    }
+    let read = until_value(&mut values, 200).await;
+    assert!(read < 200, "read {read} values for 200 publishes");
+    // Publishing the same value again yields nothing.
+    within(config.publish(&200u32.to_be_bytes())).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), values.next())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribers_converge_across_a_reattach_and_a_session_replacement() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut values = manager.published("config").subscribe();
+    assert!(within(values.next()).await.unwrap().unwrap().is_empty());
+    let publisher = env.client.session_manager(&env.node, SessionOptions::new());
+    let config = publisher.published("config");
+    within(config.publish(&1u32.to_be_bytes())).await.unwrap();
+    until_value(&mut values, 1).await;
+
+    // Published while every stream is down: the next item after the reattach.
+    let watching = within(manager.current()).await.unwrap();
+    env.emulator.net().stall();
+    let publish = tokio::spawn({
+        let config = config.clone();
+        async move { config.publish(&2u32.to_be_bytes()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.emulator.net().cut();
+    env.emulator.net().resume();
+    within(publish).await.unwrap().unwrap();
+    until_value(&mut values, 2).await;
+    assert_eq!(within(manager.current()).await.unwrap().id(), watching.id());
+
+    // Both sessions replaced: no error item, the value from the next session.
+    let old = watching.id();
+    drop(watching);
+    env.emulator.expire_session("app", old);
+    let old_publisher = within(publisher.current()).await.unwrap().id();
+    env.emulator.expire_session("app", old_publisher);
+    within(config.publish(&3u32.to_be_bytes())).await.unwrap();
+    until_value(&mut values, 3).await;
+    assert_ne!(within(manager.current()).await.unwrap().id(), old);
+    assert_ne!(
+        within(publisher.current()).await.unwrap().id(),
+        old_publisher
+    );
 }

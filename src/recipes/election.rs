@@ -1,15 +1,13 @@
 //! Leader election with observation.
 
-use futures::Stream;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::acquiring::optional;
-use super::follow::{Follow, Following, Spec};
+use super::follow::{Follow, Following, Spec, read};
 use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::session::{Lease, SemaphoreDescription};
 
 /// Leader election on a persistent semaphore with one token (created if missing): the
@@ -110,6 +108,22 @@ fn leader_of(d: &SemaphoreDescription, me: u64) -> Option<Leader> {
     })
 }
 
+/// The queue in `d` (the leader, then the waiters), as seen from the session `me`.
+fn candidates_of(d: &SemaphoreDescription, me: u64) -> Vec<Candidate> {
+    let owners = d.owners.iter().take(1).map(|o| (o, true));
+    let waiters = d.waiters.iter().map(|w| (w, false));
+    owners
+        .chain(waiters)
+        .map(|(c, is_leader)| Candidate {
+            data: c.data.clone(),
+            session_id: c.session_id,
+            order_id: c.order_id,
+            is_leader,
+            is_me: c.session_id == me,
+        })
+        .collect()
+}
+
 impl Election {
     pub(crate) fn new(source: Source, name: &str) -> Self {
         Self {
@@ -140,7 +154,7 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists with another
+    /// [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) when a semaphore of that name exists with another
     /// limit; session errors.
     ///
     /// # Cancel safety
@@ -243,15 +257,8 @@ impl Election {
     ///
     /// Cancel safe.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let session = self.source.session().await?;
-        match session
-            .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
-            .await
-        {
-            Ok(d) => Ok(leader_of(&d, session.id())),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        let options = DescribeOptions::new().owners(true);
+        read(&self.source, &self.name, options, leader_of, None).await
     }
 
     /// The queue: the leader first (when someone leads), then the waiting candidates in the
@@ -293,26 +300,8 @@ impl Election {
     ///
     /// Cancel safe.
     pub async fn candidates(&self) -> Result<Vec<Candidate>> {
-        let session = self.source.session().await?;
         let options = DescribeOptions::new().owners(true).waiters(true);
-        let d = match session.describe_semaphore(&self.name, options).await {
-            Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let me = session.id();
-        let owners = d.owners.iter().take(1).map(|o| (o, true));
-        let waiters = d.waiters.iter().map(|w| (w, false));
-        Ok(owners
-            .chain(waiters)
-            .map(|(c, is_leader)| Candidate {
-                data: c.data.clone(),
-                session_id: c.session_id,
-                order_id: c.order_id,
-                is_leader,
-                is_me: c.session_id == me,
-            })
-            .collect())
+        read(&self.source, &self.name, options, candidates_of, Vec::new()).await
     }
 
     /// Follows the leader: the stream yields the leader now (or `None` when nobody leads),
@@ -380,32 +369,11 @@ impl Election {
             view: leader_of,
             report_loss: true,
         };
-        LeaderStream {
-            inner: Follow::stream(self.source.clone(), spec),
-        }
+        Follow::stream(self.source.clone(), spec)
     }
 }
 
 /// The stream of [`Election::observe`]: the leader (or `None`) with latest-state semantics.
 /// A slow reader may miss intermediate leaders but always gets the newest state; two items
 /// in a row never repeat the same state. See [`Election::observe`].
-pub struct LeaderStream {
-    inner: Following<Option<Leader>>,
-}
-
-impl std::fmt::Debug for LeaderStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LeaderStream")
-    }
-}
-
-impl Stream for LeaderStream {
-    type Item = Result<Option<Leader>>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.inner.poll_next(cx)
-    }
-}
+pub type LeaderStream = Following<Option<Leader>>;

@@ -9,12 +9,49 @@ use std::task::{Context, Poll};
 use futures::{Stream, StreamExt};
 
 use super::{Source, ensure_semaphore};
-use crate::config::WatchOptions;
+use crate::config::{DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{SemaphoreDescription, WatchStream};
 
 /// Turns a description, seen from the session `me`, into the value a stream yields.
 pub(crate) type View<V> = fn(&SemaphoreDescription, u64) -> V;
+
+/// The semaphore `name` as `view` sees it now, from one describe in the source's session;
+/// `missing` when it does not exist.
+pub(crate) async fn read<V>(
+    source: &Source,
+    name: &str,
+    options: DescribeOptions,
+    view: View<V>,
+    missing: V,
+) -> Result<V> {
+    let session = source.session().await?;
+    match session.describe_semaphore(name, options).await {
+        Ok(d) => Ok(view(&d, session.id())),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(missing),
+        Err(e) => Err(e),
+    }
+}
+
+/// Follows the persistent semaphore `name` (created with `limit` if missing) through
+/// `watch`, yielding what `view` sees, carrying on across a session loss without an error
+/// item.
+pub(crate) fn follow<V: Clone + PartialEq + Send + Sync + 'static>(
+    source: &Source,
+    name: &str,
+    limit: u64,
+    watch: WatchOptions,
+    view: View<V>,
+) -> Following<V> {
+    let spec = Spec {
+        name: name.to_string(),
+        limit,
+        watch,
+        view,
+        report_loss: false,
+    };
+    Follow::stream(source.clone(), spec)
+}
 
 /// What a [`Follow`] watches and how it reports.
 #[derive(Debug, Clone)]
@@ -119,8 +156,13 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
     }
 }
 
-/// A stream of the values a [`Follow`] yields.
-pub(crate) struct Following<V> {
+/// A stream that follows one semaphore's state, with latest-value semantics: the value now,
+/// then each new one; a slow reader skips values, never the last; two items in a row differ.
+/// It is [`MemberStream`](super::MemberStream) ([`Group::watch`](super::Group::watch)),
+/// [`ValueStream`](super::ValueStream) ([`Published::subscribe`](super::Published::subscribe))
+/// and [`LeaderStream`](super::LeaderStream) ([`Election::observe`](super::Election::observe));
+/// see those for what each yields across a session loss.
+pub struct Following<V> {
     inner: Pin<Box<dyn Stream<Item = Result<V>> + Send>>,
 }
 
@@ -130,8 +172,10 @@ impl<V> std::fmt::Debug for Following<V> {
     }
 }
 
-impl<V> Following<V> {
-    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<V>>> {
+impl<V> Stream for Following<V> {
+    type Item = Result<V>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.inner.as_mut().poll_next(cx)
     }
 }

@@ -1,18 +1,15 @@
 //! Group membership and service discovery.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
 
-use super::follow::{Follow, Following, Spec};
+use super::follow::{Following, follow, read};
 use super::{Acquiring, Held, Prepare, Source};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::manager::SessionManager;
-use crate::session::{Lease, SemaphoreDescription, Session};
+use crate::session::{Lease, SemaphoreDescription};
 
 /// The group semaphore's limit: nobody ever waits to join.
 const GROUP_LIMIT: u64 = u64::MAX;
@@ -38,7 +35,7 @@ const GROUP_LIMIT: u64 = u64::MAX;
 /// A member is a session: [`Member::session_id`] is its identity, and one session can be a
 /// member of a group once (a second [`join`](Group::join) from the same session waits until
 /// the first membership ends). After a session loss a [`Membership`] from a
-/// [`SessionManager`] joins again in the next session, with a new session id and a greater
+/// [`SessionManager`](crate::SessionManager) joins again in the next session, with a new session id and a greater
 /// [`Member::order_id`]; until the server expires the old session (at most a session
 /// timeout), the set can show both the old entry and the new one. Identify a process by
 /// its data when that matters.
@@ -83,7 +80,7 @@ pub struct Member {
     /// The server's `order_id` of the membership: members joined in increasing `order_id`.
     pub order_id: u64,
     /// Whether the member is the session that asked (on a
-    /// [`SessionManager`], the session current when the answer came).
+    /// [`SessionManager`](crate::SessionManager), the session current when the answer came).
     pub is_me: bool,
 }
 
@@ -105,7 +102,7 @@ fn members_of(d: &SemaphoreDescription, me: u64) -> Vec<Member> {
 #[non_exhaustive]
 pub enum MembershipState {
     /// Joining: at first, and again after the last session was lost (on a
-    /// [`SessionManager`]).
+    /// [`SessionManager`](crate::SessionManager)).
     Joining,
     /// A member, as the session `session_id`, with the membership's `order_id`.
     Joined {
@@ -115,7 +112,7 @@ pub enum MembershipState {
         order_id: u64,
     },
     /// No longer a member, and not joining again: left, or the error that ended it (the
-    /// session of a [`Session`] scope was lost; the manager stopped).
+    /// session of a [`Session`](crate::Session) scope was lost; the manager stopped).
     Ended(Option<Error>),
 }
 
@@ -136,10 +133,10 @@ impl std::ops::Deref for MemberLease {
 /// Being a member of a [`Group`], from [`Group::join`]: the process stays a member for as
 /// long as this handle lives. Dropping it leaves the group.
 ///
-/// A small task, started by the join, keeps the membership: on a [`SessionManager`] it
+/// A small task, started by the join, keeps the membership: on a [`SessionManager`](crate::SessionManager) it
 /// joins again in the next session after a loss (the [state](Membership::state) goes
 /// [`Joining`](MembershipState::Joining), then [`Joined`](MembershipState::Joined) with the
-/// new session); on a [`Session`] the membership ends with the session.
+/// new session); on a [`Session`](crate::Session) the membership ends with the session.
 ///
 /// # Examples
 ///
@@ -317,7 +314,7 @@ impl Group {
     /// Joins the group with `data` (what the others see in [`Member::data`], up to
     /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes) and returns once this process is a
     /// member. It stays one for as long as the returned [`Membership`] lives: on a
-    /// [`SessionManager`] it joins again in the next session after a loss, by itself.
+    /// [`SessionManager`](crate::SessionManager) it joins again in the next session after a loss, by itself.
     ///
     /// Nobody waits to join: the group has no size limit.
     ///
@@ -325,7 +322,7 @@ impl Group {
     ///
     /// [`ErrorKind::InvalidArgument`] for data over the limit; [`ErrorKind::PreconditionFailed`]
     /// when a semaphore of that name exists and is not a group (another limit, or
-    /// ephemeral); session errors (on a [`SessionManager`]: only once it stopped).
+    /// ephemeral); session errors (on a [`SessionManager`](crate::SessionManager): only once it stopped).
     ///
     /// # Cancel safety
     ///
@@ -354,13 +351,8 @@ impl Group {
     ///
     /// Cancel safe.
     pub async fn members(&self) -> Result<Vec<Member>> {
-        let session = self.source.session().await?;
         let options = DescribeOptions::new().owners(true);
-        match session.describe_semaphore(&self.name, options).await {
-            Ok(d) => Ok(members_of(&d, session.id())),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
+        read(&self.source, &self.name, options, members_of, Vec::new()).await
     }
 
     /// Follows the member set: the stream yields the members now, then the whole set again
@@ -375,10 +367,10 @@ impl Group {
     /// - Two items in a row differ.
     /// - Across a reattach of the session the watch is re-armed by itself; changes made
     ///   while the stream was down show up in the next item.
-    /// - On a [`SessionManager`] the stream carries on across a session loss without an
+    /// - On a [`SessionManager`](crate::SessionManager) the stream carries on across a session loss without an
     ///   error item: it watches again in the next session and yields the set from there if
     ///   it differs from the last item ([`Member::is_me`] then refers to the new session).
-    ///   On a [`Session`] it ends with the session's error.
+    ///   On a [`Session`](crate::Session) it ends with the session's error.
     ///
     /// So don't count items: wait for the set you care about.
     ///
@@ -408,43 +400,22 @@ impl Group {
     /// # }
     /// ```
     pub fn watch(&self) -> MemberStream {
-        let spec = Spec {
-            name: self.name.clone(),
-            limit: GROUP_LIMIT,
-            watch: WatchOptions::owners_changes(),
-            view: members_of,
-            report_loss: false,
-        };
-        MemberStream {
-            inner: Follow::stream(self.source.clone(), spec),
-        }
+        follow(
+            &self.source,
+            &self.name,
+            GROUP_LIMIT,
+            WatchOptions::owners_changes(),
+            members_of,
+        )
     }
 }
 
 /// The stream of [`Group::watch`]: the whole member set, with latest-value semantics.
-#[derive(Debug)]
-pub struct MemberStream {
-    inner: Following<Vec<Member>>,
-}
+pub type MemberStream = Following<Vec<Member>>;
 
-impl Stream for MemberStream {
-    type Item = Result<Vec<Member>>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next(cx)
-    }
-}
-
-impl Session {
-    /// A [`Group`] named `name`; its memberships end with the session.
-    pub fn group(&self, name: &str) -> Group {
-        Group::new(Source::new(self.clone()), name)
-    }
-}
-
-impl SessionManager {
-    /// A [`Group`] named `name` whose memberships join again after a session loss.
-    pub fn group(&self, name: &str) -> Group {
-        Group::new(Source::new(self.clone()), name)
-    }
-}
+super::made_from!(
+    group,
+    Group,
+    "group",
+    "whose memberships join again after a session loss"
+);

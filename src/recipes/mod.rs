@@ -1,6 +1,7 @@
 //! Locks built from session operations, with tokio's and etcd's verbs: [`Mutex`],
 //! [`Semaphore`], [`RwLock`] and [`Election`]; and what fleets build on them: group
-//! membership ([`Group`]) and several locks at once ([`MultiLock`]).
+//! membership ([`Group`]), several locks at once ([`MultiLock`]) and a published value
+//! ([`Published`]).
 //!
 //! Each recipe can be made from a [`Session`] (it ends with the session) or from a
 //! [`SessionManager`] (a lock attempt interrupted by a session loss carries on in the
@@ -24,16 +25,19 @@ mod group;
 mod held;
 mod multi_lock;
 mod mutex;
+mod published;
 mod rwlock;
 mod semaphore;
 mod source;
 
 pub use self::acquiring::Acquiring;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
+pub use self::follow::Following;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
 pub use self::mutex::{BoundedMutexGuard, Mutex, MutexGuard};
+pub use self::published::{Published, ValueStream};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 
@@ -80,6 +84,27 @@ pub(crate) async fn ensure_semaphore(session: &Session, name: &str, limit: u64) 
         Err(e) => Err(e),
     }
 }
+
+/// The `Session` and `SessionManager` constructors `$fn(name)` of a recipe `$recipe`
+/// (made with `$recipe::new(source, name)`).
+macro_rules! made_from {
+    ($fn:ident, $recipe:ident, $what:literal, $on_manager:literal) => {
+        impl crate::session::Session {
+            #[doc = concat!("The [`", stringify!($recipe), "`] ", $what, " `name`, in this session.")]
+            pub fn $fn(&self, name: &str) -> $recipe {
+                $recipe::new(Source::new(self.clone()), name)
+            }
+        }
+
+        impl crate::manager::SessionManager {
+            #[doc = concat!("The [`", stringify!($recipe), "`] ", $what, " `name`, ", $on_manager, ".")]
+            pub fn $fn(&self, name: &str) -> $recipe {
+                $recipe::new(Source::new(self.clone()), name)
+            }
+        }
+    };
+}
+pub(crate) use made_from;
 
 /// Implements `Deref<Target = Lease>` and the release verb for a guard type.
 macro_rules! guard {

@@ -1,0 +1,191 @@
+//! A small value published under a name, and subscribers that follow it.
+
+use super::Source;
+use super::follow::{Following, follow, read};
+use crate::config::{self, DescribeOptions, WatchOptions};
+use crate::error::{ErrorKind, Result};
+use crate::session::{SemaphoreDescription, Session};
+
+/// The publication semaphore's limit (nobody acquires it).
+const PUBLISHED_LIMIT: u64 = u64::MAX;
+
+/// A small value (up to [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes) published under a
+/// name: a configuration, a feature flag, the address of the current primary. Anyone can
+/// [`publish`](Published::publish) a new value, [`get`](Published::get) the value now, or
+/// [`subscribe`](Published::subscribe) and always converge on the newest value.
+///
+/// # Representation
+///
+/// The value is the data of one persistent semaphore named after the publication (created
+/// with the first publish or subscribe; nobody acquires it): a publish is an
+/// `update_semaphore`, a read is a describe, a subscription is a data watch. The data is
+/// what the server stores and notifies about for a semaphore, so a publication costs one
+/// round trip, needs no owner to stay alive (the value outlives every session) and is
+/// visible to any YDB SDK as the semaphore's data. Until something is published the value
+/// is empty; publish a non-empty value if "nothing yet" must be told apart.
+///
+/// # What it is not
+///
+/// There is no compare-and-set: concurrent publishers overwrite each other, and the last
+/// write the server applies wins. For a single writer, publish only while leading an
+/// [`Election`](super::Election), as below. A publish is not fenced: a leader that stalls
+/// can still land a write after it lost the leadership, so publish under the
+/// leadership's token and keep values self-describing (e.g. with a version) where a late
+/// write matters. It is not a log either: subscribers see the newest value, not every one.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// use futures::StreamExt;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let writer = client.session_manager("/local/app", SessionOptions::new());
+/// let reader = client.session_manager("/local/app", SessionOptions::new());
+/// let mut config = reader.published("config").subscribe();
+/// assert!(config.next().await.expect("the stream goes on")?.is_empty());
+///
+/// // One writer at a time: publish only as the leader.
+/// let leadership = writer.election("config-writer").campaign(b"writer-1").await?;
+/// let published = writer.published("config");
+/// let publish = published.publish(b"replicas=3");
+/// leadership.token().run_until_cancelled(publish).await.transpose()?;
+///
+/// while let Some(value) = config.next().await {
+///     if value? == b"replicas=3" {
+///         break;
+///     }
+/// }
+/// # drop(leadership);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Published {
+    source: Source,
+    name: String,
+}
+
+/// The value in `d`.
+fn value_of(d: &SemaphoreDescription, _me: u64) -> Vec<u8> {
+    d.data.clone()
+}
+
+impl Published {
+    pub(crate) fn new(source: Source, name: &str) -> Self {
+        Self {
+            source,
+            name: name.to_string(),
+        }
+    }
+
+    /// The publication's name (its semaphore's).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Publishes `value`, replacing the last one; returns once the server has it.
+    ///
+    /// On a [`SessionManager`](crate::SessionManager) a session lost on the way is replaced and the value
+    /// published in the next one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for a value over
+    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent); session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after it was first polled may leave the value published or not.
+    pub async fn publish(&self, value: &[u8]) -> Result<()> {
+        config::check_data(value)?;
+        loop {
+            let session = self.source.session().await?;
+            match self.publish_in(&session, value).await {
+                Err(e) if e.is_session_lost() && self.source.renews() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt in `session`: an update, or a create when there is nothing to update.
+    async fn publish_in(&self, session: &Session, value: &[u8]) -> Result<()> {
+        loop {
+            match session.update_semaphore(&self.name, value).await {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                other => return other,
+            }
+            match session
+                .create_semaphore(&self.name, PUBLISHED_LIMIT, value)
+                .await
+            {
+                // Made by someone else in between, or perhaps by us: update it.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
+                    ) => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// The value now (empty when nothing was published).
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn get(&self) -> Result<Vec<u8>> {
+        read(
+            &self.source,
+            &self.name,
+            DescribeOptions::new(),
+            value_of,
+            Vec::new(),
+        )
+        .await
+    }
+
+    /// Follows the value: the stream yields the value now, then each new one.
+    ///
+    /// # Latest-value semantics
+    ///
+    /// - Each item is the value as of some moment, in the order the session saw them.
+    /// - A subscriber that falls behind skips values and reads the newest: after any burst
+    ///   of publishes, the next item is the value as the session last saw it, and the last
+    ///   value is never skipped. A subscriber never reads an older value after a newer one.
+    /// - Two items in a row differ (publishing the same value again yields nothing).
+    /// - Across a reattach the watch is re-armed by itself; a value published while the
+    ///   stream was down is the next item.
+    /// - On a [`SessionManager`](crate::SessionManager) the stream carries on across a session loss without an
+    ///   error item, and yields the value from the next session if it differs from the last
+    ///   item. On a [`Session`](crate::Session) it ends with the session's error.
+    ///
+    /// See [`Published`] for an example.
+    pub fn subscribe(&self) -> ValueStream {
+        follow(
+            &self.source,
+            &self.name,
+            PUBLISHED_LIMIT,
+            WatchOptions::data_changes(),
+            value_of,
+        )
+    }
+}
+
+/// The stream of [`Published::subscribe`]: the value, with latest-value semantics.
+pub type ValueStream = Following<Vec<u8>>;
+
+super::made_from!(
+    published,
+    Published,
+    "value",
+    "published and followed across session loss"
+);
