@@ -14,7 +14,6 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,17 +21,7 @@ use tokio::sync::oneshot;
 use ydb_coordination::recipes::LeaderStream;
 use ydb_coordination::{DescribeOptions, Session, SessionOptions};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The longest any single step may take before the example gives up.
-const STEP: Duration = Duration::from_secs(10);
-
-/// Awaits `future`, failing with a message naming `what` after [`STEP`].
-async fn bounded<F: Future>(what: &str, future: F) -> Result<F::Output, BoxError> {
-    tokio::time::timeout(STEP, future)
-        .await
-        .map_err(|_| format!("timed out after {STEP:?} waiting for {what}").into())
-}
+use common::{BoxError, bounded};
 
 /// Waits until `waiters` candidates queue behind the leader, so that they queue in order.
 async fn wait_for_waiters(session: &Session, waiters: usize) -> Result<(), BoxError> {

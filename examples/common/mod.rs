@@ -2,6 +2,9 @@
 //! embedded emulator.
 #![allow(dead_code, unreachable_pub)]
 
+use std::future::Future;
+use std::time::Duration;
+
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{Client, Credentials, NodeConfig};
 
@@ -34,4 +37,17 @@ pub async fn setup(name: &str) -> Result<Setup, Box<dyn std::error::Error>> {
         node,
         emulator,
     })
+}
+
+/// The error type of the examples' steps.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The longest any single step may take before an example gives up.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// Awaits `future`, failing with a message naming `what` after [`STEP`].
+pub async fn bounded<F: Future>(what: &str, future: F) -> Result<F::Output, BoxError> {
+    tokio::time::timeout(STEP, future)
+        .await
+        .map_err(|_| format!("timed out after {STEP:?} waiting for {what}").into())
 }
