@@ -388,9 +388,6 @@ impl Client {
                     Error::new(ErrorKind::Timeout, "session start timed out")
                 }
             };
-            if err.kind() == ErrorKind::Unauthorized {
-                self.transport.token_rejected().await;
-            }
             let delay = cfg.options.backoff.delay(attempt, rand::random::<f64>());
             attempt += 1;
             if Instant::now() + delay >= deadline {

@@ -143,7 +143,10 @@ pub use ydb_coordination_emulator as emulator;
 #[cfg(test)]
 pub(crate) use crate::emulator::core as emulator_core;
 
-pub use auth::{Credentials, TokenFuture, TokenProvider};
+pub use auth::{
+    Credentials, IAM_TOKEN_URL, KeyFileError, METADATA_TOKEN_URL, MetadataCredentials,
+    ServiceAccountCredentials, TokenFuture, TokenProvider,
+};
 pub use client::{Client, ClientBuilder};
 pub use config::{
     AcquireOptions, Backoff, ConsistencyMode, DescribeOptions, MAX_ACQUIRE_TIMEOUT, MAX_DATA_LEN,

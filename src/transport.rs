@@ -310,19 +310,23 @@ impl Transport {
     async fn token(&self) -> Result<Option<String>> {
         match &self.config.credentials.0 {
             Source::Anonymous => Ok(None),
-            Source::Static(t) => Ok(Some(t.clone())),
+            Source::Static(t) => Ok(Some(t.expose().to_string())),
             Source::Provider(p) => p.token().await,
             Source::Login { user, password } => self
                 .login
-                .get(|| self.login(user, password))
+                .get(|| self.login(user, password.expose()))
                 .await
                 .map(Some),
         }
     }
 
-    /// Forgets a cached login token after the server rejected it.
+    /// Tells the credentials the server rejected their token: a cached one is forgotten.
     pub(crate) async fn token_rejected(&self) {
-        self.login.invalidate().await;
+        match &self.config.credentials.0 {
+            Source::Login { .. } => self.login.invalidate().await,
+            Source::Provider(p) => p.invalidate(),
+            Source::Anonymous | Source::Static(_) => {}
+        }
     }
 
     async fn login(&self, user: &str, password: &str) -> Result<String> {

@@ -36,8 +36,25 @@ pub(crate) struct Attached {
 }
 
 /// Opens a stream and attaches: the one attacher, for a session's first attach
-/// (`session_id` 0 creates a session) and for every reattach.
+/// (`session_id` 0 creates a session) and for every reattach. The credentials are asked for
+/// the token at every attempt; when the server rejects it, they are told so and the attach is
+/// tried once more with a fresh token before the rejection is reported.
 pub(crate) async fn attach(
+    transport: &Transport,
+    lane: Lane,
+    start: rq::SessionStart,
+) -> Result<Attached> {
+    match attach_once(transport, lane.clone(), start.clone()).await {
+        Err(err) if err.kind() == ErrorKind::Unauthorized => {
+            tracing::debug!(%err, "token rejected at attach; retrying with a fresh one");
+            transport.token_rejected().await;
+            attach_once(transport, lane, start).await
+        }
+        other => other,
+    }
+}
+
+async fn attach_once(
     transport: &Transport,
     lane: Lane,
     start: rq::SessionStart,
