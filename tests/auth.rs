@@ -21,13 +21,7 @@ async fn emulator() -> Emulator {
 }
 
 async fn connect(emulator: &Emulator, credentials: Credentials) -> Client {
-    within(
-        Client::builder(emulator.connection_string())
-            .credentials(credentials)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::client_with(emulator.connection_string(), true, credentials).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -87,7 +87,8 @@ fn key_error(path: Option<&Path>, field: Option<&'static str>, problem: String) 
 /// ```no_run
 /// use ydb_coordination::{Client, Credentials, ServiceAccountCredentials};
 ///
-/// # async fn f() -> ydb_coordination::Result<()> {
+/// # #[tokio::main]
+/// # async fn main() -> ydb_coordination::Result<()> {
 /// let credentials = ServiceAccountCredentials::from_key_file("/etc/app/sa-key.json")?
 ///     .iam_endpoint("https://iam.private-cloud.example/iam/v1/tokens")?;
 /// let client = Client::builder("grpcs://ydb.serverless.yandexcloud.net:2135/ru-central1/b1g/etn")

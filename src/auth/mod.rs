@@ -188,7 +188,8 @@ impl Credentials {
     /// ```no_run
     /// use ydb_coordination::{Client, Credentials};
     ///
-    /// # async fn f() -> ydb_coordination::Result<()> {
+    /// # #[tokio::main]
+    /// # async fn main() -> ydb_coordination::Result<()> {
     /// let client = Client::builder(std::env::var("YDB_CONNECTION_STRING").unwrap_or_default())
     ///     .credentials(Credentials::from_env()?)
     ///     .build()

@@ -6,7 +6,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use ydb_coordination::emulator::{Emulator, FaultProxy};
-use ydb_coordination::{Client, NodeConfig, Session, SessionOptions, SessionState};
+use ydb_coordination::{Client, Credentials, NodeConfig, Session, SessionOptions, SessionState};
 
 /// The bound on any single wait in a test (paused time makes it free).
 pub const T: Duration = Duration::from_secs(600);
@@ -17,6 +17,22 @@ pub async fn within<F: IntoFuture>(f: F) -> F::Output {
         Ok(v) => v,
         Err(_) => panic!("timed out"),
     }
+}
+
+/// A client of `connection_string` with `credentials` (discovery on or off).
+pub async fn client_with(
+    connection_string: String,
+    discovery: bool,
+    credentials: Credentials,
+) -> Client {
+    within(
+        Client::builder(connection_string)
+            .discovery(discovery)
+            .credentials(credentials)
+            .build(),
+    )
+    .await
+    .unwrap()
 }
 
 /// A coordination node to test on and a client connected to it: the embedded emulator's

@@ -17,6 +17,7 @@
 
 #![allow(
     dead_code,
+    unused_imports,
     unreachable_pub,
     missing_docs,
     clippy::unwrap_used,
@@ -93,6 +94,8 @@ struct StreamSlot {
     out: mpsc::UnboundedSender<Out>,
     /// Set when the client's request side of the stream ended (or broke).
     closed: Arc<AtomicBool>,
+    /// The `x-ydb-auth-ticket` the stream was opened with.
+    ticket: Option<String>,
 }
 
 impl Shared {
@@ -188,6 +191,14 @@ impl Peer {
             .streams()
             .get(index)
             .is_some_and(|s| s.closed.load(Ordering::SeqCst))
+    }
+
+    /// The `x-ydb-auth-ticket` header stream `index` was opened with.
+    pub fn ticket(&self, index: usize) -> Option<String> {
+        self.shared
+            .streams()
+            .get(index)
+            .and_then(|s| s.ticket.clone())
     }
 
     /// The next request on any stream, pings and pongs included.
@@ -514,11 +525,17 @@ impl tonic::server::StreamingService<SessionRequest> for SessionSvc {
         let shared = self.0.clone();
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let closed = Arc::new(AtomicBool::new(false));
+        let ticket = request
+            .metadata()
+            .get("x-ydb-auth-ticket")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let index = {
             let mut streams = shared.streams();
             streams.push(StreamSlot {
                 out: out_tx.clone(),
                 closed: closed.clone(),
+                ticket,
             });
             streams.len() - 1
         };

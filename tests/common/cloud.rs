@@ -1,0 +1,239 @@
+//! Mock token endpoints on loopback for the cloud-credential tests: a tiny HTTP/1.1 server
+//! (hyper) that records every request and answers with what the test's handler returns, and
+//! the throwaway RSA key pair the tests sign and verify with.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// A throwaway key generated for these tests only; it signs nothing anywhere else.
+pub const TEST_ONLY_PRIVATE_KEY: &str = include_str!("../data/test-only-rsa-private-key.pem");
+/// Its public half, with which the mock IAM verifies the JWT.
+pub const TEST_ONLY_PUBLIC_KEY: &str = include_str!("../data/test-only-rsa-public-key.pem");
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// When it arrived (tokio time, paused in the tests).
+    pub at: tokio::time::Instant,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the handler answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(value: serde_json::Value) -> Self {
+        Self {
+            status: 200,
+            body: value.to_string(),
+        }
+    }
+
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            body: r#"{"message":"scripted failure"}"#.to_string(),
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&Recorded, usize) -> Reply + Send + Sync>;
+
+/// The server. Dropping it stops accepting.
+pub struct MockHttp {
+    addr: SocketAddr,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    handler: Arc<Mutex<Handler>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MockHttp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockHttp {
+    /// Starts on `127.0.0.1:0`; `handler` gets each request and its 0-based number.
+    pub async fn start(
+        handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Mutex<Handler>> = Arc::new(Mutex::new(Arc::new(handler)));
+        let (rec, hand) = (recorded.clone(), handler.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (rec, hand) = (rec.clone(), hand.clone());
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (rec, hand) = (rec.clone(), hand.clone());
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let recorded = Recorded {
+                            method: parts.method.to_string(),
+                            path: parts.uri.path().to_string(),
+                            headers: parts
+                                .headers
+                                .iter()
+                                .map(|(k, v)| {
+                                    (k.to_string(), v.to_str().unwrap_or_default().to_string())
+                                })
+                                .collect(),
+                            body: body.to_vec(),
+                            at: tokio::time::Instant::now(),
+                        };
+                        let n = {
+                            let mut all = rec.lock().unwrap_or_else(PoisonError::into_inner);
+                            all.push(recorded.clone());
+                            all.len() - 1
+                        };
+                        let handler = hand.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                        let reply = handler(&recorded, n);
+                        let response = hyper::Response::builder()
+                            .status(reply.status)
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from(reply.body)))
+                            .unwrap();
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            recorded,
+            handler,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests().len()
+    }
+
+    /// Replaces the handler.
+    pub fn answer_with(&self, handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static) {
+        *self.handler.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(handler);
+    }
+}
+
+/// An RFC 3339 instant `d` from now (wall clock: what IAM would answer).
+pub fn rfc3339_in(d: Duration) -> String {
+    time::OffsetDateTime::from(SystemTime::now() + d)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+/// The claims the mock IAM checks.
+#[derive(Debug, serde::Deserialize)]
+pub struct Claims {
+    pub aud: String,
+    pub iss: String,
+    pub iat: u64,
+    pub exp: u64,
+}
+
+/// Verifies the JWT of an IAM request the way IAM does (PS256 signature with the key's
+/// public half, audience, issuer, key id): the claims and the key id, or why not.
+pub fn verify_iam_request(r: &Recorded) -> Result<(Claims, String), String> {
+    if r.method != "POST" || r.path != "/iam/v1/tokens" {
+        return Err(format!("{} {}", r.method, r.path));
+    }
+    let body: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+    let jwt = body["jwt"].as_str().ok_or("no jwt")?;
+    let header = jsonwebtoken::decode_header(jwt).map_err(|e| e.to_string())?;
+    if header.alg != jsonwebtoken::Algorithm::PS256 {
+        return Err(format!("alg {:?}", header.alg));
+    }
+    let key = jsonwebtoken::DecodingKey::from_rsa_pem(TEST_ONLY_PUBLIC_KEY.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::PS256);
+    validation.set_audience(&[ydb_coordination::IAM_TOKEN_URL]);
+    validation.set_issuer(&["sa-test"]);
+    let data = jsonwebtoken::decode::<Claims>(jwt, &key, &validation).map_err(|e| e.to_string())?;
+    Ok((data.claims, header.kid.unwrap_or_default()))
+}
+
+/// The authorized key JSON for the test key (`id` `key-test`, service account `sa-test`),
+/// with the line Yandex Cloud puts before the PEM.
+pub fn key_json() -> serde_json::Value {
+    serde_json::json!({
+        "id": "key-test",
+        "service_account_id": "sa-test",
+        "created_at": "2026-01-01T00:00:00Z",
+        "key_algorithm": "RSA_2048",
+        "public_key": TEST_ONLY_PUBLIC_KEY,
+        "private_key": format!(
+            "PLEASE DO NOT REMOVE THIS LINE! Yandex.Cloud SA Key ID <key-test>\n{TEST_ONLY_PRIVATE_KEY}"
+        ),
+    })
+}
+
+/// Writes `contents` to a fresh file in a temporary directory and returns its path.
+pub fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ydb-coordination-tests-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
