@@ -3,6 +3,7 @@
 mod admin;
 mod duration;
 mod fail;
+mod fleet;
 mod lock;
 mod output;
 
@@ -16,7 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
     Client, ConsistencyMode, Credentials, NodeConfig, RateLimiterCountersMode, Session,
-    SessionOptions,
+    SessionManager, SessionOptions,
 };
 
 use self::admin::{NodeOp, SemaphoreOp};
@@ -33,6 +34,8 @@ Examples:
   ydb-coord elect /local/app scheduler --data \"$(hostname)\" -- ./scheduler
   ydb-coord semaphore describe /local/app nightly-report --owners --waiters
   ydb-coord --json watch /local/app pool
+  ydb-coord group join /local/app web --data \"$(hostname):8080\"
+  ydb-coord publish /local/app config 'replicas=3'
 
 Credentials come from the environment, as in the YDB SDKs: YDB_ACCESS_TOKEN_CREDENTIALS,
 YDB_STATIC_CREDENTIALS_USER and YDB_STATIC_CREDENTIALS_PASSWORD, YDB_ANONYMOUS_CREDENTIALS=1.
@@ -181,6 +184,33 @@ enum Command {
         #[arg(long)]
         waiters: bool,
     },
+    /// Join a group, list its members or watch them change.
+    #[command(after_help = fleet::GROUP_HELP)]
+    Group {
+        #[command(subcommand)]
+        action: GroupAction,
+    },
+    /// Publish a small value under a name (replacing the last one).
+    #[command(after_help = fleet::PUBLISH_HELP)]
+    Publish {
+        /// Coordination node path.
+        path: String,
+        /// The value's name.
+        name: String,
+        /// The value.
+        value: String,
+    },
+    /// Print a published value, then each new one.
+    #[command(after_help = fleet::PUBLISH_HELP)]
+    Subscribe {
+        /// Coordination node path.
+        path: String,
+        /// The value's name.
+        name: String,
+        /// Print the value now and exit.
+        #[arg(long)]
+        once: bool,
+    },
     /// Run an in-process YDB coordination-service emulator.
     ///
     /// Prints the connection string on one line of stdout when ready and serves until
@@ -196,6 +226,37 @@ enum Command {
         /// Coordination nodes to create at start (repeatable; relative to the database).
         #[arg(long = "node")]
         nodes: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupAction {
+    /// Be a member until interrupted (joining again after a session loss).
+    #[command(after_help = fleet::GROUP_HELP)]
+    Join {
+        /// Coordination node path.
+        path: String,
+        /// Group (semaphore) name.
+        name: String,
+        /// This member's data, seen by the others (e.g. host:port).
+        #[arg(long, default_value = "")]
+        data: String,
+    },
+    /// List the members.
+    #[command(after_help = fleet::GROUP_HELP)]
+    Members {
+        /// Coordination node path.
+        path: String,
+        /// Group (semaphore) name.
+        name: String,
+    },
+    /// Print the members, then the whole set after each change.
+    #[command(after_help = fleet::GROUP_HELP)]
+    Watch {
+        /// Coordination node path.
+        path: String,
+        /// Group (semaphore) name.
+        name: String,
     },
 }
 
@@ -449,16 +510,36 @@ impl Conn {
         }
     }
 
+    fn options(&self, description: String) -> SessionOptions {
+        SessionOptions::new()
+            .timeout(self.args.session_timeout)
+            .connect_timeout(self.args.timeout)
+            .description(description)
+    }
+
+    /// A session manager on `path`, its first session open (or the node's error).
+    async fn manager(
+        &self,
+        signals: &mut Signals,
+        path: &str,
+        description: String,
+    ) -> Result<(SessionManager, String), Failure> {
+        let client = signals.interruptible(self.client()).await?;
+        let node = Self::node(&client, path);
+        let manager = client.session_manager(&node, self.options(description));
+        signals
+            .interruptible(fleet::first_session(&manager, &node))
+            .await?;
+        Ok((manager, node))
+    }
+
     async fn session(
         &self,
         client: &Client,
         node: &str,
         description: String,
     ) -> Result<Session, Failure> {
-        let options = SessionOptions::new()
-            .timeout(self.args.session_timeout)
-            .connect_timeout(self.args.timeout)
-            .description(description);
+        let options = self.options(description);
         client
             .session(node, options)
             .await
@@ -468,15 +549,26 @@ impl Conn {
 
 /// The subcommand words of the command line (`ydb-coord lock`, `ydb-coord node create`).
 fn subcommand_of(args: &[OsString]) -> String {
-    const TOP: [&str; 6] = ["node", "semaphore", "lock", "elect", "watch", "emulator"];
-    const ACTIONS: [&str; 7] = [
-        "create", "alter", "describe", "drop", "update", "delete", "help",
+    const TOP: [&str; 9] = [
+        "node",
+        "semaphore",
+        "lock",
+        "elect",
+        "watch",
+        "emulator",
+        "group",
+        "publish",
+        "subscribe",
+    ];
+    const ACTIONS: [&str; 10] = [
+        "create", "alter", "describe", "drop", "update", "delete", "help", "join", "members",
+        "watch",
     ];
     let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
     let mut out = vec!["ydb-coord"];
     if let Some(i) = words.iter().position(|w| TOP.contains(w)) {
         out.push(words[i]);
-        if matches!(words[i], "node" | "semaphore")
+        if matches!(words[i], "node" | "semaphore" | "group")
             && let Some(action) = words.get(i + 1).filter(|w| ACTIONS.contains(w))
         {
             out.push(action);
@@ -658,6 +750,59 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .await?;
             let result = admin::watch(&session, &name, waiters, out, &mut signals).await;
             session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Group {
+            action: GroupAction::Members { path, name },
+        } => {
+            let client = conn.client().await?;
+            let node = Conn::node(&client, &path);
+            let session = conn
+                .session(&client, &node, "ydb-coord group members".to_string())
+                .await?;
+            let call = fleet::members(&session, &name, out);
+            let result = admin::bounded(conn.args.timeout, "group members", call).await;
+            session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Group {
+            action: GroupAction::Join { path, name, data },
+        } => {
+            let mut signals = Signals::install()?;
+            let description = format!("ydb-coord group join {name}");
+            let (manager, node) = conn.manager(&mut signals, &path, description).await?;
+            let result =
+                fleet::join(&manager, &node, &name, data.as_bytes(), out, &mut signals).await;
+            manager.shutdown().await;
+            result.map(|()| 0)
+        }
+        Command::Group {
+            action: GroupAction::Watch { path, name },
+        } => {
+            let mut signals = Signals::install()?;
+            let description = format!("ydb-coord group watch {name}");
+            let (manager, node) = conn.manager(&mut signals, &path, description).await?;
+            let result = fleet::watch(&manager, &node, &name, out, &mut signals).await;
+            manager.shutdown().await;
+            result.map(|()| 0)
+        }
+        Command::Publish { path, name, value } => {
+            let client = conn.client().await?;
+            let node = Conn::node(&client, &path);
+            let session = conn
+                .session(&client, &node, "ydb-coord publish".to_string())
+                .await?;
+            let call = fleet::publish(&session, &name, value.as_bytes(), out);
+            let result = admin::bounded(conn.args.timeout, "publish", call).await;
+            session.close().await;
+            result.map(|()| 0)
+        }
+        Command::Subscribe { path, name, once } => {
+            let mut signals = Signals::install()?;
+            let description = format!("ydb-coord subscribe {name}");
+            let (manager, node) = conn.manager(&mut signals, &path, description).await?;
+            let result = fleet::subscribe(&manager, &node, &name, once, out, &mut signals).await;
+            manager.shutdown().await;
             result.map(|()| 0)
         }
         Command::Lock(args) => {

@@ -1,0 +1,160 @@
+//! Shared helpers of the CLI tests: an emulator in the test process, the binary run against
+//! it, and bounded waits.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use ydb_coordination::emulator::Emulator;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ydb-coord");
+pub const NODE: &str = "/local/app";
+/// The bound on any wait in these tests (they take well under a second each when healthy).
+pub const LIMIT: Duration = Duration::from_secs(20);
+
+/// Exit codes documented in `ydb-coord --help`.
+pub const NOT_ACQUIRED: i32 = 75;
+pub const LEASE_LOST: i32 = 76;
+
+/// An emulator serving `/local/app` on a runtime kept alive for the test, and a scratch
+/// directory.
+pub struct Env {
+    pub emulator: Emulator,
+    pub cs: String,
+    pub dir: PathBuf,
+    pub _rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    pub fn new(test: &str) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let emulator = rt.block_on(Emulator::builder().node(NODE).start()).unwrap();
+        let cs = emulator.connection_string();
+        let dir = std::env::temp_dir().join(format!("ydb-coord-cli-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            emulator,
+            cs,
+            dir,
+            _rt: rt,
+        }
+    }
+
+    /// `ydb-coord ARGS` connected to the emulator, with a clean credentials environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("YDB_CONNECTION_STRING", &self.cs)
+            .env_remove("YDB_ACCESS_TOKEN_CREDENTIALS")
+            .env_remove("YDB_STATIC_CREDENTIALS_USER")
+            .env_remove("YDB_ANONYMOUS_CREDENTIALS")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `ydb-coord ARGS` to completion (bounded).
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = assert_cmd::Command::from_std(self.command(args));
+        cmd.timeout(LIMIT);
+        cmd.output().unwrap()
+    }
+
+    /// Starts `ydb-coord ARGS` in the background with piped output.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits for `child` to exit, killing it and failing the test after `LIMIT`.
+pub fn wait_exit(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ydb-coord did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `cond` holds, failing the test after `LIMIT`.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+}
+
+/// The lines a child prints on stdout, as they come.
+pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+pub fn next_json(rx: &mpsc::Receiver<String>) -> Value {
+    let line = rx.recv_timeout(LIMIT).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+}
+
+/// Asserts a failed run printed exactly one line, `error: ...`, on stderr.
+pub fn assert_one_line_error(o: &Output, code: i32, contains: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err:?}");
+    assert!(
+        err.contains(contains),
+        "{err:?} does not mention {contains:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}
