@@ -45,13 +45,21 @@ fn iam_answer(r: &Recorded, n: usize, life: Duration) -> Reply {
     }
 }
 
-fn service_account(iam: &MockHttp) -> Credentials {
+fn service_account_of(iam: &MockHttp) -> ServiceAccountCredentials {
     let key = temp_file("key.json", &key_json().to_string());
-    let sa = ServiceAccountCredentials::from_key_file(key)
+    ServiceAccountCredentials::from_key_file(key)
         .unwrap()
         .iam_endpoint(iam.url("/iam/v1/tokens"))
-        .unwrap();
-    Credentials::from(sa)
+        .unwrap()
+}
+
+fn service_account(iam: &MockHttp) -> Credentials {
+    Credentials::from(service_account_of(iam))
+}
+
+/// The token `provider` gives now.
+async fn current(provider: &impl TokenProvider) -> String {
+    within(provider.token()).await.unwrap().unwrap()
 }
 
 async fn emulator_accepting(tokens: &[&str]) -> Emulator {
@@ -90,27 +98,55 @@ async fn a_service_account_key_is_exchanged_for_an_iam_token_sent_as_the_ticket(
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_iam_token_is_renewed_at_half_life_and_a_failed_renewal_keeps_the_old_one() {
+async fn the_iam_token_is_renewed_at_half_life_in_the_background() {
     let iam = iam(HOUR).await;
-    let emulator = emulator_accepting(&["iam-token-1", "iam-token-2", "iam-token-3"]).await;
-    let client = connect(&emulator, service_account(&iam)).await;
+    let emulator = emulator_accepting(&["iam-token-1", "iam-token-2"]).await;
+    let sa = Arc::new(service_account_of(&iam));
+    let client = connect(&emulator, Credentials::provider(sa.clone())).await;
     within(client.describe_node("/local/app")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(29 * 60)).await;
     within(client.describe_node("/local/app")).await.unwrap();
     assert_eq!(iam.count(), 1, "the token is fresh for half its life");
 
-    // Past half life, the renewal fails: the old token, still valid, is used; one attempt.
-    iam.answer_with(|_, _| Reply::status(503));
+    // Past half life, a renewal starts; the call does not wait for it, even when IAM is slow.
+    iam.delay_answers(Duration::from_secs(5));
     tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+    let started = tokio::time::Instant::now();
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(current(&sa).await, "iam-token-1");
+    iam.answered(2).await;
+    // The renewed token is cached and used: no further exchange.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(current(&sa).await, "iam-token-2");
     within(client.describe_node("/local/app")).await.unwrap();
     assert_eq!(iam.count(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_renewal_keeps_the_valid_token_and_is_tried_again_later() {
+    let iam = iam(HOUR).await;
+    let emulator = emulator_accepting(&["iam-token-1", "iam-token-2"]).await;
+    let sa = Arc::new(service_account_of(&iam));
+    let client = connect(&emulator, Credentials::provider(sa.clone())).await;
     within(client.describe_node("/local/app")).await.unwrap();
+
+    iam.answer_with(|_, _| Reply::status(503));
+    tokio::time::sleep(Duration::from_secs(31 * 60)).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    iam.answered(2).await;
+    // One attempt, no retries while the current token is valid; the calls go on with it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert_eq!(current(&sa).await, "iam-token-1");
     assert_eq!(iam.count(), 2, "no new try before the retry pause");
 
-    iam.answer_with(|r, n| iam_answer(r, n, HOUR));
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    iam.answer_with(|r, n| iam_answer(r, n - 1, HOUR));
+    tokio::time::sleep(Duration::from_secs(6)).await;
     within(client.describe_node("/local/app")).await.unwrap();
-    assert_eq!(iam.count(), 3);
+    iam.answered(3).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(current(&sa).await, "iam-token-2");
     within(client.describe_node("/local/app")).await.unwrap();
     assert_eq!(iam.count(), 3, "the renewed token is cached");
 }
@@ -184,6 +220,7 @@ async fn the_metadata_service_token_is_sent_and_renewed() {
     assert_eq!(metadata.count(), 1);
     tokio::time::sleep(Duration::from_secs(2 * 60)).await;
     within(client.describe_node("/local/app")).await.unwrap();
+    metadata.answered(2).await;
     let requests = metadata.requests();
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.path == path));
@@ -319,11 +356,7 @@ async fn every_reattach_asks_the_credentials_for_a_fresh_token() {
 async fn rejected_once_then_accepted(reject: impl Fn(&Peer, usize)) {
     let mut peer = Peer::start().await;
     let provider = Arc::new(Renewing::default());
-    let (_client, session) = peer_session(
-        &mut peer,
-        Credentials::provider(ArcProvider(provider.clone())),
-    )
-    .await;
+    let (_client, session) = peer_session(&mut peer, Credentials::provider(provider.clone())).await;
     assert_eq!(peer.ticket(0).as_deref(), Some("tok-0"));
     peer.cut();
     expect_start(&mut peer, 1).await;
@@ -357,11 +390,7 @@ async fn a_token_rejected_at_reattach_with_unauthenticated_is_renewed_once_and_t
 async fn a_token_rejected_twice_at_reattach_ends_the_session_as_unauthorized() {
     let mut peer = Peer::start().await;
     let provider = Arc::new(Renewing::default());
-    let (_client, session) = peer_session(
-        &mut peer,
-        Credentials::provider(ArcProvider(provider.clone())),
-    )
-    .await;
+    let (_client, session) = peer_session(&mut peer, Credentials::provider(provider.clone())).await;
     peer.cut();
     for index in 1..=2 {
         expect_start(&mut peer, index).await;
@@ -376,20 +405,6 @@ async fn a_token_rejected_twice_at_reattach_ends_the_session_as_unauthorized() {
     assert_eq!(err.kind(), ErrorKind::Unauthorized);
     assert_eq!(peer.stream_count(), 3);
     assert_eq!(provider.generation.load(Ordering::SeqCst), 1);
-}
-
-/// Shares a provider between the client and the test.
-#[derive(Debug)]
-struct ArcProvider(Arc<Renewing>);
-
-impl TokenProvider for ArcProvider {
-    fn token(&self) -> TokenFuture<'_> {
-        self.0.token()
-    }
-
-    fn invalidate(&self) {
-        self.0.invalidate();
-    }
 }
 
 /// Collects everything the crate logs, at every level.

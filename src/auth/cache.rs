@@ -2,11 +2,15 @@
 //!
 //! The schedule is pure (instants in, a plan out) and unit-tested as numbers; [`TokenCache`] is
 //! the thin async shell around it: one fetch at a time, retried with backoff when the token is
-//! needed now, tried once when it is merely due for renewal and the old one still works.
+//! needed now; when it is merely due for renewal, the old one is handed out at once and a
+//! single attempt runs in the background, so a slow or failing endpoint never delays a call
+//! while a valid token is at hand.
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use tokio::time::Instant;
 
@@ -54,12 +58,18 @@ impl Schedule {
     }
 }
 
+/// Where a cache gets its tokens from (the IAM exchange, the metadata service).
+pub(crate) trait Fetch: Send + Sync + 'static {
+    fn fetch(&self) -> BoxFuture<'_, Result<Fetched>>;
+}
+
 /// What to do for a caller who needs a token at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Plan {
     /// The cached token is fresh.
     Use,
-    /// The cached token is due for renewal but still works: try once, keep it on failure.
+    /// The cached token is due for renewal but still works: use it, and try once to renew
+    /// it in the background (keeping it on failure).
     Renew,
     /// No usable token: fetch one, with retries.
     Fetch,
@@ -75,6 +85,8 @@ struct Held {
 #[derive(Default)]
 pub(crate) struct CacheState {
     held: Option<Held>,
+    /// A background renewal is under way.
+    renewing: bool,
 }
 
 impl CacheState {
@@ -82,9 +94,20 @@ impl CacheState {
         match &self.held {
             None => Plan::Fetch,
             Some(h) if now >= h.schedule.usable_until => Plan::Fetch,
-            Some(h) if now >= h.schedule.renew_at && now >= h.next_try => Plan::Renew,
+            Some(h) if now >= h.schedule.renew_at && now >= h.next_try && !self.renewing => {
+                Plan::Renew
+            }
             Some(_) => Plan::Use,
         }
+    }
+
+    /// The plan for `now`; a renewal it calls for counts as started.
+    pub(crate) fn begin(&mut self, now: Instant) -> Plan {
+        let plan = self.plan(now);
+        if plan == Plan::Renew {
+            self.renewing = true;
+        }
+        plan
     }
 
     pub(crate) fn token(&self) -> Option<&Secret> {
@@ -93,6 +116,7 @@ impl CacheState {
 
     pub(crate) fn store(&mut self, now: Instant, fetched: Fetched) {
         let schedule = Schedule::new(now, fetched.lifetime);
+        self.renewing = false;
         self.held = Some(Held {
             token: fetched.token,
             schedule,
@@ -102,6 +126,7 @@ impl CacheState {
 
     /// A renewal failed: keep the token, try again a little later.
     pub(crate) fn renew_failed(&mut self, now: Instant) {
+        self.renewing = false;
         if let Some(h) = &mut self.held {
             h.next_try = now + RENEW_RETRY_AFTER;
         }
@@ -120,78 +145,106 @@ pub(crate) fn is_transient(err: &Error) -> bool {
     )
 }
 
-/// A cached token around a fetch function.
-pub(crate) struct TokenCache {
-    state: Mutex<CacheState>,
+/// A cached token around a [`Fetch`] source.
+pub(crate) struct TokenCache<S> {
+    source: Arc<S>,
+    state: Arc<Mutex<CacheState>>,
     /// One fetch at a time; callers behind it find the fresh token.
     fetching: tokio::sync::Mutex<()>,
 }
 
-impl fmt::Debug for TokenCache {
+impl<S: fmt::Debug> fmt::Debug for TokenCache<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let cached = self.lock().token().is_some();
+        let cached = lock(&self.state).token().is_some();
         f.debug_struct("TokenCache")
+            .field("source", &self.source)
             .field("cached", &cached)
             .finish_non_exhaustive()
     }
 }
 
-impl Default for TokenCache {
-    fn default() -> Self {
+fn lock(state: &Mutex<CacheState>) -> std::sync::MutexGuard<'_, CacheState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<S: Fetch + Clone> TokenCache<S> {
+    pub(crate) fn new(source: S) -> Self {
         Self {
-            state: Mutex::new(CacheState::default()),
+            source: Arc::new(source),
+            state: Arc::new(Mutex::new(CacheState::default())),
             fetching: tokio::sync::Mutex::new(()),
         }
     }
-}
 
-impl TokenCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn source(&self) -> &S {
+        &self.source
     }
 
-    fn cached(&self, now: Instant) -> (Plan, Option<String>) {
-        let state = self.lock();
-        (
-            state.plan(now),
-            state.token().map(|t| t.expose().to_string()),
-        )
+    /// The source, to change before use; a token cached from the old one is forgotten.
+    pub(crate) fn source_mut(&mut self) -> &mut S {
+        lock(&self.state).forget();
+        Arc::make_mut(&mut self.source)
+    }
+
+    /// The plan for now and the cached token.
+    fn begin(&self) -> (Plan, Option<String>) {
+        let mut state = lock(&self.state);
+        let plan = state.begin(Instant::now());
+        (plan, state.token().map(|t| t.expose().to_string()))
     }
 
     /// The token: cached, renewed or fetched as the schedule says.
-    pub(crate) async fn get<F, Fut>(&self, fetch: F) -> Result<String>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<Fetched>>,
-    {
-        if let (Plan::Use, Some(token)) = self.cached(Instant::now()) {
-            return Ok(token);
+    pub(crate) async fn get(&self) -> Result<String> {
+        match self.begin() {
+            (Plan::Use, Some(token)) => return Ok(token),
+            (Plan::Renew, Some(token)) => {
+                self.renew_in_background();
+                return Ok(token);
+            }
+            _ => {}
         }
         let _one_at_a_time = self.fetching.lock().await;
-        match self.cached(Instant::now()) {
+        match self.begin() {
             (Plan::Use, Some(token)) => Ok(token),
-            (Plan::Renew, Some(old)) => match fetch().await {
-                Ok(fetched) => Ok(self.keep(fetched)),
-                Err(err) => {
-                    tracing::debug!(%err, "token renewal failed; the current token is still valid");
-                    self.lock().renew_failed(Instant::now());
-                    Ok(old)
-                }
-            },
-            _ => self.fetch_with_retries(&fetch).await,
+            (Plan::Renew, Some(token)) => {
+                self.renew_in_background();
+                Ok(token)
+            }
+            _ => self.fetch_with_retries().await,
         }
     }
 
-    async fn fetch_with_retries<F, Fut>(&self, fetch: &F) -> Result<String>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<Fetched>>,
-    {
+    fn renew_in_background(&self) {
+        let (source, state) = (self.source.clone(), self.state.clone());
+        let renewal = async move {
+            let result = source.fetch().await;
+            let now = Instant::now();
+            match result {
+                Ok(fetched) => lock(&state).store(now, fetched),
+                Err(err) => {
+                    tracing::debug!(%err, "token renewal failed; the current token is still valid");
+                    lock(&state).renew_failed(now);
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(renewal)),
+            // Outside a runtime nothing renews in the background: the token is fetched when
+            // it is no longer usable.
+            Err(_) => lock(&self.state).renew_failed(Instant::now()),
+        }
+    }
+
+    async fn fetch_with_retries(&self) -> Result<String> {
         let backoff = fetch_backoff();
         let mut attempt = 0;
         loop {
-            match fetch().await {
-                Ok(fetched) => return Ok(self.keep(fetched)),
+            match self.source.fetch().await {
+                Ok(fetched) => {
+                    let token = fetched.token.expose().to_string();
+                    lock(&self.state).store(Instant::now(), fetched);
+                    return Ok(token);
+                }
                 Err(err) if is_transient(&err) && attempt + 1 < FETCH_ATTEMPTS => {
                     tracing::debug!(%err, attempt, "token fetch failed; retrying");
                     tokio::time::sleep(backoff.delay(attempt, rand::random::<f64>())).await;
@@ -209,15 +262,9 @@ impl TokenCache {
         }
     }
 
-    fn keep(&self, fetched: Fetched) -> String {
-        let token = fetched.token.expose().to_string();
-        self.lock().store(Instant::now(), fetched);
-        token
-    }
-
     /// Forgets the token: the next caller fetches a new one.
     pub(crate) fn forget(&self) {
-        self.lock().forget();
+        lock(&self.state).forget();
     }
 }
 
@@ -253,8 +300,11 @@ mod tests {
         assert_eq!(state.plan(t0), Plan::Fetch);
         state.store(t0, fetched(3600));
         assert_eq!(state.plan(t0 + Duration::from_secs(1799)), Plan::Use);
-        assert_eq!(state.plan(t0 + Duration::from_secs(1800)), Plan::Renew);
-        let failed_at = t0 + Duration::from_secs(1800);
+        let due = t0 + Duration::from_secs(1800);
+        assert_eq!(state.begin(due), Plan::Renew);
+        // One renewal at a time.
+        assert_eq!(state.begin(due), Plan::Use);
+        let failed_at = due;
         state.renew_failed(failed_at);
         assert_eq!(state.plan(failed_at + Duration::from_secs(9)), Plan::Use);
         assert_eq!(state.plan(failed_at + RENEW_RETRY_AFTER), Plan::Renew);

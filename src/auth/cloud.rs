@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
-use super::cache::{Fetched, TokenCache};
+use futures::future::BoxFuture;
+
+use super::cache::{Fetch, Fetched, TokenCache};
 use super::http::{self, Url};
 use super::{Secret, TokenFuture, TokenProvider};
 use crate::error::{Error, ErrorKind, Result};
@@ -80,7 +82,8 @@ fn key_error(path: Option<&Path>, field: Option<&'static str>, problem: String) 
 
 /// A service account's authorized key (the JSON file `yc iam key create` writes), exchanged
 /// for IAM tokens: a PS256 JWT signed with the key goes to the IAM endpoint, the IAM token
-/// that comes back is cached and renewed after half its life (at most an hour).
+/// that comes back is cached and renewed in the background after half its life (at most an
+/// hour).
 ///
 /// # Examples
 ///
@@ -99,22 +102,27 @@ fn key_error(path: Option<&Path>, field: Option<&'static str>, problem: String) 
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct ServiceAccountCredentials {
+    cache: TokenCache<ServiceAccount>,
+}
+
+/// The key and where it is exchanged.
+#[derive(Clone)]
+struct ServiceAccount {
     key_id: String,
     service_account_id: String,
     signing_key: EncodingKey,
     endpoint: Url,
     audience: String,
-    cache: TokenCache,
 }
 
-impl fmt::Debug for ServiceAccountCredentials {
+impl fmt::Debug for ServiceAccount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServiceAccountCredentials")
+        f.debug_struct("ServiceAccount")
             .field("key_id", &self.key_id)
             .field("service_account_id", &self.service_account_id)
             .field("endpoint", &self.endpoint.to_string())
-            .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
@@ -185,12 +193,13 @@ impl ServiceAccountCredentials {
                 )
             })?;
         Ok(Self {
-            key_id,
-            service_account_id,
-            signing_key,
-            endpoint: Url::parse(IAM_TOKEN_URL, "the IAM endpoint")?,
-            audience: IAM_TOKEN_URL.to_string(),
-            cache: TokenCache::default(),
+            cache: TokenCache::new(ServiceAccount {
+                key_id,
+                service_account_id,
+                signing_key,
+                endpoint: Url::parse(IAM_TOKEN_URL, "the IAM endpoint")?,
+                audience: IAM_TOKEN_URL.to_string(),
+            }),
         })
     }
 
@@ -201,20 +210,22 @@ impl ServiceAccountCredentials {
     ///
     /// [`ErrorKind::InvalidArgument`] when `url` is not an `http://` or `https://` URL.
     pub fn iam_endpoint(mut self, url: impl AsRef<str>) -> Result<Self> {
-        self.endpoint = Url::parse(url.as_ref(), "the IAM endpoint")?;
+        self.cache.source_mut().endpoint = Url::parse(url.as_ref(), "the IAM endpoint")?;
         Ok(self)
     }
 
     /// The key's id (the JWT's `kid`).
     pub fn key_id(&self) -> &str {
-        &self.key_id
+        &self.cache.source().key_id
     }
 
     /// The service account's id (the JWT's `iss`).
     pub fn service_account_id(&self) -> &str {
-        &self.service_account_id
+        &self.cache.source().service_account_id
     }
+}
 
+impl ServiceAccount {
     fn jwt(&self) -> Result<Secret> {
         #[derive(serde::Serialize)]
         struct Claims<'a> {
@@ -243,7 +254,7 @@ impl ServiceAccountCredentials {
             })
     }
 
-    async fn fetch(&self) -> Result<Fetched> {
+    async fn exchange(&self) -> Result<Fetched> {
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Answer {
@@ -273,9 +284,15 @@ impl ServiceAccountCredentials {
     }
 }
 
+impl Fetch for ServiceAccount {
+    fn fetch(&self) -> BoxFuture<'_, Result<Fetched>> {
+        Box::pin(self.exchange())
+    }
+}
+
 impl TokenProvider for ServiceAccountCredentials {
     fn token(&self) -> TokenFuture<'_> {
-        Box::pin(async move { self.cache.get(|| self.fetch()).await.map(Some) })
+        Box::pin(async move { self.cache.get().await.map(Some) })
     }
 
     fn invalidate(&self) {
@@ -298,18 +315,15 @@ impl TokenProvider for ServiceAccountCredentials {
 /// # let _ = (default, custom);
 /// # Ok::<(), ydb_coordination::Error>(())
 /// ```
+#[derive(Debug)]
 pub struct MetadataCredentials {
-    url: String,
-    cache: TokenCache,
+    cache: TokenCache<Metadata>,
 }
 
-impl fmt::Debug for MetadataCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MetadataCredentials")
-            .field("url", &self.url)
-            .field("cache", &self.cache)
-            .finish()
-    }
+/// The token URL.
+#[derive(Debug, Clone)]
+struct Metadata {
+    url: String,
 }
 
 impl Default for MetadataCredentials {
@@ -322,8 +336,9 @@ impl MetadataCredentials {
     /// The metadata service at [`METADATA_TOKEN_URL`].
     pub fn new() -> Self {
         Self {
-            url: METADATA_TOKEN_URL.to_string(),
-            cache: TokenCache::default(),
+            cache: TokenCache::new(Metadata {
+                url: METADATA_TOKEN_URL.to_string(),
+            }),
         }
     }
 
@@ -336,11 +351,13 @@ impl MetadataCredentials {
     pub fn endpoint(mut self, url: impl AsRef<str>) -> Result<Self> {
         let url = url.as_ref();
         Url::parse(url, "the metadata endpoint")?;
-        self.url = url.to_string();
+        self.cache.source_mut().url = url.to_string();
         Ok(self)
     }
+}
 
-    async fn fetch(&self) -> Result<Fetched> {
+impl Metadata {
+    async fn ask(&self) -> Result<Fetched> {
         #[derive(serde::Deserialize)]
         struct Answer {
             access_token: String,
@@ -364,9 +381,15 @@ impl MetadataCredentials {
     }
 }
 
+impl Fetch for Metadata {
+    fn fetch(&self) -> BoxFuture<'_, Result<Fetched>> {
+        Box::pin(self.ask())
+    }
+}
+
 impl TokenProvider for MetadataCredentials {
     fn token(&self) -> TokenFuture<'_> {
-        Box::pin(async move { self.cache.get(|| self.fetch()).await.map(Some) })
+        Box::pin(async move { self.cache.get().await.map(Some) })
     }
 
     fn invalidate(&self) {

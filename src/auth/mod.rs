@@ -58,6 +58,17 @@ pub trait TokenProvider: Send + Sync + fmt::Debug {
     fn invalidate(&self) {}
 }
 
+/// A shared provider: the client and your code can hold the same one.
+impl<T: TokenProvider + ?Sized> TokenProvider for Arc<T> {
+    fn token(&self) -> TokenFuture<'_> {
+        (**self).token()
+    }
+
+    fn invalidate(&self) {
+        (**self).invalidate();
+    }
+}
+
 /// A string that is never shown: `Debug` prints `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Secret(String);

@@ -76,6 +76,10 @@ pub struct MockHttp {
     addr: SocketAddr,
     recorded: Arc<Mutex<Vec<Recorded>>>,
     handler: Arc<Mutex<Handler>>,
+    /// How many requests have been answered.
+    answered: tokio::sync::watch::Receiver<usize>,
+    /// How long each answer is held back.
+    delay: Arc<Mutex<Duration>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -94,12 +98,17 @@ impl MockHttp {
         let addr = listener.local_addr().unwrap();
         let recorded = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Mutex<Handler>> = Arc::new(Mutex::new(Arc::new(handler)));
-        let (rec, hand) = (recorded.clone(), handler.clone());
+        let (answered_tx, answered) = tokio::sync::watch::channel(0usize);
+        let answered_tx = Arc::new(answered_tx);
+        let delay = Arc::new(Mutex::new(Duration::ZERO));
+        let (rec, hand, del) = (recorded.clone(), handler.clone(), delay.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (rec, hand) = (rec.clone(), hand.clone());
+                let (rec, hand, del) = (rec.clone(), hand.clone(), del.clone());
+                let answered_tx = answered_tx.clone();
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (rec, hand) = (rec.clone(), hand.clone());
+                    let (rec, hand, del) = (rec.clone(), hand.clone(), del.clone());
+                    let answered_tx = answered_tx.clone();
                     async move {
                         let (parts, body) = req.into_parts();
                         let body = body
@@ -127,6 +136,9 @@ impl MockHttp {
                         };
                         let handler = hand.lock().unwrap_or_else(PoisonError::into_inner).clone();
                         let reply = handler(&recorded, n);
+                        let delay = *del.lock().unwrap_or_else(PoisonError::into_inner);
+                        tokio::time::sleep(delay).await;
+                        answered_tx.send_modify(|a| *a += 1);
                         let response = hyper::Response::builder()
                             .status(reply.status)
                             .header("content-type", "application/json")
@@ -146,6 +158,8 @@ impl MockHttp {
             addr,
             recorded,
             handler,
+            answered,
+            delay,
             task,
         }
     }
@@ -165,6 +179,19 @@ impl MockHttp {
 
     pub fn count(&self) -> usize {
         self.requests().len()
+    }
+
+    /// Waits until `n` requests have been answered (bounded by the tests' guard).
+    pub async fn answered(&self, n: usize) {
+        let mut rx = self.answered.clone();
+        crate::common::within(rx.wait_for(|a| *a >= n))
+            .await
+            .unwrap();
+    }
+
+    /// Holds each answer back for `d`.
+    pub fn delay_answers(&self, d: Duration) {
+        *self.delay.lock().unwrap_or_else(PoisonError::into_inner) = d;
     }
 
     /// Replaces the handler.
