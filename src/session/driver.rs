@@ -32,7 +32,7 @@ pub(crate) enum ReplyTx {
     Acquire {
         reply: oneshot::Sender<Result<Option<Grant>>>,
         queued: Option<oneshot::Sender<()>>,
-        name: String,
+        name: Arc<str>,
     },
     Describe(oneshot::Sender<Result<SemaphoreDescription>>),
     Done(oneshot::Sender<Result<()>>),
@@ -44,7 +44,9 @@ pub(crate) enum ReplyTx {
     None,
 }
 
-/// A command and where its answer goes (bounded channel: backpressure).
+/// A command and where its answer goes (bounded channel: backpressure). Sent boxed, like
+/// [`Notice`]: a channel allocates its first block of slots up front, which would cost every
+/// idle session kilobytes for these large messages.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) command: Command,
@@ -61,16 +63,16 @@ pub(crate) struct Notice {
 /// The channels and shared cells the driver works with.
 #[derive(Debug)]
 pub(crate) struct DriverIo {
-    pub(crate) commands: mpsc::Receiver<Request>,
-    pub(crate) control: mpsc::UnboundedReceiver<Notice>,
+    pub(crate) commands: mpsc::Receiver<Box<Request>>,
+    pub(crate) control: mpsc::UnboundedReceiver<Box<Notice>>,
     pub(crate) state: watch::Sender<SessionState>,
     pub(crate) token: CancellationToken,
     pub(crate) terminal: Arc<Terminal>,
 }
 
 enum Event {
-    Request(Option<Request>),
-    Notice(Option<Notice>),
+    Request(Option<Box<Request>>),
+    Notice(Option<Box<Notice>>),
     Inbound(Option<std::result::Result<SessionResponse, tonic::Status>>),
     Dialed(Result<Attached>),
     Timer,
@@ -137,20 +139,33 @@ impl Driver {
             ..
         } = io;
         let (mut commands_open, mut control_open) = (true, true);
+        // One timer for the whole life of the task. Most events move the core's next
+        // wake-up later (every answer moves the deadline), and a wake-up that comes early is
+        // harmless (the core only acts on what is due), so the timer is moved only when the
+        // wake-up comes earlier than it is set for, or after it fired.
+        let mut armed = self.core.next_wake();
+        let timer = tokio::time::sleep_until(armed);
+        tokio::pin!(timer);
+        let mut fired = false;
         while !self.core.is_done() {
-            let wake = self.core.next_wake();
+            let next = self.core.next_wake();
+            if fired || next < armed {
+                armed = next;
+                timer.as_mut().reset(armed);
+                fired = false;
+            }
             let event = tokio::select! {
                 biased;
                 n = control.recv(), if control_open => Event::Notice(n),
                 e = next_link_event(&mut self.stream, &mut self.dialing) => e,
                 r = commands.recv(), if commands_open => Event::Request(r),
-                _ = tokio::time::sleep_until(wake) => Event::Timer,
+                () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
             match event {
-                Event::Request(Some(r)) => self.accept(now, r),
+                Event::Request(Some(r)) => self.accept(now, *r),
                 Event::Request(None) => commands_open = false,
-                Event::Notice(Some(n)) => self.notice(now, n),
+                Event::Notice(Some(n)) => self.notice(now, *n),
                 Event::Notice(None) => control_open = false,
                 Event::Inbound(Some(Ok(msg))) => self.core.inbound(now, msg),
                 Event::Inbound(Some(Err(status))) => {
@@ -163,7 +178,10 @@ impl Driver {
                     );
                 }
                 Event::Dialed(result) => self.dialed(now, result),
-                Event::Timer => self.core.tick(now),
+                Event::Timer => {
+                    fired = true;
+                    self.core.tick(now);
+                }
             }
             // After every event, not only on timer wake-ups: a flood of messages on the
             // biased select must not delay the tokens past the deadline.
@@ -179,10 +197,10 @@ impl Driver {
         control.close();
         let now = Instant::now();
         while let Ok(r) = commands.try_recv() {
-            self.accept(now, r);
+            self.accept(now, *r);
         }
         while let Ok(n) = control.try_recv() {
-            self.notice(now, n);
+            self.notice(now, *n);
         }
         self.apply(now);
         self.linger().await;

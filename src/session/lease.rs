@@ -48,13 +48,13 @@ use crate::error::{Error, Result};
 /// # }
 /// ```
 pub struct Lease {
-    name: String,
+    name: Arc<str>,
     count: u64,
     order_id: u64,
     session_id: u64,
     id: u64,
     token: CancellationToken,
-    control: mpsc::UnboundedSender<Notice>,
+    control: mpsc::UnboundedSender<Box<Notice>>,
     /// The session's terminal cause, read when the session task is gone.
     terminal: Arc<Terminal>,
     /// The session's caller ids.
@@ -77,13 +77,13 @@ impl fmt::Debug for Lease {
 impl Lease {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        name: String,
+        name: Arc<str>,
         count: u64,
         order_id: u64,
         session_id: u64,
         id: u64,
         token: CancellationToken,
-        control: mpsc::UnboundedSender<Notice>,
+        control: mpsc::UnboundedSender<Box<Notice>>,
         terminal: Arc<Terminal>,
         ids: Arc<AtomicU64>,
     ) -> Self {
@@ -176,7 +176,9 @@ impl Lease {
             },
             reply: ReplyTx::Done(tx),
         };
-        self.control.send(notice).map_err(|_| self.gone())?;
+        self.control
+            .send(Box::new(notice))
+            .map_err(|_| self.gone())?;
         rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
@@ -205,7 +207,7 @@ impl Lease {
             },
             reply: ReplyTx::Release(tx),
         };
-        let sent = self.control.send(notice);
+        let sent = self.control.send(Box::new(notice));
         if sent.is_err() {
             return Err(self.gone());
         }
@@ -217,14 +219,14 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.token.cancel();
         if !self.released {
-            let _ = self.control.send(Notice {
+            let _ = self.control.send(Box::new(Notice {
                 control: Control::Release {
                     name: std::mem::take(&mut self.name),
                     lease: self.id,
                     caller: None,
                 },
                 reply: ReplyTx::None,
-            });
+            }));
         }
     }
 }

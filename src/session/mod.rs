@@ -67,8 +67,8 @@ pub struct Session {
 struct Inner {
     id: u64,
     path: String,
-    commands: mpsc::Sender<Request>,
-    control: mpsc::UnboundedSender<Notice>,
+    commands: mpsc::Sender<Box<Request>>,
+    control: mpsc::UnboundedSender<Box<Notice>>,
     state: watch::Receiver<SessionState>,
     token: CancellationToken,
     terminal: Arc<Terminal>,
@@ -86,8 +86,8 @@ impl Session {
     pub(crate) fn new(
         id: u64,
         path: String,
-        commands: mpsc::Sender<Request>,
-        control: mpsc::UnboundedSender<Notice>,
+        commands: mpsc::Sender<Box<Request>>,
+        control: mpsc::UnboundedSender<Box<Notice>>,
         state: watch::Receiver<SessionState>,
         token: CancellationToken,
         terminal: Arc<Terminal>,
@@ -169,7 +169,7 @@ impl Session {
             control: Control::Snapshot { caller },
             reply: ReplyTx::Snapshot(tx),
         };
-        if self.inner.control.send(notice).is_err() {
+        if self.inner.control.send(Box::new(notice)).is_err() {
             return ended();
         }
         rx.await.unwrap_or_else(|_| ended())
@@ -208,7 +208,7 @@ impl Session {
             };
             self.inner
                 .commands
-                .send(request)
+                .send(Box::new(request))
                 .await
                 .map_err(|_| self.gone())?;
             rx.await.unwrap_or_else(|_| Err(self.gone()))
@@ -344,7 +344,7 @@ impl Session {
         };
         self.inner
             .commands
-            .send(request)
+            .send(Box::new(request))
             .await
             .map_err(|_| self.gone())?;
         Ok(WatchStream {
@@ -390,24 +390,25 @@ impl Session {
             wait = tracing::field::Empty,
         );
         let invalid = options.validate().err();
+        let name: Arc<str> = Arc::from(name);
         Acquire {
             session: self.clone(),
-            name: name.to_string(),
+            name: name.clone(),
             count,
             id,
-            cmd: Some(Request {
+            cmd: Some(Box::new(Request {
                 command: Command::Acquire(AcquireCmd {
                     caller: id,
-                    name: name.to_string(),
+                    name: name.clone(),
                     opts: options,
                     requested_at: tokio::time::Instant::now(),
                 }),
                 reply: ReplyTx::Acquire {
                     reply: reply_tx,
                     queued: Some(queued_tx),
-                    name: name.to_string(),
+                    name,
                 },
-            }),
+            })),
             invalid,
             queued: Some(queued_rx),
             reply: reply_rx,
@@ -456,12 +457,12 @@ impl Session {
             },
             reply: ReplyTx::Closed(tx),
         };
-        if self.inner.commands.send(request).await.is_ok() {
+        if self.inner.commands.send(Box::new(request)).await.is_ok() {
             let _ = rx.await;
         }
     }
 
-    fn lease(&self, name: String, count: u64, grant: Grant) -> Lease {
+    fn lease(&self, name: Arc<str>, count: u64, grant: Grant) -> Lease {
         Lease::new(
             name,
             count,
@@ -504,12 +505,12 @@ pub struct Acquire {
     // a driver that has not processed the request yet sees nobody is waiting.
     reply: oneshot::Receiver<Result<Option<Grant>>>,
     queued: Option<oneshot::Receiver<()>>,
-    sender: PollSender<Request>,
+    sender: PollSender<Box<Request>>,
     session: Session,
-    name: String,
+    name: Arc<str>,
     count: u64,
     id: u64,
-    cmd: Option<Request>,
+    cmd: Option<Box<Request>>,
     /// Why the options were rejected: every poll answers with it, nothing is sent.
     invalid: Option<Error>,
     submitted: bool,
@@ -633,7 +634,7 @@ impl Drop for Acquire {
                     },
                     reply: ReplyTx::None,
                 };
-                let _ = self.session.inner.control.send(notice);
+                let _ = self.session.inner.control.send(Box::new(notice));
             }
         }
     }
@@ -670,7 +671,7 @@ impl Drop for WatchStream {
             },
             reply: ReplyTx::None,
         };
-        let _ = self.session.inner.control.send(notice);
+        let _ = self.session.inner.control.send(Box::new(notice));
     }
 }
 

@@ -1,6 +1,7 @@
 //! The session stream: opening one and attaching on it, the same way for a session's first
 //! attach and for every reattach.
 
+use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Streaming;
@@ -15,7 +16,9 @@ use crate::transport::{Lane, Transport};
 /// A live stream.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(super) tx: mpsc::UnboundedSender<SessionRequest>,
+    /// Boxed: the channel allocates its first block of slots up front (see
+    /// `super::driver::Request`).
+    pub(super) tx: mpsc::UnboundedSender<Box<SessionRequest>>,
     pub(super) inbound: Streaming<SessionResponse>,
     pub(super) lane: Lane,
 }
@@ -23,7 +26,7 @@ pub(crate) struct Conn {
 impl Conn {
     pub(super) fn send(&self, r: rq::Request) {
         // A closed request stream shows up as the inbound side ending; nothing to do here.
-        let _ = self.tx.send(proto::request(r));
+        let _ = self.tx.send(Box::new(proto::request(r)));
     }
 }
 
@@ -60,10 +63,10 @@ async fn attach_once(
     start: rq::SessionStart,
 ) -> Result<Attached> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let _ = tx.send(proto::request(rq::Request::SessionStart(start)));
+    let _ = tx.send(Box::new(proto::request(rq::Request::SessionStart(start))));
     let sent_at = Instant::now();
     let request = transport
-        .request(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .request(tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|r| *r))
         .await?;
     let mut client = CoordinationServiceClient::new(lane.channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024);
@@ -101,9 +104,8 @@ async fn attach_once(
                 return Err(Error::from_ydb(f.status, &f.issues, "session start"));
             }
             Some(rs::Response::Ping(p)) => {
-                let _ = tx.send(proto::request(rq::Request::Pong(rq::PingPong {
-                    opaque: p.opaque,
-                })));
+                let pong = rq::Request::Pong(rq::PingPong { opaque: p.opaque });
+                let _ = tx.send(Box::new(proto::request(pong)));
             }
             other => {
                 tracing::debug!(?other, "ignoring a message before session_started");

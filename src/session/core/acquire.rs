@@ -2,11 +2,15 @@
 //!
 //! The server keeps one entry per session and semaphore, so a second acquire of a name this
 //! session holds or is acquiring waits here, locally, until the first ends. Each acquire is
-//! followed on the wire by a describe of the semaphore's owners: for an immediate grant it
-//! shows our `order_id` (the fencing token) at no extra round trip; for a grant that had to
-//! queue, one more describe after the grant reads it.
+//! followed on the wire by a describe of the semaphore's owners and waiters, which shows our
+//! `order_id` (the fencing token) at no extra round trip: among the owners for an immediate
+//! grant, among the waiters for an acquire that had to queue (the server keeps a waiter's
+//! order id when it promotes it to owner). A resend after a reattach may meet a server that
+//! dropped the waiter meanwhile and queues a new one under a new order id, so the order id
+//! of a waiter is read again after every replay.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -55,12 +59,63 @@ pub(super) struct Holding {
     pub(super) since: Instant,
 }
 
-/// Everything this session does with one semaphore name.
+/// Everything this session does with one semaphore name. Kept small, since a session may
+/// hold many leases: what only an acquire in progress needs lives behind a box.
 #[derive(Debug, Default)]
 pub(super) struct NameState {
     pub(super) holding: Option<Holding>,
-    pub(super) active: Option<Active>,
-    pub(super) queue: VecDeque<LocalWaiter>,
+    pub(super) active: Option<Box<Active>>,
+    pub(super) queue: LocalQueue,
+}
+
+/// The acquires waiting locally for one name, in arrival order (rare: allocated only when
+/// one waits).
+#[derive(Debug, Default)]
+// Boxed on purpose: one pointer in every `NameState` instead of a `VecDeque`'s four words.
+#[allow(clippy::box_collection)]
+pub(super) struct LocalQueue(Option<Box<VecDeque<LocalWaiter>>>);
+
+impl LocalQueue {
+    pub(super) fn push_back(&mut self, waiter: LocalWaiter) {
+        self.0.get_or_insert_default().push_back(waiter);
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<LocalWaiter> {
+        let q = self.0.as_mut()?;
+        let first = q.pop_front();
+        if q.is_empty() {
+            self.0 = None;
+        }
+        first
+    }
+
+    /// Removes the waiter of `caller`.
+    pub(super) fn remove(&mut self, caller: CallerId) -> Option<LocalWaiter> {
+        let q = self.0.as_mut()?;
+        let pos = q.iter().position(|w| w.cmd.caller == caller)?;
+        let waiter = q.remove(pos);
+        if q.is_empty() {
+            self.0 = None;
+        }
+        waiter
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &LocalWaiter> {
+        self.0.iter().flat_map(|q| q.iter())
+    }
+}
+
+impl IntoIterator for LocalQueue {
+    type Item = LocalWaiter;
+    type IntoIter = std::iter::Flatten<std::option::IntoIter<VecDeque<LocalWaiter>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.map(|q| *q).into_iter().flatten()
+    }
 }
 
 impl NameState {
@@ -112,7 +167,7 @@ impl SessionCore {
             |req_id| {
                 rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
                     req_id,
-                    name: n,
+                    name: n.to_string(),
                     timeout_millis,
                     count,
                     data,
@@ -137,26 +192,26 @@ impl SessionCore {
             self.active_deadlines.insert((at, caller), name.clone());
         }
         let state = self.names.entry(name).or_default();
-        state.active = Some(active);
+        state.active = Some(Box::new(active));
     }
 
-    fn submit_owners_describe(&mut self, now: Instant, name: &str, caller: CallerId) -> u64 {
+    fn submit_owners_describe(&mut self, now: Instant, name: &Arc<str>, caller: CallerId) -> u64 {
         let n = name.to_string();
         self.submit(
             now,
             Kind::AcquireDescribe {
-                name: name.to_string(),
+                name: name.clone(),
                 caller,
             },
             Replay::Resend,
-            |req_id| owners_describe(req_id, n),
+            |req_id| owners_describe(req_id, n, true),
         )
     }
 
     pub(super) fn active_mut(&mut self, name: &str, caller: CallerId) -> Option<&mut Active> {
         self.names
             .get_mut(name)
-            .and_then(|s| s.active.as_mut())
+            .and_then(|s| s.active.as_deref_mut())
             .filter(|a| a.cmd.caller == caller)
     }
 
@@ -256,8 +311,9 @@ impl SessionCore {
                 return;
             }
             active.confirming = true;
-            let caller = active.cmd.caller;
-            let req = self.submit_owners_describe(now, name, caller);
+            let (name, caller) = (active.cmd.name.clone(), active.cmd.caller);
+            let req = self.submit_owners_describe(now, &name, caller);
+            let name = &*name;
             if let Some(active) = self.active_mut(name, caller) {
                 active.describe_req = Some(req);
             }
@@ -269,7 +325,9 @@ impl SessionCore {
         let lease = self.next_lease;
         self.next_lease += 1;
         let token = self.token.child_token();
-        let state = self.names.entry(name.to_string()).or_default();
+        let Some(state) = self.names.get_mut(name) else {
+            return;
+        };
         state.holding = Some(Holding {
             lease,
             token: token.clone(),
@@ -333,7 +391,7 @@ impl SessionCore {
 
     /// Removes the active acquire of `name`, keeping the queued gauge right.
     fn take_active(&mut self, name: &str) -> Option<Active> {
-        let active = self.names.get_mut(name).and_then(|s| s.active.take())?;
+        let active = *self.names.get_mut(name).and_then(|s| s.active.take())?;
         if let Some(at) = active.client_deadline() {
             self.active_deadlines.remove(&(at, active.cmd.caller));
         }
@@ -438,14 +496,12 @@ impl SessionCore {
         let Some(state) = self.names.get_mut(name) else {
             return;
         };
-        if let Some(pos) = state.queue.iter().position(|q| q.cmd.caller == caller) {
-            if let Some(q) = state.queue.remove(pos) {
-                if let Some(at) = q.deadline {
-                    self.queue_deadlines.remove(&(at, caller));
-                }
-                let waited = now.saturating_duration_since(q.cmd.requested_at);
-                self.metrics.acquire_ended(name, "cancelled", waited);
+        if let Some(q) = state.queue.remove(caller) {
+            if let Some(at) = q.deadline {
+                self.queue_deadlines.remove(&(at, caller));
             }
+            let waited = now.saturating_duration_since(q.cmd.requested_at);
+            self.metrics.acquire_ended(name, "cancelled", waited);
             if self.names.get(name).is_some_and(NameState::is_idle) {
                 self.names.remove(name);
             }
@@ -471,8 +527,7 @@ impl SessionCore {
             }
             self.queue_deadlines.remove(&(at, caller));
             if let Some(state) = self.names.get_mut(&name)
-                && let Some(pos) = state.queue.iter().position(|q| q.cmd.caller == caller)
-                && let Some(q) = state.queue.remove(pos)
+                && let Some(q) = state.queue.remove(caller)
             {
                 let waited = now.saturating_duration_since(q.cmd.requested_at);
                 self.metrics.acquire_ended(&name, "timed_out", waited);
@@ -526,7 +581,7 @@ impl SessionCore {
     /// Answers every acquire in progress or queued locally with `err`. What the server
     /// may still grant is released by the stop that follows.
     pub(super) fn fail_acquires(&mut self, now: Instant, err: &Error) {
-        let names: Vec<String> = self.names.keys().cloned().collect();
+        let names: Vec<Arc<str>> = self.names.keys().cloned().collect();
         for name in names {
             let queue = self
                 .names
@@ -552,6 +607,31 @@ impl SessionCore {
             }
             if self.names.get(&name).is_some_and(NameState::is_idle) {
                 self.names.remove(&name);
+            }
+        }
+    }
+
+    /// After a replay: an acquire still waiting was sent again, and the server may have
+    /// dropped its waiter meanwhile (its timer runs while the session is detached) and
+    /// queued a new one under a new order id. What a describe showed before the reattach is
+    /// forgotten and a describe behind the resend reads it again.
+    pub(super) fn reread_waiting_order_ids(&mut self, now: Instant) {
+        let stale: Vec<(Arc<str>, CallerId)> = self
+            .names
+            .iter_mut()
+            .filter_map(|(name, state)| {
+                let active = state.active.as_mut().filter(|a| !a.granted)?;
+                active.order_id = None;
+                active
+                    .describe_req
+                    .is_none()
+                    .then(|| (name.clone(), active.cmd.caller))
+            })
+            .collect();
+        for (name, caller) in stale {
+            let req = self.submit_owners_describe(now, &name, caller);
+            if let Some(active) = self.active_mut(&name, caller) {
+                active.describe_req = Some(req);
             }
         }
     }
@@ -584,13 +664,13 @@ pub(super) fn not_held(name: &str) -> Error {
     )
 }
 
-/// A describe of a semaphore's owners (no watch).
-pub(super) fn owners_describe(req_id: u64, name: String) -> rq::Request {
+/// A describe of a semaphore's owners, and with `waiters` its waiters too (no watch).
+pub(super) fn owners_describe(req_id: u64, name: String, waiters: bool) -> rq::Request {
     rq::Request::DescribeSemaphore(rq::DescribeSemaphore {
         req_id,
         name,
         include_owners: true,
-        include_waiters: false,
+        include_waiters: waiters,
         watch_data: false,
         watch_owners: false,
     })

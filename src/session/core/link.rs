@@ -268,6 +268,7 @@ impl SessionCore {
             }
             self.write(now, req_id);
         }
+        self.reread_waiting_order_ids(now);
     }
 
     /// Starts closing: leases end and pending acquires fail at once; the server is asked to

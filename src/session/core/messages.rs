@@ -1,6 +1,7 @@
 //! The vocabulary between the core and its driver: the commands and control messages the
 //! handles send, the answers they get, and the effects the driver carries out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -31,7 +32,8 @@ pub(crate) struct Grant {
 pub(crate) struct AcquireCmd {
     /// The caller, and the acquire's id for a cancel.
     pub(crate) caller: CallerId,
-    pub(crate) name: String,
+    /// Shared with the lease the acquire becomes and the core's tables.
+    pub(crate) name: Arc<str>,
     pub(crate) opts: AcquireOptions,
     /// When the caller asked (for the wait-time metric).
     pub(crate) requested_at: Instant,
@@ -76,16 +78,16 @@ pub(crate) enum Command {
 #[derive(Debug)]
 pub(crate) enum Control {
     Release {
-        name: String,
+        name: Arc<str>,
         lease: u64,
         caller: Option<CallerId>,
     },
     CancelAcquire {
-        name: String,
+        name: Arc<str>,
         caller: CallerId,
     },
     SetData {
-        name: String,
+        name: Arc<str>,
         lease: u64,
         data: Vec<u8>,
         caller: CallerId,

@@ -56,11 +56,11 @@ use crate::proto::{SessionResponse, StatusCode, session_request as rq, session_r
 #[derive(Debug)]
 enum Kind {
     Acquire {
-        name: String,
+        name: Arc<str>,
         caller: CallerId,
     },
     AcquireDescribe {
-        name: String,
+        name: Arc<str>,
         caller: CallerId,
     },
     Release {
@@ -144,12 +144,12 @@ pub(crate) struct SessionCore {
     pending: PendingTable<Kind>,
     // Ordered maps throughout: the order of effects never depends on a hash seed, so a
     // simulated run replays exactly from its seed.
-    names: BTreeMap<String, NameState>,
+    names: BTreeMap<Arc<str>, NameState>,
     /// Local-queue deadlines: (deadline, caller) -> name.
-    queue_deadlines: BTreeMap<(Instant, CallerId), String>,
+    queue_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
     /// Deadlines of acquires the server is working on, which the client enforces itself
     /// when the server's answer cannot come: (deadline, caller) -> name.
-    active_deadlines: BTreeMap<(Instant, CallerId), String>,
+    active_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
     watches: BTreeMap<String, WatchEntry>,
     watch_reqs: BTreeMap<u64, String>,
     /// Pings in flight: (opaque, sent at).
@@ -262,6 +262,13 @@ impl SessionCore {
         }
         if let Some(at) = self.earliest_active_deadline() {
             wake = wake.min(at);
+        }
+        // The broken-on-purpose core checks its deadline late; the liveness check that
+        // includes the deadline must wait as long, or it would wake at the same instant
+        // forever.
+        #[cfg(test)]
+        if !self.fire_late.is_zero() && wake == self.live.deadline() {
+            wake += self.fire_late;
         }
         wake
     }
@@ -481,7 +488,7 @@ impl SessionCore {
         for (name, state) in &self.names {
             if let Some(h) = &state.holding {
                 held.push(HeldLease {
-                    name: name.clone(),
+                    name: name.to_string(),
                     count: h.count,
                     fencing_token: h.order_id,
                     since: h.since,
@@ -489,15 +496,15 @@ impl SessionCore {
             }
             if let Some(a) = &state.active {
                 waiting.push(WaitingAcquire {
-                    name: name.clone(),
+                    name: name.to_string(),
                     count: a.cmd.opts.count,
                     since: a.cmd.requested_at,
                     queued_on_server: a.queued,
                 });
             }
-            for q in &state.queue {
+            for q in state.queue.iter() {
                 waiting.push(WaitingAcquire {
-                    name: name.clone(),
+                    name: name.to_string(),
                     count: q.cmd.opts.count,
                     since: q.cmd.requested_at,
                     queued_on_server: false,
@@ -690,7 +697,7 @@ impl SessionCore {
                 self.answer(caller, Answer::Describe(result));
             }
             Kind::AcquireDescribe { name, caller } => {
-                let order_id = self.own_order_id(ok, &r);
+                let order_id = self.own_order_id(ok, &r, true);
                 self.on_acquire_describe(now, &name, caller, r.req_id, order_id);
             }
             Kind::SetDataCheck {
@@ -698,7 +705,7 @@ impl SessionCore {
                 name,
                 lease,
             } => {
-                let order_id = self.own_order_id(ok, &r);
+                let order_id = self.own_order_id(ok, &r, false);
                 self.on_set_data_check(now, &name, lease, caller, order_id);
             }
             Kind::Watch { name } => self.on_watch_described(&name, r),
@@ -709,15 +716,22 @@ impl SessionCore {
         }
     }
 
-    /// This session's order id among a description's owners.
-    fn own_order_id(&self, ok: bool, r: &rs::DescribeSemaphoreResult) -> Option<u64> {
+    /// This session's order id among a description's owners, and with `waiters` among its
+    /// waiters too (a waiter keeps its order id when the server promotes it to owner).
+    fn own_order_id(
+        &self,
+        ok: bool,
+        r: &rs::DescribeSemaphoreResult,
+        waiters: bool,
+    ) -> Option<u64> {
         let me = self.session_id();
-        r.semaphore_description
+        let d = r.semaphore_description.as_ref().filter(|_| ok)?;
+        let waiting = d.waiters.iter().filter(|_| waiters);
+        d.owners
             .iter()
-            .flat_map(|d| d.owners.iter())
+            .chain(waiting)
             .find(|o| o.session_id == me)
             .map(|o| o.order_id)
-            .filter(|_| ok)
     }
 
     /// Answers a request that failed as a whole (a protocol violation, a replay error).
@@ -785,7 +799,7 @@ impl SessionCore {
                 self.metrics.lease_ended(name, held_for, Some(cause));
                 if cause != "closed" {
                     tracing::warn!(
-                        semaphore = name.as_str(),
+                        semaphore = &**name,
                         fencing_token = h.order_id,
                         why = cause,
                         "lease lost"

@@ -4,6 +4,8 @@
 //! it checks that the order id (the fencing token) is unchanged; if not, the new grant is
 //! given back and the lease ends.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::acquire::{not_held, owners_describe};
@@ -18,14 +20,14 @@ impl SessionCore {
     pub(super) fn set_data(
         &mut self,
         now: Instant,
-        name: String,
+        name: Arc<str>,
         lease: u64,
         data: Vec<u8>,
         caller: CallerId,
     ) {
         let held = self
             .names
-            .get(&name)
+            .get(&*name)
             .and_then(|s| s.holding.as_ref())
             .filter(|h| h.lease == lease)
             .map(|h| (h.count, h.ephemeral));
@@ -33,6 +35,7 @@ impl SessionCore {
             self.answer(caller, Answer::Done(Err(not_held(&name))));
             return;
         };
+        let name = name.to_string();
         // The repeated acquire would also *take* a semaphore that was force-deleted and
         // made anew; the describe right behind it tells whether our order id is unchanged.
         // (Registered in this order, so a replay after a reattach keeps it.)
@@ -57,9 +60,9 @@ impl SessionCore {
             name: name.clone(),
             lease,
         };
-        let check = self
-            .pending
-            .register(kind, Replay::Resend, |req_id| owners_describe(req_id, name));
+        let check = self.pending.register(kind, Replay::Resend, |req_id| {
+            owners_describe(req_id, name, false)
+        });
         if let Some(super::pending::Entry {
             kind: Kind::SetData { check: c, .. },
             ..

@@ -72,6 +72,16 @@ impl Harness {
         );
     }
 
+    /// Caller 1 acquires "job" at 1 ms and the server queues it (answered pending).
+    fn queued_lock(&mut self) -> Instant {
+        let now = self.at(MS);
+        self.acquire(now, 1, "job", lock());
+        self.run(now);
+        self.server(now, pending(1));
+        self.run(now);
+        now
+    }
+
     fn server(&mut self, now: Instant, r: rs::Response) {
         self.core
             .inbound(now, SessionResponse { response: Some(r) });
@@ -176,6 +186,21 @@ fn released(req_id: u64) -> rs::Response {
 
 /// A describe answer listing `owners` as (session id, order id).
 fn described(req_id: u64, owners: &[(u64, u64)]) -> rs::Response {
+    described_queue(req_id, owners, &[])
+}
+
+/// A describe answer listing `owners` and `waiters` as (session id, order id).
+fn described_queue(req_id: u64, owners: &[(u64, u64)], waiters: &[(u64, u64)]) -> rs::Response {
+    let entries = |list: &[(u64, u64)]| {
+        list.iter()
+            .map(|&(session_id, order_id)| SemaphoreSessionProto {
+                session_id,
+                order_id,
+                count: 1,
+                ..Default::default()
+            })
+            .collect()
+    };
     rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
         req_id,
         status: StatusCode::Success as i32,
@@ -184,15 +209,8 @@ fn described(req_id: u64, owners: &[(u64, u64)]) -> rs::Response {
             name: "job".into(),
             limit: 1,
             count: owners.len() as u64,
-            owners: owners
-                .iter()
-                .map(|&(session_id, order_id)| SemaphoreSessionProto {
-                    session_id,
-                    order_id,
-                    count: 1,
-                    ..Default::default()
-                })
-                .collect(),
+            owners: entries(owners),
+            waiters: entries(waiters),
             ..Default::default()
         }),
         watch_added: false,
@@ -223,13 +241,63 @@ fn an_immediate_grant_carries_the_order_id_of_the_pipelined_describe() {
 }
 
 #[test]
-fn a_grant_after_queueing_reads_the_order_id_with_one_more_describe() {
+fn a_queued_acquire_reads_its_order_id_from_its_waiter_entry() {
     let mut h = Harness::new();
     let now = h.at(MS);
     h.acquire(now, 1, "job", lock());
     h.run(now);
+    let describe = h.sent().iter().find_map(|r| match r {
+        rq::Request::DescribeSemaphore(d) => Some((d.include_owners, d.include_waiters)),
+        _ => None,
+    });
+    assert_eq!(
+        describe,
+        Some((true, true)),
+        "owners and waiters are asked for"
+    );
     h.server(now, pending(1));
     h.run(now);
+    h.server(now, described_queue(2, &[(99, 41)], &[(98, 42), (SID, 43)]));
+    assert!(h.run(now).is_empty(), "still waiting for the grant");
+    let later = h.at(S);
+    h.server(later, acquired(1, true));
+    h.run(later);
+    assert!(h.sent().is_empty(), "no describe after the grant");
+    assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
+}
+
+#[test]
+fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
+    let mut h = Harness::new();
+    let now = h.queued_lock();
+    h.server(now, described_queue(2, &[(99, 41)], &[(SID, 43)]));
+    h.run(now);
+    let lost = h.at(S);
+    h.core
+        .stream_lost(lost, &Error::new(ErrorKind::Transport, "cut"));
+    h.core.tick(lost);
+    h.run(lost);
+    let back = h.at(2 * S);
+    assert!(h.core.attached(back, SID, back));
+    h.run(back);
+    let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
+    assert_eq!(
+        sent,
+        vec![("acquire", 1), ("describe", 3)],
+        "the acquire, then a describe"
+    );
+    // Meanwhile the server dropped the old waiter: the resend made a new one, and granted it.
+    h.server(back, acquired(1, true));
+    assert!(h.run(back).is_empty(), "the old order id is not used");
+    h.server(back, described(3, &[(SID, 50)]));
+    h.run(back);
+    assert_eq!(h.grant(1).map(|g| g.order_id), Some(50));
+}
+
+#[test]
+fn a_grant_after_a_describe_that_did_not_list_us_reads_the_order_id_again() {
+    let mut h = Harness::new();
+    let now = h.queued_lock();
     assert!(matches!(h.effects.as_slice(), [Effect::Queued(1)]));
     // The pipelined describe saw someone else own it.
     h.server(now, described(2, &[(99, 41)]));
@@ -671,7 +739,13 @@ fn run_schedule(steps: &[Step]) {
                     // The caller is gone (its future was dropped): it may get one answer,
                     // it need not.
                     w.callers.remove(&caller);
-                    h.core.control(now, Control::CancelAcquire { name, caller });
+                    h.core.control(
+                        now,
+                        Control::CancelAcquire {
+                            name: name.into(),
+                            caller,
+                        },
+                    );
                 }
             }
             Step::Answer { pick, outcome } => {
