@@ -60,6 +60,16 @@ impl Env {
             .env_remove("YDB_STATIC_CREDENTIALS_USER")
             .env_remove("YDB_ANONYMOUS_CREDENTIALS")
             .stdin(Stdio::null());
+        for cloud in [
+            "YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS",
+            "YDB_SERVICE_ACCOUNT_KEY_CREDENTIALS",
+            "YDB_METADATA_CREDENTIALS",
+            "YDB_OAUTH2_KEY_FILE",
+            "YDB_IAM_ENDPOINT",
+            "YDB_METADATA_ENDPOINT",
+        ] {
+            cmd.env_remove(cloud);
+        }
         cmd
     }
 
