@@ -156,8 +156,9 @@ pub use config::{
 pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
 pub use manager::{SessionManager, SessionStream};
 pub use recipes::{
-    Acquiring, BoundedMutexGuard, Candidate, Election, Group, Leader, Leadership, Member,
-    Membership, MembershipState, MultiLock, MultiLockGuard, Mutex, MutexGuard, Published, RwLock,
+    Acquiring, BoundedLease, BoundedMutexGuard, BoundedRwLockReadGuard, BoundedRwLockWriteGuard,
+    BoundedSemaphorePermit, Candidate, Election, Group, Leader, Leadership, Member, Membership,
+    MembershipState, MultiLock, MultiLockGuard, Mutex, MutexGuard, Published, RwLock,
     RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
 pub use session::{

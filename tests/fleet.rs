@@ -426,3 +426,57 @@ async fn subscribers_converge_across_a_reattach_and_a_session_replacement() {
         old_publisher
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn acquire_for_fires_at_the_deadline_and_hands_the_tokens_over() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let d = Duration::from_secs(20);
+    let start = tokio::time::Instant::now();
+    let permit = within(a.semaphore("pool", 2).acquire_for(2, d))
+        .await
+        .unwrap();
+    assert!(permit.deadline() >= start + d);
+    let mut next = b.semaphore("pool", 2).acquire(1);
+    assert!(within(next.queued()).await);
+    tokio::time::sleep_until(permit.deadline() - Duration::from_millis(1)).await;
+    assert!(!permit.is_lost());
+    within(permit.cancelled()).await;
+    let fired = tokio::time::Instant::now();
+    assert!(fired >= permit.deadline());
+    let got = within(next).await.unwrap();
+    assert!(got.fencing_token() > permit.fencing_token());
+    assert!(!within(permit.release()).await.unwrap());
+
+    // Released before the deadline: `true`, and the deadline then does nothing.
+    let early = within(a.semaphore("pool", 2).acquire_for(1, d))
+        .await
+        .unwrap();
+    let deadline = early.deadline();
+    assert!(within(early.release()).await.unwrap());
+    let later = within(a.semaphore("pool", 2).acquire(1)).await.unwrap();
+    tokio::time::sleep_until(deadline + Duration::from_secs(1)).await;
+    assert!(!later.is_lost() && !got.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_for_and_write_for_end_at_their_deadlines() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let read = within(a.rwlock("config").read_for(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let mut write = b.rwlock("config").write_for(Duration::from_secs(5));
+    assert!(within(write.queued()).await);
+    let write = within(write).await.unwrap();
+    // The writer got in when the reader's time was up, not before.
+    assert!(tokio::time::Instant::now() >= read.deadline());
+    assert!(read.is_lost());
+    let mut next = a.rwlock("config").read();
+    assert!(within(next.queued()).await);
+    within(write.cancelled()).await;
+    assert!(tokio::time::Instant::now() >= write.deadline());
+    let next = within(next).await.unwrap();
+    assert!(!next.is_lost());
+    assert!(!within(write.unlock()).await.unwrap());
+}

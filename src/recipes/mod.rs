@@ -14,11 +14,13 @@
 //!
 //! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
 //! `fencing_token()` are available on all of them. A distributed guard can be lost while you
-//! hold it; that is the difference from `tokio::sync::MutexGuard`. The one exception is
-//! [`BoundedMutexGuard`] ([`Mutex::lock_for`]), whose lease lives in the task that ends it at
-//! its deadline; it has the same accessors.
+//! hold it; that is the difference from `tokio::sync::MutexGuard`. The exceptions are the
+//! bounded guards ([`Mutex::lock_for`], [`Semaphore::acquire_for`], [`RwLock::read_for`],
+//! [`RwLock::write_for`]), which dereference to a [`BoundedLease`] whose lease lives in the
+//! task that ends it at its deadline; it has the same accessors.
 
 mod acquiring;
+mod bounded;
 mod election;
 mod follow;
 mod group;
@@ -31,6 +33,7 @@ mod semaphore;
 mod source;
 
 pub use self::acquiring::Acquiring;
+pub use self::bounded::BoundedLease;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub use self::follow::Following;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
@@ -38,8 +41,10 @@ pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
 pub use self::mutex::{BoundedMutexGuard, Mutex, MutexGuard};
 pub use self::published::{Published, ValueStream};
-pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use self::semaphore::{Semaphore, SemaphorePermit};
+pub use self::rwlock::{
+    BoundedRwLockReadGuard, BoundedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+pub use self::semaphore::{BoundedSemaphorePermit, Semaphore, SemaphorePermit};
 
 pub(crate) use self::source::Source;
 use crate::error::{Error, ErrorKind, Result};

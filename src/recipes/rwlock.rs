@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::acquiring::optional;
+use super::bounded::bounded_guard;
 use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
@@ -57,6 +58,22 @@ pub struct RwLockWriteGuard {
 guard!(RwLockReadGuard, unlock, "read lock");
 guard!(RwLockWriteGuard, unlock, "write lock");
 
+bounded_guard!(
+    /// Shared access to a [`RwLock`] for at most a set time, from [`RwLock::read_for`].
+    /// Dereferences to the [`BoundedLease`](super::BoundedLease); dropping it unlocks.
+    BoundedRwLockReadGuard,
+    unlock,
+    "read lock"
+);
+
+bounded_guard!(
+    /// Exclusive access to a [`RwLock`] for at most a set time, from [`RwLock::write_for`].
+    /// Dereferences to the [`BoundedLease`](super::BoundedLease); dropping it unlocks.
+    BoundedRwLockWriteGuard,
+    unlock,
+    "write lock"
+);
+
 impl RwLock {
     pub(crate) fn new(source: Source, name: &str) -> Self {
         Self {
@@ -108,7 +125,7 @@ impl RwLock {
         &self,
         write: bool,
         timeout: Option<Duration>,
-        finish: fn(Result<Lease>) -> Result<T>,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Acquiring<T> {
         let options = self.options(write, timeout);
         Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
@@ -238,6 +255,59 @@ impl RwLock {
     pub fn write_timeout(&self, timeout: Duration) -> Acquiring<Option<RwLockWriteGuard>> {
         self.start(true, Some(timeout), |r| {
             optional(r).map(|lease| lease.map(|lease| RwLockWriteGuard { lease }))
+        })
+    }
+
+    /// Waits for shared access and holds it for at most `bound` from the grant (as
+    /// [`Mutex::lock_for`](super::Mutex::lock_for) does for a lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let config = session.rwlock("config");
+    /// let read = config.read_for(Duration::from_millis(100)).await?;
+    /// read.cancelled().await; // the deadline: released
+    /// let write = config.write().await?;
+    /// # drop((read, write));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request; the deadline's task is started only when
+    /// access is granted and returned.
+    pub fn read_for(&self, bound: Duration) -> Acquiring<BoundedRwLockReadGuard> {
+        self.start(false, None, move |r| {
+            r.map(|lease| BoundedRwLockReadGuard::start(lease, bound))
+        })
+    }
+
+    /// Waits for exclusive access and holds it for at most `bound` from the grant (as
+    /// [`Mutex::lock_for`](super::Mutex::lock_for) does for a lock).
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read_for`].
+    pub fn write_for(&self, bound: Duration) -> Acquiring<BoundedRwLockWriteGuard> {
+        self.start(true, None, move |r| {
+            r.map(|lease| BoundedRwLockWriteGuard::start(lease, bound))
         })
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::acquiring::optional;
+use super::bounded::bounded_guard;
 use super::{Acquiring, Held, Prepare, Source, guard};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
@@ -46,6 +47,16 @@ pub struct SemaphorePermit {
 }
 
 guard!(SemaphorePermit, release, "permit");
+
+bounded_guard!(
+    /// Tokens of a [`Semaphore`] held for at most a set time, from
+    /// [`Semaphore::acquire_for`]: at its [`deadline`](super::BoundedLease::deadline) the
+    /// token fires and the tokens are released. Dereferences to the
+    /// [`BoundedLease`](super::BoundedLease); dropping it releases.
+    BoundedSemaphorePermit,
+    release,
+    "permit"
+);
 
 impl Semaphore {
     pub(crate) fn new(source: Source, name: &str, limit: u64) -> Self {
@@ -100,7 +111,7 @@ impl Semaphore {
         &self,
         n: u64,
         timeout: Option<Duration>,
-        finish: fn(Result<Lease>) -> Result<T>,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Acquiring<T> {
         match self.options(n) {
             Ok(options) => {
@@ -176,6 +187,45 @@ impl Semaphore {
     pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> Acquiring<Option<SemaphorePermit>> {
         self.start(n, Some(timeout), |r| {
             optional(r).map(|lease| lease.map(|lease| SemaphorePermit { lease }))
+        })
+    }
+
+    /// Waits for `n` tokens and holds them for at most `bound` from the grant: at the
+    /// [deadline](super::BoundedLease::deadline) the permit's token fires, then the tokens
+    /// are released (as [`Mutex::lock_for`](super::Mutex::lock_for) does for a lock), so a
+    /// wedged holder cannot keep them from the fleet forever.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let pool = session.semaphore("pool", 1);
+    /// let permit = pool.acquire_for(1, Duration::from_millis(100)).await?;
+    /// permit.cancelled().await; // the deadline
+    /// let next = pool.acquire(1).await?; // released: free for the next holder
+    /// # drop((permit, next));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`]: the deadline's task is started only when the tokens are
+    /// granted and returned.
+    pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<BoundedSemaphorePermit> {
+        self.start(n, None, move |r| {
+            r.map(|lease| BoundedSemaphorePermit::start(lease, bound))
         })
     }
 
