@@ -480,3 +480,25 @@ async fn read_for_and_write_for_end_at_their_deadlines() {
     assert!(!next.is_lost());
     assert!(!within(write.unlock()).await.unwrap());
 }
+
+#[tokio::test(start_paused = true)]
+async fn following_streams_on_a_missing_node_end_with_its_error() {
+    let env = Env::new().await;
+    let manager = env
+        .client
+        .session_manager("/local/missing", SessionOptions::new());
+    let mut sets = manager.group("workers").watch();
+    let err = within(sets.next()).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(within(sets.next()).await.is_none());
+    let mut values = manager.published("config").subscribe();
+    let err = within(values.next()).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(within(values.next()).await.is_none());
+    let err = within(manager.group("workers").join(b"a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = within(manager.multi_lock(["a"]).lock()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}

@@ -116,7 +116,11 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
                         self.me = me;
                         continue;
                     }
-                    Err(e) => Some(Err(e)),
+                    // Not the watch's NotFound below: a missing node is no reason to retry.
+                    Err(e) => match self.on_error(e) {
+                        Some(item) => return Some((item, self)),
+                        None => continue,
+                    },
                 },
             };
             match item {
