@@ -4,8 +4,9 @@
 //! reattaches after a broken stream without losing what it holds. A [`Lease`] is a held
 //! semaphore with a [`CancellationToken`](tokio_util::sync::CancellationToken) that fires
 //! when the lease is released or may have been lost, and a fencing token. The
-//! [`recipes`] ([`Mutex`], [`Semaphore`], [`RwLock`], [`Election`]) use tokio's and etcd's
-//! verbs; a [`SessionManager`] replaces lost sessions and re-takes held locks. The
+//! [`recipes`] ([`Mutex`], [`Semaphore`], [`RwLock`], [`Election`], [`MultiLock`]) use
+//! tokio's and etcd's verbs; [`Group`] (membership, service discovery) and [`Published`] (a
+//! small value with subscribers) are what fleets build on them; a [`SessionManager`] replaces lost sessions and re-takes held locks. The
 //! [`emulator`] (feature `emulator`) runs YDB's coordination service in process.
 //!
 //! # Quick start

@@ -419,3 +419,34 @@ super::made_from!(
     "group",
     "whose memberships join again after a session loss"
 );
+
+#[cfg(test)]
+mod tests {
+    use super::members_of;
+    use crate::session::{SemaphoreDescription, SemaphoreSession};
+
+    fn owner(session_id: u64, order_id: u64, data: &[u8]) -> SemaphoreSession {
+        SemaphoreSession {
+            order_id,
+            session_id,
+            count: 1,
+            data: data.to_vec(),
+            ..SemaphoreSession::default()
+        }
+    }
+
+    #[test]
+    fn members_are_the_owners_in_join_order_and_the_asker_is_marked() {
+        let d = SemaphoreDescription {
+            owners: vec![owner(7, 3, b"a"), owner(9, 5, b"b")],
+            ..SemaphoreDescription::default()
+        };
+        let members = members_of(&d, 9);
+        let seen: Vec<(u64, u64, &[u8], bool)> = members
+            .iter()
+            .map(|m| (m.session_id, m.order_id, m.data.as_slice(), m.is_me))
+            .collect();
+        assert_eq!(seen, [(7, 3, &b"a"[..], false), (9, 5, &b"b"[..], true)]);
+        assert!(members_of(&SemaphoreDescription::default(), 9).is_empty());
+    }
+}

@@ -159,12 +159,9 @@ impl Drop for MultiLockGuard {
 
 impl MultiLock {
     pub(crate) fn new<S: AsRef<str>>(source: Source, names: impl IntoIterator<Item = S>) -> Self {
-        let mut names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
-        names.sort();
-        names.dedup();
         Self {
             source,
-            names,
+            names: canonical(names),
             data: Vec::new(),
         }
     }
@@ -301,6 +298,14 @@ impl MultiLock {
     }
 }
 
+/// The names in the order every process takes them: sorted (by bytes), each once.
+fn canonical<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// A deadline for a timeout too long to add to now: as good as none.
 fn far_future() -> Instant {
     Instant::now() + config::MAX_ACQUIRE_TIMEOUT
@@ -318,5 +323,19 @@ impl SessionManager {
     /// loss.
     pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> MultiLock {
         MultiLock::new(Source::new(self.clone()), names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical;
+
+    #[test]
+    fn overlapping_sets_in_any_order_are_taken_in_one_order() {
+        assert_eq!(canonical(["b", "a"]), canonical(["a", "b"]));
+        assert_eq!(canonical(["c", "a", "b", "a"]), ["a", "b", "c"]);
+        // By bytes, so every process agrees whatever its locale.
+        assert_eq!(canonical(["a", "B", "é", "Z"]), ["B", "Z", "a", "é"]);
+        assert!(canonical(Vec::<String>::new()).is_empty());
     }
 }
