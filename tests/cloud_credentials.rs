@@ -6,6 +6,8 @@
 //! `Debug`, logs or errors.
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/certs.rs"]
+mod certs;
 #[path = "common/cloud.rs"]
 mod cloud;
 mod common;
@@ -193,6 +195,43 @@ async fn an_iam_refusal_is_unauthorized_and_not_retried() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized);
     assert_eq!(iam.count(), before + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_https_iam_endpoint_is_trusted_through_its_ca_and_refused_without_it() {
+    let ca = certs::Ca::new("test IAM CA");
+    let cert = ca.server(&["127.0.0.1"]);
+    let iam =
+        MockHttp::start_tls(&cert.cert_pem, &cert.key_pem, |r, n| iam_answer(r, n, HOUR)).await;
+    let url = iam.https_url("/iam/v1/tokens");
+    let key = key_json().to_string();
+
+    let trusted = ServiceAccountCredentials::from_key_json(&key)
+        .unwrap()
+        .iam_ca_certificate(&ca.pem)
+        .unwrap()
+        .iam_endpoint(&url)
+        .unwrap();
+    assert_eq!(current(&trusted).await, "iam-token-1");
+
+    // The system's roots do not know the test CA: a typed error at once, not retried.
+    let untrusted = ServiceAccountCredentials::from_key_json(&key)
+        .unwrap()
+        .iam_endpoint(&url)
+        .unwrap();
+    let before = iam.connections();
+    let err = within(untrusted.token()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transport);
+    assert_eq!(iam.connections(), before + 1, "one handshake, not retried");
+    assert_eq!(iam.count(), 1, "the refused handshake sent no request");
+
+    let not_pem = ServiceAccountCredentials::from_key_json(&key)
+        .unwrap()
+        .iam_ca_certificate("not a certificate");
+    assert_eq!(
+        not_pem.err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidArgument)
+    );
 }
 
 #[tokio::test(start_paused = true)]

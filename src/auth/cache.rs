@@ -137,11 +137,12 @@ impl CacheState {
     }
 }
 
-/// Whether a failed fetch is worth repeating.
+/// Whether a failed fetch is worth repeating: the endpoint was unreachable, failed (5xx),
+/// was overloaded (429) or slow. Not: a refusal, a bad answer, an untrusted certificate.
 pub(crate) fn is_transient(err: &Error) -> bool {
     matches!(
         err.kind(),
-        ErrorKind::Unavailable | ErrorKind::Transport | ErrorKind::Timeout | ErrorKind::Overloaded
+        ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Overloaded
     )
 }
 

@@ -210,7 +210,21 @@ impl ServiceAccountCredentials {
     ///
     /// [`ErrorKind::InvalidArgument`] when `url` is not an `http://` or `https://` URL.
     pub fn iam_endpoint(mut self, url: impl AsRef<str>) -> Result<Self> {
-        self.cache.source_mut().endpoint = Url::parse(url.as_ref(), "the IAM endpoint")?;
+        let parsed = Url::parse(url.as_ref(), "the IAM endpoint")?;
+        let source = self.cache.source_mut();
+        source.endpoint = parsed.trusting_as(&source.endpoint);
+        Ok(self)
+    }
+
+    /// Trusts the PEM-encoded CA certificate(s) in `pem` for an `https://` IAM endpoint,
+    /// besides the system's roots (a private cloud's CA).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] when `pem` holds no usable certificate.
+    pub fn iam_ca_certificate(mut self, pem: impl AsRef<[u8]>) -> Result<Self> {
+        let source = self.cache.source_mut();
+        source.endpoint = source.endpoint.clone().trust(pem.as_ref())?;
         Ok(self)
     }
 

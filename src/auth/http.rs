@@ -29,13 +29,24 @@ pub(crate) struct Answer {
     pub(crate) body: Bytes,
 }
 
-/// A parsed `http://` or `https://` URL.
-#[derive(Debug, Clone)]
+/// A parsed `http://` or `https://` URL, with the TLS settings for it.
+#[derive(Clone)]
 pub(crate) struct Url {
     uri: Uri,
     tls: bool,
     host: String,
     port: u16,
+    /// Trust besides the system's roots (a private cloud's CA); `None`: the system's roots.
+    roots: Option<Arc<ClientConfig>>,
+}
+
+impl std::fmt::Debug for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Url")
+            .field("uri", &self.uri)
+            .field("custom_ca", &self.roots.is_some())
+            .finish()
+    }
 }
 
 impl Url {
@@ -66,7 +77,20 @@ impl Url {
             tls,
             host,
             port,
+            roots: None,
         })
+    }
+
+    /// This URL with the trust settings of `other`.
+    pub(crate) fn trusting_as(mut self, other: &Url) -> Self {
+        self.roots = other.roots.clone();
+        self
+    }
+
+    /// Trusts the PEM certificates in `pem` too, besides the system's roots.
+    pub(crate) fn trust(mut self, pem: &[u8]) -> Result<Self> {
+        self.roots = Some(tls_config_with(pem)?);
+        Ok(self)
     }
 
     fn authority(&self) -> String {
@@ -144,10 +168,26 @@ async fn exchange_inner(
                 e,
             )
         })?;
-        let tls = TlsConnector::from(tls_config()?)
+        let config = match &url.roots {
+            Some(config) => config.clone(),
+            None => tls_config()?,
+        };
+        let tls = TlsConnector::from(config)
             .connect(name, tcp)
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| {
+                if is_certificate_error(&e) {
+                    // The same certificate comes back on every try: not worth repeating.
+                    let why = describe_cause(&e);
+                    Error::with_source(
+                        ErrorKind::Transport,
+                        format!("{url} presented a certificate that is not trusted: {why}"),
+                        e,
+                    )
+                } else {
+                    unreachable(e)
+                }
+            })?;
         send(url, tls, request).await
     } else {
         send(url, tcp, request).await
@@ -194,28 +234,65 @@ where
     answer
 }
 
+fn is_certificate_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
+}
+
+/// The system's root certificates.
+fn system_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A certificate the store cannot use is skipped, as the system's tools do.
+        let _ = roots.add(cert);
+    }
+    roots
+}
+
+fn client_config(roots: RootCertStore) -> std::result::Result<Arc<ClientConfig>, String> {
+    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
+        .map_err(|e| describe_cause(&e))
+}
+
+fn tls_setup_error(why: String) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("cannot set up TLS for the token endpoint: {why}"),
+    )
+}
+
 /// The TLS settings: rustls with ring, the system's root certificates.
 fn tls_config() -> Result<Arc<ClientConfig>> {
     static CONFIG: OnceLock<std::result::Result<Arc<ClientConfig>, String>> = OnceLock::new();
     CONFIG
-        .get_or_init(|| {
-            let mut roots = RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                // A certificate the store cannot use is skipped, as the system's tools do.
-                let _ = roots.add(cert);
-            }
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
-                .map_err(|e| describe_cause(&e))
-        })
+        .get_or_init(|| client_config(system_roots()))
         .clone()
-        .map_err(|why| {
-            Error::new(
-                ErrorKind::Internal,
-                format!("cannot set up TLS for the token endpoint: {why}"),
-            )
-        })
+        .map_err(tls_setup_error)
+}
+
+/// The TLS settings with the certificates in `pem` trusted besides the system's roots.
+fn tls_config_with(pem: &[u8]) -> Result<Arc<ClientConfig>> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let invalid = |why: String| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("the CA certificate for the token endpoint is not usable: {why}"),
+        )
+    };
+    let mut roots = system_roots();
+    let mut added = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| invalid(describe_cause(&e)))?;
+        roots.add(cert).map_err(|e| invalid(describe_cause(&e)))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(invalid("no PEM certificate in it".to_string()));
+    }
+    client_config(roots).map_err(tls_setup_error)
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub struct MockHttp {
     answered: tokio::sync::watch::Receiver<usize>,
     /// How long each answer is held back.
     delay: Arc<Mutex<Duration>>,
+    /// How many TCP connections were accepted.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -94,6 +96,39 @@ impl MockHttp {
     pub async fn start(
         handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
     ) -> Self {
+        Self::serve(handler, None).await
+    }
+
+    /// The same over TLS, with a server certificate and key (PEM).
+    pub async fn start_tls(
+        cert_pem: &str,
+        key_pem: &str,
+        handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        use tokio_rustls::rustls::{
+            self,
+            pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+        };
+        let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        Self::serve(handler, Some(acceptor)).await
+    }
+
+    async fn serve(
+        handler: impl Fn(&Recorded, usize) -> Reply + Send + Sync + 'static,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let recorded = Arc::new(Mutex::new(Vec::new()));
@@ -102,8 +137,11 @@ impl MockHttp {
         let answered_tx = Arc::new(answered_tx);
         let delay = Arc::new(Mutex::new(Duration::ZERO));
         let (rec, hand, del) = (recorded.clone(), handler.clone(), delay.clone());
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (rec, hand, del) = (rec.clone(), hand.clone(), del.clone());
                 let answered_tx = answered_tx.clone();
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -147,10 +185,20 @@ impl MockHttp {
                         Ok::<_, Infallible>(response)
                     }
                 });
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tcp), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(tcp), service).await;
+                        }
+                        // A client that refuses the certificate ends here.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(tcp).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -160,6 +208,7 @@ impl MockHttp {
             handler,
             answered,
             delay,
+            connections,
             task,
         }
     }
@@ -169,12 +218,22 @@ impl MockHttp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// `https://127.0.0.1:PORT{path}`.
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.recorded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// How many TCP connections were accepted (one per exchange).
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn count(&self) -> usize {
