@@ -426,6 +426,37 @@ async fn a_token_rejected_at_reattach_with_unauthenticated_is_renewed_once_and_t
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_token_rejected_at_session_start_is_renewed_once_on_the_emulator() {
+    // The emulator accepts only the second token the provider gives.
+    let emulator = emulator_accepting(&["tok-1"]).await;
+    let provider = Arc::new(Renewing::default());
+    let client = common::client_with(
+        emulator.connection_string(),
+        false,
+        Credentials::provider(provider.clone()),
+    )
+    .await;
+    let session = within(client.session("/local/app", SessionOptions::new()))
+        .await
+        .unwrap();
+    assert_eq!(provider.generation.load(Ordering::SeqCst), 1);
+    within(session.create_semaphore("sem", 1, b""))
+        .await
+        .unwrap();
+    // A provider that cannot renew gets one retry, then the rejection.
+    let stuck = common::client_with(
+        emulator.connection_string(),
+        false,
+        Credentials::token("tok-0"),
+    )
+    .await;
+    let err = within(stuck.session("/local/app", SessionOptions::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_token_rejected_twice_at_reattach_ends_the_session_as_unauthorized() {
     let mut peer = Peer::start().await;
     let provider = Arc::new(Renewing::default());
