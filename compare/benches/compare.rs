@@ -10,14 +10,22 @@
 //! 2. pipelined throughput: 1,000 tasks on one session, each cycling its own semaphore;
 //! 3. contended handoff: 16 sessions on one mutex;
 //! 4. recovery: stream cut to `Attached`; session expiry to the next `hold()` guard;
-//! 5. memory per held lease and per idle session (RSS, in separate processes).
+//! 5. memory per held lease and per idle session (RSS, in separate processes);
+//! 6. the metrics overhead;
+//! 7. client CPU time per lock cycle (`getrusage`, the emulator in another process);
+//! 8. the emulator's own throughput and CPU time per acquire + release.
+//!
+//! Every row is bounded in time: a row that does not finish within its limit (a peer that
+//! stops answering) is reported as failed, with the reason, and the next row runs.
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5,6` selects rows (default all; 6 is the metrics overhead);
+//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1.
 
+#[path = "compare/cpu.rs"]
+mod cpu;
 #[path = "compare/memory.rs"]
 mod memory;
 #[path = "compare/stats.rs"]
@@ -39,7 +47,7 @@ use ydb_grpc::ydb_proto::coordination::{
     SessionRequest, SessionResponse, session_request, session_response,
 };
 
-use self::stats::{Summary, fmt_bytes, fmt_rate, group, ratio};
+use self::stats::{Summary, fmt_bytes, fmt_duration, fmt_rate, group, ratio};
 
 type R<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -117,7 +125,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 2, 3, 4, 5, 6],
+            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8],
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -148,6 +156,11 @@ impl Config {
         ((base as f64 * self.scale).round() as usize).max(min)
     }
 
+    /// The longest one row may run.
+    fn row_limit(&self) -> Duration {
+        Duration::from_secs(120).mul_f64(self.scale.max(1.0))
+    }
+
     fn duration(&self, base: Duration) -> Duration {
         base.mul_f64(self.scale).max(Duration::from_millis(200))
     }
@@ -167,11 +180,15 @@ struct Floor {
 
 impl Floor {
     async fn open(emulator: &Emulator, node: &str) -> R<Self> {
-        let channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", emulator.local_addr()))?
-                .tcp_nodelay(true)
-                .connect()
-                .await?;
+        Self::connect(&format!("http://{}", emulator.local_addr()), node).await
+    }
+
+    /// A floor stream to the emulator at `uri` (`http://host:port`).
+    async fn connect(uri: &str, node: &str) -> R<Self> {
+        let channel = tonic::transport::Endpoint::from_shared(uri.to_string())?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
         let (tx, requests) = mpsc::unbounded_channel();
         tx.send(SessionRequest {
             request: Some(session_request::Request::SessionStart(
@@ -474,6 +491,27 @@ async fn ydb_acquire(
     options: &ydb::AcquireOptions,
     lost: &AtomicU64,
 ) -> R<ydb::Lease> {
+    match tokio::time::timeout(
+        ACQUIRE_LIMIT,
+        ydb_acquire_unbounded(session, name, options, lost),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(format!("ydb acquire: no grant within {ACQUIRE_LIMIT:?}").into()),
+    }
+}
+
+/// The longest a `ydb` acquire may take, lost answers and their recovery included (a
+/// contended one waits behind 15 others, each holding for microseconds).
+const ACQUIRE_LIMIT: Duration = Duration::from_secs(30);
+
+async fn ydb_acquire_unbounded(
+    session: &ydb::CoordinationSession,
+    name: &str,
+    options: &ydb::AcquireOptions,
+    lost: &AtomicU64,
+) -> R<ydb::Lease> {
     use futures::FutureExt;
     for _ in 0..5 {
         let acquire = session.acquire_semaphore_with_params(name, 1, options.clone());
@@ -649,10 +687,10 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
             // This crate: acquire + confirmed release.
             let ops = Arc::new(AtomicU64::new(0));
             let window = Window::new(warmup, length);
-            let mut tasks = Vec::with_capacity(TASKS);
+            let mut tasks = tokio::task::JoinSet::new();
             for i in 0..TASKS {
                 let (session, ops, name) = (session.clone(), ops.clone(), name(i));
-                tasks.push(tokio::spawn(async move {
+                tasks.spawn(async move {
                     while !window.over() {
                         let lease = session.acquire(&name, AcquireOptions::new()).await?;
                         lease.release().await?;
@@ -661,10 +699,10 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
                         }
                     }
                     Ok::<_, ydb_coordination::Error>(())
-                }));
+                });
             }
-            for task in tasks {
-                task.await??;
+            while let Some(done) = tasks.join_next().await {
+                done??;
             }
             out.ours.push(window.rate(ops.load(Ordering::Relaxed)));
         }
@@ -677,7 +715,7 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
         };
         let ops = Arc::new(AtomicU64::new(0));
         let window = Window::new(warmup, length);
-        let mut tasks = Vec::with_capacity(TASKS);
+        let mut tasks = tokio::task::JoinSet::new();
         for i in 0..TASKS {
             let (session, ops, lost, acquire, name) = (
                 ydb_session.clone(),
@@ -686,7 +724,7 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
                 acquire.clone(),
                 name(i),
             );
-            tasks.push(tokio::spawn(async move {
+            tasks.spawn(async move {
                 while !window.over() {
                     let lease = ydb_acquire(&session, &name, &acquire, &lost).await?;
                     ydb_release_queued(lease).await?;
@@ -695,11 +733,11 @@ async fn row_throughput(cfg: &Config) -> R<Throughput> {
                     }
                 }
                 Ok::<_, Box<dyn Error + Send + Sync>>(())
-            }));
+            });
         }
         let mut failed = None;
-        for task in tasks {
-            if let Err(e) = task.await? {
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done? {
                 failed = Some(e);
             }
         }
@@ -802,10 +840,10 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
             // This crate: `Mutex::lock` / `MutexGuard::unlock`.
             let baton = Arc::new(Baton::default());
             let window = Window::new(warmup, length);
-            let mut tasks = Vec::new();
+            let mut tasks = tokio::task::JoinSet::new();
             for session in &sessions {
                 let (mutex, baton) = (session.mutex("handoff"), baton.clone());
-                tasks.push(tokio::spawn(async move {
+                tasks.spawn(async move {
                     while !window.over() {
                         let guard = mutex.lock().await?;
                         baton.granted(&window);
@@ -813,10 +851,10 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
                         guard.unlock().await?;
                     }
                     Ok::<_, ydb_coordination::Error>(())
-                }));
+                });
             }
-            for task in tasks {
-                task.await??;
+            while let Some(done) = tasks.join_next().await {
+                done??;
             }
             out.ours_rates
                 .push(baton.finish(&window, &mut out.ours_handoff));
@@ -830,7 +868,7 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
         };
         let baton = Arc::new(Baton::default());
         let window = Window::new(warmup, length);
-        let mut tasks = Vec::new();
+        let mut tasks = tokio::task::JoinSet::new();
         for session in &ydb_sessions {
             let (session, baton, acquire, lost) = (
                 session.clone(),
@@ -838,7 +876,7 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
                 acquire.clone(),
                 lost.clone(),
             );
-            tasks.push(tokio::spawn(async move {
+            tasks.spawn(async move {
                 while !window.over() {
                     let lease = ydb_acquire(&session, "handoff", &acquire, &lost).await?;
                     baton.granted(&window);
@@ -856,11 +894,11 @@ async fn row_handoff(cfg: &Config) -> R<Handoff> {
                     {}
                 }
                 Ok::<_, Box<dyn Error + Send + Sync>>(())
-            }));
+            });
         }
         let mut failed = None;
-        for task in tasks {
-            if let Err(e) = task.await? {
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done? {
                 failed = Some(e);
             }
         }
@@ -1024,6 +1062,34 @@ fn row_metrics(cfg: &Config) -> R<(Vec<Duration>, Vec<Duration>)> {
     Ok((off, on))
 }
 
+/// Runs one row for at most its time limit; an error or a timeout becomes a table line that
+/// says so, and the bench goes on with the next row.
+fn capped<T>(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    rows: &mut Vec<[String; 6]>,
+    row: &str,
+    what: &str,
+    fut: impl Future<Output = R<T>>,
+) -> Option<T> {
+    eprintln!("row {row}: {what} ...");
+    let limit = cfg.row_limit();
+    let result = rt.block_on(async {
+        match tokio::time::timeout(limit, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("did not finish within {limit:?}").into()),
+        }
+    });
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let failed = err_cell(e.as_ref());
+            rows.push([row, what, &failed, "—", "—", "—"].map(str::to_string));
+            None
+        }
+    }
+}
+
 fn main() -> R<()> {
     if let Ok(role) = std::env::var(memory::ROLE_VAR) {
         return memory::child(&role);
@@ -1048,9 +1114,16 @@ fn main() -> R<()> {
 
     let mut ping_median = f64::NAN;
     let mut ping_cell = "n/a".to_string();
-    if cfg.has(1) {
-        eprintln!("row 1: lock cycle latency ...");
-        let l = rt.block_on(row_latency(&cfg))?;
+    if cfg.has(1)
+        && let Some(l) = capped(
+            &rt,
+            &cfg,
+            &mut rows,
+            "1",
+            "lock cycle latency",
+            row_latency(&cfg),
+        )
+    {
         ping_median = median_secs(&l.ping);
         ping_cell = cell(&l.ping);
         let floor = median_secs(&l.floor);
@@ -1158,9 +1231,16 @@ fn main() -> R<()> {
         );
     }
 
-    if cfg.has(2) {
-        eprintln!("row 2: pipelined throughput ...");
-        let t = rt.block_on(row_throughput(&cfg))?;
+    if cfg.has(2)
+        && let Some(t) = capped(
+            &rt,
+            &cfg,
+            &mut rows,
+            "2",
+            "pipelined throughput",
+            row_throughput(&cfg),
+        )
+    {
         let ours = median_rate(&t.ours);
         let (ydb_cell, r) = match &t.ydb {
             Ok(rates) => (
@@ -1194,9 +1274,16 @@ fn main() -> R<()> {
         ));
     }
 
-    if cfg.has(3) {
-        eprintln!("row 3: contended handoff ...");
-        let h = rt.block_on(row_handoff(&cfg))?;
+    if cfg.has(3)
+        && let Some(h) = capped(
+            &rt,
+            &cfg,
+            &mut rows,
+            "3",
+            "contended handoff",
+            row_handoff(&cfg),
+        )
+    {
         let ours_rate = median_rate(&h.ours_rates);
         let (ydb_rate, ydb_handoff, r_rate, r_handoff) = match &h.ydb {
             Ok((rates, samples)) => (
@@ -1253,9 +1340,9 @@ fn main() -> R<()> {
         ));
     }
 
-    if cfg.has(4) {
-        eprintln!("row 4: recovery ...");
-        let r = rt.block_on(row_recovery(&cfg))?;
+    if cfg.has(4)
+        && let Some(r) = capped(&rt, &cfg, &mut rows, "4", "recovery", row_recovery(&cfg))
+    {
         row(
             &mut rows,
             [
@@ -1385,6 +1472,81 @@ fn main() -> R<()> {
         );
     }
 
+    if cfg.has(7) {
+        eprintln!("row 7: client CPU time per lock cycle (child processes) ...");
+        let n = cfg.count(2000, 200);
+        let ours = cpu::cycle("ours", n);
+        let ydb = cpu::cycle("ydb", n);
+        let show = |c: &R<cpu::CpuCycle>| match c {
+            Ok(c) => format!(
+                "{} CPU ({} wall)",
+                fmt_duration(c.cpu),
+                fmt_duration(c.wall)
+            ),
+            Err(e) => err_cell(e.as_ref()),
+        };
+        let r = match (&ours, &ydb) {
+            (Ok(a), Ok(b)) => format!(
+                "{} of ydb's CPU time",
+                ratio(a.cpu.as_secs_f64(), b.cpu.as_secs_f64())
+            ),
+            _ => "n/a".to_string(),
+        };
+        row(
+            &mut rows,
+            [
+                "7",
+                "Client CPU time per lock cycle (the cycle of row 1), `getrusage` ⁹",
+                &show(&ours),
+                &show(&ydb),
+                "—",
+                &r,
+            ],
+        );
+        notes.push(format!(
+            "⁹ Rows 7 and 8 put the emulator in a fresh child process, so the CPU time \
+             (`getrusage(RUSAGE_SELF)`, user + system, every thread) a process reports of itself \
+             is one side's alone. Row 7: a fresh client process runs {} sequential lock cycles \
+             after a warm-up, this crate's as in row 1 (acquire + confirmed release), `ydb`'s as \
+             in row 1 (acquire, drop, describes until the owner is gone; {} answers lost). Row \
+             8: bare protocol streams (the floor's client, the cheapest load there is), each \
+             cycling its own semaphore; the emulator's CPU time is read at the window's edges.",
+            group(ours.as_ref().map_or(0, |c| c.n) as u64),
+            ydb.as_ref().map_or(0, |c| c.lost),
+        ));
+    }
+    if cfg.has(8) {
+        let sessions = 16;
+        let length = cfg.duration(Duration::from_secs(2));
+        if let Some(e) = capped(
+            &rt,
+            &cfg,
+            &mut rows,
+            "8",
+            "emulator throughput",
+            cpu::emulator(sessions, length),
+        ) {
+            row(
+                &mut rows,
+                [
+                    "8",
+                    &format!(
+                        "Emulator: acquire + release pairs/s from {} sessions, and its CPU per pair ⁹",
+                        e.sessions
+                    ),
+                    &format!(
+                        "{} ({} CPU per pair)",
+                        fmt_rate(e.rate),
+                        fmt_duration(e.cpu_per_pair)
+                    ),
+                    "—",
+                    "—",
+                    "—",
+                ],
+            );
+        }
+    }
+
     println!(
         "Emulator over loopback TCP, tokio multi-thread runtime ({workers} workers, {} CPUs), real \
          time, scale {}. Medians (p90). Ratios: this crate ÷ the other (time: below 1 is \
@@ -1398,7 +1560,7 @@ fn main() -> R<()> {
         println!("| {} |", r.join(" | "));
     }
     println!();
-    let order = |n: &String| "¹²³⁴⁵⁶⁷".chars().position(|c| n.starts_with(c));
+    let order = |n: &String| "¹²³⁴⁵⁶⁷⁸⁹".chars().position(|c| n.starts_with(c));
     notes.sort_by_key(order);
     for n in &notes {
         println!("{n}\n");

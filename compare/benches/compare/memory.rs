@@ -23,11 +23,11 @@ use super::{R, within, ydb_acquire, ydb_client, ydb_session_options};
 
 /// Set in a child process to its role.
 pub(crate) const ROLE_VAR: &str = "COMPARE_ROLE";
-const ADDR_VAR: &str = "COMPARE_CONNECTION";
+pub(crate) const ADDR_VAR: &str = "COMPARE_CONNECTION";
 const SERVER_PID_VAR: &str = "COMPARE_SERVER_PID";
 const KIND_VAR: &str = "COMPARE_KIND";
-const N_VAR: &str = "COMPARE_N";
-const NODE: &str = "/local/mem";
+pub(crate) const N_VAR: &str = "COMPARE_N";
+pub(crate) const NODE: &str = "/local/mem";
 
 /// Which library and what to create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,42 +108,125 @@ impl Drop for Reaped {
     }
 }
 
-fn measure_one(kind: Kind, n: usize) -> R<PerItem> {
+/// How long a child process may take before it is killed and its row reported as failed.
+const CHILD_LIMIT: Duration = Duration::from_secs(180);
+
+/// An emulator in a fresh child process of this binary.
+pub(crate) struct ServerChild {
+    child: Reaped,
+    lines: BufReader<std::process::ChildStdout>,
+    /// Its connection string.
+    pub(crate) connection: String,
+}
+
+impl ServerChild {
+    pub(crate) fn start() -> R<Self> {
+        let exe = std::env::current_exe()?;
+        let mut child = Reaped(
+            Command::new(&exe)
+                .env(ROLE_VAR, "server")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?,
+        );
+        let stdout = child.0.stdout.take().ok_or("server child has no stdout")?;
+        let mut lines = BufReader::new(stdout);
+        let mut line = String::new();
+        lines.read_line(&mut line)?;
+        let connection = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .ok_or_else(|| format!("server child said {line:?}"))?
+            .to_string();
+        Ok(Self {
+            child,
+            lines,
+            connection,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// The CPU time (user + system) the emulator process has used so far.
+    pub(crate) fn cpu(&mut self) -> R<Duration> {
+        let stdin = self
+            .child
+            .0
+            .stdin
+            .as_mut()
+            .ok_or("server child has no stdin")?;
+        writeln!(stdin, "cpu")?;
+        stdin.flush()?;
+        let mut line = String::new();
+        self.lines.read_line(&mut line)?;
+        let nanos: u64 = line
+            .trim()
+            .strip_prefix("CPU ")
+            .ok_or_else(|| format!("server child said {line:?}"))?
+            .parse()?;
+        Ok(Duration::from_nanos(nanos))
+    }
+}
+
+/// Runs this binary as a client child with `envs`, for at most [`CHILD_LIMIT`], and returns
+/// the numbers on its `RESULT` line.
+pub(crate) fn run_client(role: &str, what: &str, envs: &[(&str, String)]) -> R<Vec<f64>> {
     let exe = std::env::current_exe()?;
-    let mut server = Reaped(
-        Command::new(&exe)
-            .env(ROLE_VAR, "server")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?,
-    );
-    let stdout = server.0.stdout.take().ok_or("server child has no stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let connection = line
-        .trim()
-        .strip_prefix("LISTENING ")
-        .ok_or_else(|| format!("server child said {line:?}"))?
-        .to_string();
-    let out = Command::new(&exe)
-        .env(ROLE_VAR, "client")
-        .env(ADDR_VAR, &connection)
-        .env(SERVER_PID_VAR, server.0.id().to_string())
-        .env(KIND_VAR, kind.name())
-        .env(N_VAR, n.to_string())
+    let mut command = Command::new(&exe);
+    command
+        .env(ROLE_VAR, role)
         .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()?;
-    drop(server);
-    let text = String::from_utf8_lossy(&out.stdout);
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = Reaped(command.spawn()?);
+    let deadline = std::time::Instant::now() + CHILD_LIMIT;
+    let status = loop {
+        if let Some(status) = child.0.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!("{what} child did not finish within {CHILD_LIMIT:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = String::new();
+    if let Some(mut out) = child.0.stdout.take() {
+        out.read_to_string(&mut text)?;
+    }
     let result = text
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
-        .ok_or_else(|| format!("{} child failed ({}): {text}", kind.name(), out.status))?;
-    let mut parts = result.split_whitespace().map(str::parse::<f64>);
-    let (Some(Ok(client)), Some(Ok(server))) = (parts.next(), parts.next()) else {
-        return Err(format!("bad result line {result:?}").into());
+        .ok_or_else(|| format!("{what} child failed ({status}): {text}"))?;
+    result
+        .split_whitespace()
+        .map(|v| {
+            v.parse::<f64>()
+                .map_err(|e| format!("bad result {v:?}: {e}").into())
+        })
+        .collect()
+}
+
+fn measure_one(kind: Kind, n: usize) -> R<PerItem> {
+    let server = ServerChild::start()?;
+    let result = run_client(
+        "client",
+        kind.name(),
+        &[
+            (ADDR_VAR, server.connection.clone()),
+            (SERVER_PID_VAR, server.pid().to_string()),
+            (KIND_VAR, kind.name().to_string()),
+            (N_VAR, n.to_string()),
+        ],
+    );
+    drop(server);
+    let [client, server] = result?[..] else {
+        return Err(format!("{} child: expected two numbers", kind.name()).into());
     };
     Ok(PerItem {
         client: client / n as f64,
@@ -163,9 +246,13 @@ pub(crate) fn child(role: &str) -> R<()> {
             let mut stdout = std::io::stdout();
             writeln!(stdout, "LISTENING {}", emulator.connection_string())?;
             stdout.flush()?;
-            // Serve until the parent closes stdin.
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
+            // Serve until the parent closes stdin, telling the CPU time used when asked.
+            for line in std::io::stdin().lines() {
+                if line?.trim() == "cpu" {
+                    writeln!(stdout, "CPU {}", super::cpu::used()?.as_nanos())?;
+                    stdout.flush()?;
+                }
+            }
             drop(emulator);
             Ok(())
         }
@@ -179,6 +266,7 @@ pub(crate) fn child(role: &str) -> R<()> {
             // Skip tearing down thousands of sessions: the process is done.
             std::process::exit(0);
         }
+        super::cpu::ROLE => super::cpu::child(&rt),
         other => Err(format!("unknown role {other:?}").into()),
     }
 }
