@@ -6,10 +6,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 use ydb_grpc::ydb_proto::coordination::{
     AlterNodeRequest, CreateNodeRequest, DescribeNodeRequest, DescribeNodeResult, DropNodeRequest,
 };
+use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::Credentials;
 use crate::config::{NodeConfig, SessionOptions};
@@ -64,6 +66,7 @@ pub struct ClientBuilder {
     ca_pem: Option<Vec<u8>>,
     tls_domain: Option<String>,
     discovery: bool,
+    discovery_interval: Duration,
     connect_timeout: Duration,
     request_timeout: Duration,
 }
@@ -75,13 +78,15 @@ impl ClientBuilder {
         self
     }
 
-    /// A PEM-encoded CA certificate to trust for `grpcs://`, besides the system roots.
+    /// A PEM-encoded CA certificate (or several) to trust for `grpcs://`, besides the
+    /// system roots, which are trusted by default.
     pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem = Some(pem.into());
         self
     }
 
-    /// The TLS server name to verify, when it differs from the host name.
+    /// The TLS server name to verify, when it differs from the host name (an endpoint
+    /// reached by IP address or through a tunnel); it applies to every endpoint.
     pub fn tls_domain(mut self, domain: impl Into<String>) -> Self {
         self.tls_domain = Some(domain.into());
         self
@@ -94,13 +99,24 @@ impl ClientBuilder {
         self
     }
 
+    /// How often discovery runs again while the client is in use (default 1 minute, as in
+    /// ydb-go-sdk), so that sessions reattach to nodes that joined the cluster since. It
+    /// also runs early when at least half of the discovered endpoints failed; a failing
+    /// endpoint is preferred last, and when all of them fail the connection string's own
+    /// endpoint is used.
+    pub fn discovery_interval(mut self, interval: Duration) -> Self {
+        self.discovery_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
     /// The TCP connect timeout (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// The timeout of node administration calls and discovery (default 10 s).
+    /// The time limit of a node administration call or a discovery, its retries included
+    /// (default 10 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -125,6 +141,7 @@ impl ClientBuilder {
             ca_pem: self.ca_pem,
             tls_domain: self.tls_domain,
             discovery: self.discovery,
+            discovery_interval: self.discovery_interval,
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
         })?;
@@ -133,6 +150,7 @@ impl ClientBuilder {
             Ok(Err(err)) => tracing::info!(%err, "discovery failed; using the given endpoint"),
             Err(_) => tracing::info!("discovery timed out; using the given endpoint"),
         }
+        transport.keep_discovering();
         Ok(Client { transport })
     }
 }
@@ -147,6 +165,7 @@ impl Client {
             ca_pem: None,
             tls_domain: None,
             discovery: true,
+            discovery_interval: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
         }
@@ -194,23 +213,27 @@ impl Client {
         }
     }
 
-    fn coordination(&self) -> Result<CoordinationServiceClient<tonic::transport::Channel>> {
-        Ok(CoordinationServiceClient::new(
-            self.transport.lane()?.channel,
-        ))
-    }
-
-    async fn unary<F, Fut, R>(&self, what: &str, call: F) -> Result<R>
+    /// One node administration call, retried as an idempotent call (`retry.rs`):
+    /// `call` sends `message` on a coordination client and returns the response's
+    /// operation.
+    async fn node_call<M, F, Fut>(&self, what: &str, message: M, call: F) -> Result<Operation>
     where
-        F: FnOnce(CoordinationServiceClient<tonic::transport::Channel>) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<tonic::Response<R>, tonic::Status>>,
+        M: Clone,
+        F: Fn(CoordinationServiceClient<Channel>, tonic::Request<M>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
-        let client = self.coordination()?;
-        match tokio::time::timeout(self.transport.request_timeout(), call(client)).await {
-            Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(status)) => Err(Error::from_grpc(status, what)),
-            Err(_) => Err(Error::new(ErrorKind::Timeout, format!("{what}: timed out"))),
-        }
+        let transport = &self.transport;
+        crate::retry::idempotent(transport, what, |channel| {
+            let (message, call) = (message.clone(), &call);
+            async move {
+                let request = transport.request(message).await?;
+                let operation = call(CoordinationServiceClient::new(channel), request)
+                    .await
+                    .map_err(|s| Error::from_grpc(s, what))?;
+                transport::check(operation, what)
+            }
+        })
+        .await
     }
 
     /// Creates a coordination node.
@@ -242,20 +265,18 @@ impl Client {
     ///
     /// Dropping the future does not withdraw a request already sent.
     pub async fn create_node(&self, path: &str, config: NodeConfig) -> Result<()> {
-        let request = self
-            .transport
-            .request(CreateNodeRequest {
-                path: self.full_path(path),
-                config: Some(config.to_proto()?),
-                operation_params: None,
-            })
-            .await?;
-        let r = self
-            .unary(&format!("create node {path:?}"), |mut c| async move {
-                c.create_node(request).await
-            })
-            .await?;
-        transport::check(r.operation, &format!("create node {path:?}")).map(drop)
+        let message = CreateNodeRequest {
+            path: self.full_path(path),
+            config: Some(config.to_proto()?),
+            operation_params: None,
+        };
+        self.node_call(
+            &format!("create node {path:?}"),
+            message,
+            |mut c, r| async move { Ok(c.create_node(r).await?.into_inner().operation) },
+        )
+        .await
+        .map(drop)
     }
 
     /// Changes the set fields of a node's config.
@@ -268,45 +289,46 @@ impl Client {
     ///
     /// Dropping the future does not withdraw a request already sent.
     pub async fn alter_node(&self, path: &str, config: NodeConfig) -> Result<()> {
-        let request = self
-            .transport
-            .request(AlterNodeRequest {
-                path: self.full_path(path),
-                config: Some(config.to_proto()?),
-                operation_params: None,
-            })
-            .await?;
-        let r = self
-            .unary(&format!("alter node {path:?}"), |mut c| async move {
-                c.alter_node(request).await
-            })
-            .await?;
-        transport::check(r.operation, &format!("alter node {path:?}")).map(drop)
+        let message = AlterNodeRequest {
+            path: self.full_path(path),
+            config: Some(config.to_proto()?),
+            operation_params: None,
+        };
+        self.node_call(
+            &format!("alter node {path:?}"),
+            message,
+            |mut c, r| async move { Ok(c.alter_node(r).await?.into_inner().operation) },
+        )
+        .await
+        .map(drop)
     }
 
     /// Drops a coordination node.
     ///
+    /// Like every node call, it is retried after transient failures (unavailable,
+    /// overloaded, no answer), with [`Backoff`](crate::Backoff)'s defaults, within
+    /// [`ClientBuilder::request_timeout`].
+    ///
     /// # Errors
     ///
-    /// [`ErrorKind::NotFound`] if the node does not exist.
+    /// [`ErrorKind::NotFound`] if the node does not exist, also when an earlier attempt
+    /// dropped it but its answer was lost.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future does not withdraw a request already sent.
     pub async fn drop_node(&self, path: &str) -> Result<()> {
-        let request = self
-            .transport
-            .request(DropNodeRequest {
-                path: self.full_path(path),
-                operation_params: None,
-            })
-            .await?;
-        let r = self
-            .unary(&format!("drop node {path:?}"), |mut c| async move {
-                c.drop_node(request).await
-            })
-            .await?;
-        transport::check(r.operation, &format!("drop node {path:?}")).map(drop)
+        let message = DropNodeRequest {
+            path: self.full_path(path),
+            operation_params: None,
+        };
+        self.node_call(
+            &format!("drop node {path:?}"),
+            message,
+            |mut c, r| async move { Ok(c.drop_node(r).await?.into_inner().operation) },
+        )
+        .await
+        .map(drop)
     }
 
     /// The config a node was created or altered with (fields never set are unset).
@@ -319,20 +341,17 @@ impl Client {
     ///
     /// Cancel safe.
     pub async fn describe_node(&self, path: &str) -> Result<NodeConfig> {
-        let request = self
-            .transport
-            .request(DescribeNodeRequest {
-                path: self.full_path(path),
-                operation_params: None,
+        let what = format!("describe node {path:?}");
+        let message = DescribeNodeRequest {
+            path: self.full_path(path),
+            operation_params: None,
+        };
+        let operation = self
+            .node_call(&what, message, |mut c, r| async move {
+                Ok(c.describe_node(r).await?.into_inner().operation)
             })
             .await?;
-        let r = self
-            .unary(&format!("describe node {path:?}"), |mut c| async move {
-                c.describe_node(request).await
-            })
-            .await?;
-        let result: DescribeNodeResult =
-            transport::unpack(r.operation, &format!("describe node {path:?}"))?;
+        let result: DescribeNodeResult = transport::unpack(Some(operation), &what)?;
         Ok(result
             .config
             .as_ref()
@@ -381,7 +400,7 @@ impl Client {
             .await
             {
                 Ok(Ok(attached)) => break attached,
-                Ok(Err(err)) if err.ends_session() => return Err(err),
+                Ok(Err(err)) if err.ends_session() || err.is_tls_rejection() => return Err(err),
                 Ok(Err(err)) => err,
                 Err(_) => {
                     self.transport.reconnect(&lane);

@@ -333,6 +333,12 @@ impl Error {
         )
     }
 
+    /// Whether the client refused the server's TLS certificate (not trusted, or for another
+    /// name): the handshake fails the same way every time, so it is not worth repeating.
+    pub(crate) fn is_tls_rejection(&self) -> bool {
+        Scan::of(self).tls_handshake()
+    }
+
     /// Whether a session manager (or `Client::sessions`) must stop instead of trying to
     /// start another session: no such node, rejected credentials, invalid options.
     pub(crate) fn stops_manager(&self) -> bool {
@@ -473,49 +479,66 @@ fn grpc_reason(status: &tonic::Status) -> String {
 /// Phrases a transport failure (connect, DNS, TLS, a broken connection) from its source
 /// chain, or `None` if the chain holds none.
 fn transport_reason(top: &(dyn StdError + 'static)) -> Option<String> {
-    let mut connect = false;
-    let mut transport = false;
-    let mut timeout = false;
-    let mut tcp = false;
-    let mut dns = false;
-    let mut addr = None;
-    let mut bad_data = false;
-    let mut next = Some(top);
-    while let Some(e) = next {
-        connect |= e.is::<tonic::ConnectError>();
-        bad_data |= e
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
-        transport |= e.is::<tonic::transport::Error>();
-        timeout |= e.is::<tonic::TimeoutExpired>();
-        if let Some(hyper) = HyperConnectError::parse(e) {
-            tcp = true;
-            dns |= hyper.dns;
-            addr = addr.or(hyper.addr);
-        }
-        next = e.source();
-    }
-    if !(connect || transport || timeout || tcp) {
+    let scan = Scan::of(top);
+    if !(scan.connect || scan.transport || scan.timeout || scan.tcp) {
         return None;
     }
     let why = describe_cause(top);
-    Some(if dns {
+    Some(if scan.dns {
         format!("cannot resolve the server's host name: {why}")
-    } else if let Some(addr) = addr {
+    } else if let Some(addr) = scan.addr {
         format!("cannot reach {addr}: {why}")
-    } else if tcp {
+    } else if scan.tcp {
         format!("cannot reach the server: {why}")
-    } else if connect && bad_data {
-        // Past TCP, tonic's connector only runs the TLS handshake (rustls reports through
-        // `InvalidData` I/O errors).
+    } else if scan.tls_handshake() {
         format!("TLS handshake with the server failed: {why}")
-    } else if connect {
+    } else if scan.connect {
         format!("cannot connect to the server: {why}")
-    } else if timeout {
+    } else if scan.timeout {
         "the server did not answer in time".to_string()
     } else {
         format!("the connection to the server failed: {why}")
     })
+}
+
+/// What a transport failure's source chain holds.
+#[derive(Debug, Default)]
+struct Scan {
+    connect: bool,
+    transport: bool,
+    timeout: bool,
+    tcp: bool,
+    dns: bool,
+    addr: Option<SocketAddr>,
+    bad_data: bool,
+}
+
+impl Scan {
+    fn of(top: &(dyn StdError + 'static)) -> Self {
+        let mut scan = Self::default();
+        let mut next = Some(top);
+        while let Some(e) = next {
+            scan.connect |= e.is::<tonic::ConnectError>();
+            scan.bad_data |= e
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+            scan.transport |= e.is::<tonic::transport::Error>();
+            scan.timeout |= e.is::<tonic::TimeoutExpired>();
+            if let Some(hyper) = HyperConnectError::parse(e) {
+                scan.tcp = true;
+                scan.dns |= hyper.dns;
+                scan.addr = scan.addr.or(hyper.addr);
+            }
+            next = e.source();
+        }
+        scan
+    }
+
+    /// Past TCP, tonic's connector only runs the TLS handshake (rustls reports through
+    /// `InvalidData` I/O errors).
+    fn tls_handshake(&self) -> bool {
+        self.connect && self.bad_data && !self.tcp
+    }
 }
 
 /// What hyper-util's `ConnectError` (the TCP connector's failure) tells. It has no

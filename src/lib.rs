@@ -126,10 +126,12 @@
 mod auth;
 mod client;
 mod config;
+mod endpoints;
 mod error;
 mod manager;
 pub(crate) mod proto;
 pub mod recipes;
+mod retry;
 mod session;
 #[cfg(test)]
 mod sim;

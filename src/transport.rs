@@ -1,8 +1,10 @@
 //! Connection strings, endpoints, discovery, TLS, the tonic channels and the request headers.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
@@ -13,6 +15,7 @@ use ydb_grpc::ydb_proto::discovery::{ListEndpointsRequest, ListEndpointsResult};
 use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::{Credentials, LoginCache, Source};
+use crate::endpoints::{EndpointTable, Mark};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::StatusCode;
 
@@ -103,59 +106,48 @@ pub(crate) struct TransportConfig {
     pub(crate) ca_pem: Option<Vec<u8>>,
     pub(crate) tls_domain: Option<String>,
     pub(crate) discovery: bool,
+    pub(crate) discovery_interval: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
 }
 
-/// One endpoint's channel, replaced (next generation) when it breaks.
-#[derive(Debug)]
-struct EndpointChannel {
-    uri: String,
-    tls: bool,
-    channel: Channel,
-    generation: u64,
-}
-
-/// A channel chosen for one call or stream, with what is needed to replace it if it breaks.
+/// A channel chosen for one call or stream, with what names it when reporting how it went.
 #[derive(Debug, Clone)]
 pub(crate) struct Lane {
     pub(crate) channel: Channel,
-    index: usize,
-    generation: u64,
+    mark: Mark,
 }
 
 /// Channels to the cluster's endpoints and the headers every request carries.
 #[derive(Debug)]
 pub(crate) struct Transport {
     config: TransportConfig,
-    slots: Mutex<Vec<EndpointChannel>>,
-    next: AtomicUsize,
+    endpoints: Mutex<EndpointTable<Channel>>,
+    /// Wakes the discovery task early: many endpoints failed.
+    rediscover: Arc<Notify>,
     login: LoginCache,
 }
 
 impl Transport {
-    /// Channels (lazy) to the seed endpoint; discovery, if on, runs in [`Transport::discover`].
+    /// A channel (lazy) to the seed endpoint; discovery, if on, runs in
+    /// [`Transport::discover`] and, once [`Transport::keep_discovering`] started it, again
+    /// every discovery interval and whenever many endpoints fail.
     pub(crate) fn new(config: TransportConfig) -> Result<Arc<Self>> {
         let uri = config.info.uri(config.info.tls);
         let tls = config.info.tls;
-        let transport = Self {
-            slots: Mutex::new(Vec::new()),
-            next: AtomicUsize::new(0),
+        let channel = make_channel(&config, &uri, tls)?;
+        Ok(Arc::new(Self {
+            endpoints: Mutex::new(EndpointTable::new(uri, tls, channel)),
+            rediscover: Arc::new(Notify::new()),
             login: LoginCache::default(),
             config,
-        };
-        let channel = transport.make_channel(&uri, tls)?;
-        transport.lock().push(EndpointChannel {
-            uri,
-            tls,
-            channel,
-            generation: 0,
-        });
-        Ok(Arc::new(transport))
+        }))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<EndpointChannel>> {
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, EndpointTable<Channel>> {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn database(&self) -> &str {
@@ -166,101 +158,57 @@ impl Transport {
         self.config.request_timeout
     }
 
-    fn make_channel(&self, uri: &str, tls: bool) -> Result<Channel> {
-        let mut endpoint = Endpoint::from_shared(uri.to_string())
-            .map_err(|e| {
-                let why = crate::error::describe_cause(&e);
-                Error::with_source(
-                    ErrorKind::InvalidArgument,
-                    format!("invalid endpoint {uri}: {why}"),
-                    e,
-                )
-            })?
-            .connect_timeout(self.config.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_adaptive_window(true);
-        if tls {
-            let mut tls_config = ClientTlsConfig::new().with_native_roots();
-            if let Some(pem) = &self.config.ca_pem {
-                tls_config = tls_config.ca_certificate(Certificate::from_pem(pem));
-            }
-            if let Some(domain) = &self.config.tls_domain {
-                tls_config = tls_config.domain_name(domain.clone());
-            }
-            endpoint = endpoint.tls_config(tls_config).map_err(|e| {
-                let why = crate::error::describe_cause(&e);
-                Error::with_source(
-                    ErrorKind::InvalidArgument,
-                    format!("invalid TLS settings: {why}"),
-                    e,
-                )
-            })?;
-        }
-        Ok(endpoint.connect_lazy())
-    }
-
-    /// The next channel, round robin over the known endpoints.
+    /// The channel to use now: a discovered endpoint that works, round robin; the
+    /// connection string's own endpoint when all of them failed (see `endpoints.rs`).
     pub(crate) fn lane(&self) -> Result<Lane> {
-        let slots = self.lock();
-        if slots.is_empty() {
-            return Err(Error::new(ErrorKind::Unavailable, "no endpoints known"));
-        }
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % slots.len();
-        let slot = slots
-            .get(index)
-            .ok_or_else(|| Error::new(ErrorKind::Internal, "no endpoint slot"))?;
+        let picked = self.lock().pick();
         Ok(Lane {
-            channel: slot.channel.clone(),
-            index,
-            generation: slot.generation,
+            channel: picked.conn,
+            mark: picked.mark,
         })
     }
 
-    /// Replaces a channel that stopped answering with a new connection, unless another caller
-    /// already did.
+    /// The lane's endpoint failed (it did not answer, refused, or broke a stream): it is
+    /// preferred last from now on and gets a new connection, unless another caller already
+    /// reported this one. When many endpoints failed, discovery runs again.
     pub(crate) fn reconnect(&self, lane: &Lane) {
-        let slots = self.lock();
-        let Some(slot) = slots.get(lane.index) else {
-            return;
-        };
-        if slot.generation != lane.generation {
-            return;
-        }
-        let (uri, tls) = (slot.uri.clone(), slot.tls);
-        drop(slots);
-        let Ok(channel) = self.make_channel(&uri, tls) else {
-            return;
-        };
-        let mut slots = self.lock();
-        if let Some(slot) = slots.get_mut(lane.index)
-            && slot.generation == lane.generation
-        {
-            slot.channel = channel;
-            slot.generation += 1;
+        let ask_again = self.lock().failed(lane.mark, Instant::now(), |uri, tls| {
+            make_channel(&self.config, uri, tls).ok()
+        });
+        if ask_again {
+            self.rediscover.notify_one();
         }
     }
 
-    /// Asks the cluster for its endpoints (`ListEndpoints`) and uses them. The seed endpoint
-    /// stays in use when discovery is off, fails or returns nothing.
+    /// The lane's endpoint answered: it is no longer pessimized.
+    pub(crate) fn answered(&self, lane: &Lane) {
+        self.lock().succeeded(lane.mark);
+    }
+
+    /// Asks the cluster for its endpoints (`ListEndpoints`, retried as an idempotent call)
+    /// and uses them. The endpoints in use stay when discovery is off, fails or returns
+    /// nothing.
     pub(crate) async fn discover(&self) -> Result<()> {
         if !self.config.discovery {
             return Ok(());
         }
-        let lane = self.lane()?;
-        let mut client = DiscoveryServiceClient::new(lane.channel);
-        let request = self
-            .request(ListEndpointsRequest {
-                database: self.database().to_string(),
-                service: Vec::new(),
+        let result: ListEndpointsResult =
+            crate::retry::idempotent(self, "list endpoints", |channel| async move {
+                let request = self
+                    .request(ListEndpointsRequest {
+                        database: self.database().to_string(),
+                        service: Vec::new(),
+                    })
+                    .await?;
+                let response = DiscoveryServiceClient::new(channel)
+                    .list_endpoints(request)
+                    .await
+                    .map_err(|s| Error::from_grpc(s, "list endpoints"))?
+                    .into_inner();
+                unpack(response.operation, "list endpoints")
             })
             .await?;
-        let response = client
-            .list_endpoints(request)
-            .await
-            .map_err(|s| Error::from_grpc(s, "list endpoints"))?
-            .into_inner();
-        let result: ListEndpointsResult = unpack(response.operation, "list endpoints")?;
-        let mut slots = Vec::new();
+        let mut endpoints = Vec::new();
         for e in result.endpoints {
             if e.address.is_empty() || e.port == 0 || e.port > u32::from(u16::MAX) {
                 continue;
@@ -272,19 +220,39 @@ impl Transport {
             };
             let tls = e.ssl || self.config.info.tls;
             let uri = format!("{}://{host}:{}", if tls { "https" } else { "http" }, e.port);
-            if let Ok(channel) = self.make_channel(&uri, tls) {
-                slots.push(EndpointChannel {
-                    uri,
-                    tls,
-                    channel,
-                    generation: 0,
-                });
-            }
+            endpoints.push((uri, tls));
         }
-        if !slots.is_empty() {
-            *self.lock() = slots;
-        }
+        tracing::debug!(endpoints = endpoints.len(), "discovered endpoints");
+        self.lock().replace(endpoints, |uri, tls| {
+            make_channel(&self.config, uri, tls).ok()
+        });
         Ok(())
+    }
+
+    /// Runs discovery again every discovery interval, and early when many endpoints failed,
+    /// for as long as the transport is in use. Does nothing when discovery is off.
+    pub(crate) fn keep_discovering(self: &Arc<Self>) {
+        if !self.config.discovery {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let wake = self.rediscover.clone();
+        let interval = self.config.discovery_interval;
+        // Only a weak reference is held while waiting, so dropping the client ends the task.
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = wake.notified() => {}
+                }
+                let Some(transport) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(err) = transport.discover().await {
+                    tracing::debug!(%err, "rediscovery failed; the endpoints in use stay");
+                }
+            }
+        });
     }
 
     /// Wraps a message in a request with the YDB headers.
@@ -348,6 +316,40 @@ impl Transport {
         let result: LoginResult = unpack(response.operation, "login")?;
         Ok(result.token)
     }
+}
+
+/// A lazy channel to `uri`: nothing is dialled until the first call.
+fn make_channel(config: &TransportConfig, uri: &str, tls: bool) -> Result<Channel> {
+    let mut endpoint = Endpoint::from_shared(uri.to_string())
+        .map_err(|e| {
+            let why = crate::error::describe_cause(&e);
+            Error::with_source(
+                ErrorKind::InvalidArgument,
+                format!("invalid endpoint {uri}: {why}"),
+                e,
+            )
+        })?
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_adaptive_window(true);
+    if tls {
+        let mut tls_config = ClientTlsConfig::new().with_native_roots();
+        if let Some(pem) = &config.ca_pem {
+            tls_config = tls_config.ca_certificate(Certificate::from_pem(pem));
+        }
+        if let Some(domain) = &config.tls_domain {
+            tls_config = tls_config.domain_name(domain.clone());
+        }
+        endpoint = endpoint.tls_config(tls_config).map_err(|e| {
+            let why = crate::error::describe_cause(&e);
+            Error::with_source(
+                ErrorKind::InvalidArgument,
+                format!("invalid TLS settings: {why}"),
+                e,
+            )
+        })?;
+    }
+    Ok(endpoint.connect_lazy())
 }
 
 fn ascii(value: &str) -> Result<AsciiMetadataValue> {

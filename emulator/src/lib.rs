@@ -64,6 +64,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -84,7 +85,19 @@ pub struct Emulator {
     shared: Arc<Shared>,
     net: Arc<Net>,
     addr: SocketAddr,
+    /// Where accepted connections go: the one gRPC server behind every listener.
+    conns: mpsc::UnboundedSender<io::Result<DuplexStream>>,
+    listeners: std::sync::Mutex<Vec<Listener>>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// One listening address of an [`Emulator`]; stopping it closes the port and breaks the
+/// connections it accepted.
+#[derive(Debug)]
+struct Listener {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
 }
 
 /// Configures and starts an [`Emulator`].
@@ -113,6 +126,21 @@ pub struct EmulatorBuilder {
     nodes: Vec<String>,
     users: Vec<(String, String)>,
     tokens: Vec<String>,
+    tls: Option<Tls>,
+}
+
+/// A server certificate chain and its private key, both PEM.
+#[derive(Clone)]
+struct Tls {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of logs.
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
 }
 
 impl Default for EmulatorBuilder {
@@ -123,6 +151,7 @@ impl Default for EmulatorBuilder {
             nodes: Vec::new(),
             users: Vec::new(),
             tokens: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -169,11 +198,41 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Serves gRPC over TLS with this certificate chain and private key (both PEM), on
+    /// every listener; discovery then advertises its endpoints with `ssl` set and the
+    /// connection string starts with `grpcs://`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use ydb_coordination_emulator::Emulator;
+    ///
+    /// let key = rcgen::KeyPair::generate()?;
+    /// let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])?.self_signed(&key)?;
+    /// let emulator = Emulator::builder()
+    ///     .tls(cert.pem(), key.serialize_pem())
+    ///     .start()
+    ///     .await?;
+    /// assert!(emulator.connection_string().starts_with("grpcs://127.0.0.1:"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls = Some(Tls {
+            cert_pem: cert_pem.into(),
+            key_pem: key_pem.into(),
+        });
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Errors
     ///
-    /// The listener could not be bound.
+    /// The listener could not be bound; with [`EmulatorBuilder::tls`], the certificate or
+    /// the key could not be used ([`io::ErrorKind::InvalidInput`]).
     ///
     /// # Cancel safety
     ///
@@ -200,19 +259,27 @@ impl EmulatorBuilder {
             auth,
             database: self.database,
             advertised: std::sync::Mutex::new(vec![addr]),
+            tls: self.tls.is_some(),
             world: std::sync::Mutex::new(world),
             changed: Notify::new(),
             shutdown: shutdown.clone(),
         });
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+            server = server
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("the TLS certificate or key cannot be used: {e}"),
+                    )
+                })?;
+        }
         let net = Arc::new(Net::new(shutdown.clone()));
         let (conn_tx, conn_rx) = mpsc::unbounded_channel();
-        let accept = tokio::spawn(net::accept_loop(
-            listener,
-            net.clone(),
-            net::Upstream::Server(conn_tx),
-        ));
         let timers = tokio::spawn(service::run_timers(shared.clone()));
-        let server = tonic::transport::Server::builder()
+        let server = server
             .add_service(CoordinationService(shared.clone()))
             .add_service(DiscoveryService(shared.clone()))
             .add_service(service::AuthService(shared.clone()))
@@ -225,12 +292,16 @@ impl EmulatorBuilder {
                 tracing::warn!(%err, "emulator server stopped");
             }
         });
-        Ok(Emulator {
+        let emulator = Emulator {
             shared,
             net,
             addr,
-            tasks: vec![accept, timers, server],
-        })
+            conns: conn_tx,
+            listeners: std::sync::Mutex::new(Vec::new()),
+            tasks: vec![timers, server],
+        };
+        emulator.serve(listener, addr);
+        Ok(emulator)
     }
 }
 
@@ -245,9 +316,9 @@ impl Emulator {
         self.addr
     }
 
-    /// The endpoint URL, `grpc://127.0.0.1:PORT`.
+    /// The endpoint URL, `grpc://127.0.0.1:PORT` (`grpcs://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("grpc://{}", self.addr)
+        format!("{}://{}", self.scheme(), self.addr)
     }
 
     /// The database path, e.g. `/local`.
@@ -255,9 +326,83 @@ impl Emulator {
         &self.shared.database
     }
 
-    /// The connection string, `grpc://127.0.0.1:PORT/local`.
+    /// The connection string, `grpc://127.0.0.1:PORT/local` (`grpcs://` with TLS), on the
+    /// first listener.
     pub fn connection_string(&self) -> String {
-        format!("grpc://{}{}", self.addr, self.shared.database)
+        format!("{}://{}{}", self.scheme(), self.addr, self.shared.database)
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.shared.tls { "grpcs" } else { "grpc" }
+    }
+
+    /// Listens on one more address (port 0: a free one) with the same state behind it, as
+    /// another node of one cluster; returns the bound address. Discovery does not advertise
+    /// it until [`Emulator::advertise`] says so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// use ydb_coordination_emulator::Emulator;
+    ///
+    /// let emulator = Emulator::builder().start().await?;
+    /// let second = emulator.add_listener("127.0.0.1:0".parse().unwrap()).await?;
+    /// emulator.advertise(vec![second]);
+    /// assert!(emulator.stop_listener(emulator.local_addr())); // the first node goes down
+    /// assert_eq!(emulator.listeners(), vec![second]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The address could not be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes adds nothing.
+    pub async fn add_listener(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        self.serve(listener, addr);
+        Ok(addr)
+    }
+
+    /// Stops listening on `addr`, as when that server node goes down: the port closes (new
+    /// connections are refused) and every connection accepted there breaks. The state and
+    /// the other listeners are untouched. Returns whether it was listening there.
+    pub fn stop_listener(&self, addr: SocketAddr) -> bool {
+        let mut listeners = self.lock_listeners();
+        let Some(at) = listeners.iter().position(|l| l.addr == addr) else {
+            return false;
+        };
+        let stopped = listeners.remove(at);
+        stopped.stop.cancel();
+        true
+    }
+
+    /// The addresses the emulator listens on now, in the order they were added.
+    pub fn listeners(&self) -> Vec<SocketAddr> {
+        self.lock_listeners().iter().map(|l| l.addr).collect()
+    }
+
+    fn serve(&self, listener: TcpListener, addr: SocketAddr) {
+        let stop = self.shared.shutdown.child_token();
+        let task = tokio::spawn(net::accept_loop(
+            listener,
+            self.net.clone(),
+            net::Upstream::Server(self.conns.clone()),
+            stop.clone(),
+        ));
+        self.lock_listeners().push(Listener { addr, stop, task });
+    }
+
+    fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<Listener>> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The network fault controls.
@@ -266,8 +411,9 @@ impl Emulator {
     }
 
     /// Sets the endpoints discovery (`ListEndpoints`) returns, by default the emulator's own
-    /// address. Point it at several [`FaultProxy`]s in front of the emulator to play a
-    /// cluster whose nodes fail one at a time.
+    /// address; it can change at any time, as a cluster's membership does. Point it at
+    /// listeners added with [`Emulator::add_listener`], or at [`FaultProxy`]s in front of the
+    /// emulator, to play a cluster whose nodes fail or are replaced.
     pub fn advertise(&self, endpoints: Vec<SocketAddr>) {
         *self
             .shared
@@ -333,7 +479,9 @@ impl Emulator {
     /// waiting for the tasks to finish.
     pub async fn shutdown(mut self) {
         self.shared.shutdown.cancel();
-        for task in self.tasks.drain(..) {
+        let listeners = std::mem::take(&mut *self.lock_listeners());
+        let accepts = listeners.into_iter().map(|l| l.task);
+        for task in accepts.chain(self.tasks.drain(..)).collect::<Vec<_>>() {
             let _ = task.await;
         }
     }
@@ -459,6 +607,7 @@ impl FaultProxy {
             listener,
             net.clone(),
             net::Upstream::Tcp(target),
+            shutdown.child_token(),
         ));
         Ok(Self {
             net,

@@ -105,11 +105,18 @@ pub(crate) enum Upstream {
     Tcp(SocketAddr),
 }
 
-/// Accepts TCP connections and relays each one to `upstream` under the fault switches.
-pub(crate) async fn accept_loop(listener: TcpListener, net: Arc<Net>, upstream: Upstream) {
+/// Accepts TCP connections and relays each one to `upstream` under the fault switches, until
+/// `stop` is cancelled: then the listener closes (new connections are refused) and the
+/// connections it accepted break, as when a server node goes down.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    net: Arc<Net>,
+    upstream: Upstream,
+    stop: CancellationToken,
+) {
     loop {
         let accepted = tokio::select! {
-            _ = net.shutdown.cancelled() => return,
+            _ = stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         let (tcp, _peer): (TcpStream, SocketAddr) = match accepted {
@@ -130,14 +137,14 @@ pub(crate) async fn accept_loop(listener: TcpListener, net: Arc<Net>, upstream: 
                 if server.send(Ok(far)).is_err() {
                     return;
                 }
-                tokio::spawn(relay(tcp, near, net.clone()));
+                tokio::spawn(relay(tcp, near, net.clone(), stop.clone()));
             }
             Upstream::Tcp(target) => {
-                let (target, net) = (*target, net.clone());
+                let (target, net, stop) = (*target, net.clone(), stop.clone());
                 tokio::spawn(async move {
                     if let Ok(up) = TcpStream::connect(target).await {
                         let _ = up.set_nodelay(true);
-                        relay(tcp, up, net).await;
+                        relay(tcp, up, net, stop).await;
                     }
                 });
             }
@@ -145,8 +152,9 @@ pub(crate) async fn accept_loop(listener: TcpListener, net: Arc<Net>, upstream: 
     }
 }
 
-/// Copies bytes both ways until either side closes or the connection is cut.
-async fn relay<A, B>(a: A, b: B, net: Arc<Net>)
+/// Copies bytes both ways until either side closes, the connection is cut or its listener
+/// stopped.
+async fn relay<A, B>(a: A, b: B, net: Arc<Net>, stop: CancellationToken)
 where
     A: AsyncRead + AsyncWrite + Send + 'static,
     B: AsyncRead + AsyncWrite + Send + 'static,
@@ -158,6 +166,7 @@ where
     let down = pump(b_read, a_write, &net);
     tokio::select! {
         _ = cut.cancelled() => {}
+        _ = stop.cancelled() => {}
         _ = futures::future::join(up, down) => {}
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     pub(crate) database: String,
     /// The endpoints `ListEndpoints` returns.
     pub(crate) advertised: std::sync::Mutex<Vec<std::net::SocketAddr>>,
+    /// Whether the listeners speak TLS (advertised endpoints say `ssl`).
+    pub(crate) tls: bool,
     pub(crate) world: std::sync::Mutex<World>,
     /// Woken whenever state changed, so the timer task recomputes its deadline.
     pub(crate) changed: Notify,
@@ -661,6 +663,7 @@ impl DiscoveryService {
                             address: addr.ip().to_string(),
                             port: u32::from(addr.port()),
                             node_id,
+                            ssl: shared.tls,
                             ..EndpointInfo::default()
                         })
                         .collect();

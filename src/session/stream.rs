@@ -47,14 +47,20 @@ pub(crate) async fn attach(
     lane: Lane,
     start: rq::SessionStart,
 ) -> Result<Attached> {
-    match attach_once(transport, lane.clone(), start.clone()).await {
+    let result = match attach_once(transport, lane.clone(), start.clone()).await {
         Err(err) if err.kind() == ErrorKind::Unauthorized => {
             tracing::debug!(%err, "token rejected at attach; retrying with a fresh one");
             transport.token_rejected().await;
-            attach_once(transport, lane, start).await
+            attach_once(transport, lane.clone(), start).await
         }
         other => other,
+    };
+    match &result {
+        Err(err) if crate::retry::endpoint_failed(err) => transport.reconnect(&lane),
+        // Attached, or the server answered with a failure status: the endpoint works.
+        _ => transport.answered(&lane),
     }
+    result
 }
 
 async fn attach_once(

@@ -1,0 +1,155 @@
+//! Retries of idempotent unary calls: node administration (create, alter, drop, describe)
+//! and discovery.
+//!
+//! All four node calls are safe to repeat, as YDB's SDKs treat them (ydb-go-sdk runs each
+//! with `retry.WithIdempotent(true)`): creating a node that exists succeeds and leaves it
+//! as it was, an alter sets the same fields again, a describe reads. A drop repeated after
+//! an attempt whose answer was lost reports `NOT_FOUND`. Session streams are not retried
+//! here: their attach loops are in `client.rs` and the session core.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use crate::config::Backoff;
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::Transport;
+
+/// The wait before attempt `attempt + 1` of an idempotent call whose attempt `attempt`
+/// (0-based) failed with `err`, or `None` when trying again cannot help. `unit` is a
+/// uniform random number in `[0, 1)` for the jitter.
+///
+/// Worth repeating: a transport failure (except a TLS handshake the client rejected: the
+/// same certificate comes back), `UNAVAILABLE`, `OVERLOADED`, `ABORTED`, `UNDETERMINED`
+/// and timeouts. Not: answers that repeat themselves (`NOT_FOUND`, `BAD_REQUEST`,
+/// `UNAUTHORIZED`, `PRECONDITION_FAILED`, internal errors).
+pub(crate) fn delay(err: &Error, attempt: u32, backoff: &Backoff, unit: f64) -> Option<Duration> {
+    let again = match err.kind() {
+        ErrorKind::Transport => !err.is_tls_rejection(),
+        ErrorKind::Unavailable
+        | ErrorKind::Overloaded
+        | ErrorKind::Aborted
+        | ErrorKind::OutcomeUnknown
+        | ErrorKind::Timeout => true,
+        _ => false,
+    };
+    again.then(|| backoff.delay(attempt, unit))
+}
+
+/// Whether a failure says the endpoint itself is at fault (so another one should be
+/// tried), rather than the server answering with an error.
+pub(crate) fn endpoint_failed(err: &Error) -> bool {
+    matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout) && err.status().is_none()
+}
+
+/// Runs `attempt` on a channel until it succeeds, fails in a way [`delay`] does not
+/// repeat, or the transport's request timeout (all attempts together) runs out; each
+/// retry waits the crate's default [`Backoff`] and goes to the endpoint then preferred, so
+/// a failing endpoint is left for another. The error is the last attempt's.
+///
+/// # Cancel safety
+///
+/// Dropping the future abandons the attempt in flight; one already sent may still be
+/// carried out by the server.
+pub(crate) async fn idempotent<T, F, Fut>(
+    transport: &Transport,
+    what: &str,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut(Channel) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let budget = transport.request_timeout();
+    let deadline = Instant::now() + budget;
+    let backoff = Backoff::default();
+    let mut tries = 0u32;
+    loop {
+        let lane = transport.lane()?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let err = match tokio::time::timeout(left, attempt(lane.channel.clone())).await {
+            Ok(Ok(value)) => {
+                transport.answered(&lane);
+                return Ok(value);
+            }
+            Ok(Err(err)) => err,
+            Err(_) => Error::new(
+                ErrorKind::Timeout,
+                format!("{what}: no answer within the request timeout of {budget:?}"),
+            ),
+        };
+        if endpoint_failed(&err) {
+            transport.reconnect(&lane);
+        } else {
+            transport.answered(&lane);
+        }
+        let Some(wait) = delay(&err, tries, &backoff, rand::random::<f64>()) else {
+            return Err(err);
+        };
+        if Instant::now() + wait >= deadline {
+            return Err(err);
+        }
+        tracing::debug!(%err, attempt = tries, "retrying {what}");
+        tries += 1;
+        tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::StatusCode;
+
+    fn after(kind_or_status: Error) -> Option<Duration> {
+        delay(&kind_or_status, 2, &Backoff::default(), 0.5)
+    }
+
+    #[test]
+    fn transient_failures_are_repeated_after_the_backoff() {
+        for status in [
+            StatusCode::Unavailable,
+            StatusCode::Overloaded,
+            StatusCode::Aborted,
+            StatusCode::Undetermined,
+            StatusCode::Timeout,
+        ] {
+            assert_eq!(
+                after(Error::from_status(status, "x")),
+                Some(Duration::from_millis(100)),
+                "{status:?}"
+            );
+        }
+        assert!(after(Error::new(ErrorKind::Transport, "refused")).is_some());
+    }
+
+    #[test]
+    fn answers_that_would_repeat_themselves_are_not() {
+        for status in [
+            StatusCode::NotFound,
+            StatusCode::BadRequest,
+            StatusCode::Unauthorized,
+            StatusCode::PreconditionFailed,
+            StatusCode::InternalError,
+            StatusCode::SchemeError,
+        ] {
+            assert_eq!(after(Error::from_status(status, "x")), None, "{status:?}");
+        }
+        assert_eq!(after(Error::new(ErrorKind::InvalidArgument, "x")), None);
+    }
+
+    #[test]
+    fn only_failures_without_a_server_answer_blame_the_endpoint() {
+        assert!(endpoint_failed(&Error::new(ErrorKind::Transport, "reset")));
+        assert!(endpoint_failed(&Error::new(ErrorKind::Timeout, "silent")));
+        assert!(!endpoint_failed(&Error::from_status(
+            StatusCode::Timeout,
+            "the server's own timeout"
+        )));
+        assert!(!endpoint_failed(&Error::from_status(
+            StatusCode::Unavailable,
+            "x"
+        )));
+    }
+}
