@@ -145,7 +145,7 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
         })?;
-        match tokio::time::timeout(self.request_timeout, transport.discover()).await {
+        match tokio::time::timeout(self.request_timeout, transport.discover(true)).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::info!(%err, "discovery failed; using the given endpoint"),
             Err(_) => tracing::info!("discovery timed out; using the given endpoint"),

@@ -136,12 +136,14 @@ impl<C: Clone> EndpointTable<C> {
     }
 
     /// Replaces the discovered endpoints with `endpoints` (uri, tls), in that order. An
-    /// endpoint already known keeps its connection; every listed one starts as working,
-    /// since the cluster just reported it. An empty list changes nothing (the previous
-    /// endpoints, or the seed, stay in use).
+    /// endpoint already known keeps its connection and, unless `forget_failures`, its
+    /// failure: a discovery run because endpoints failed must not send callers straight
+    /// back to them, while the periodic one gives every listed endpoint another chance. An
+    /// empty list changes nothing (the previous endpoints, or the seed, stay in use).
     pub(crate) fn replace(
         &mut self,
         endpoints: Vec<(String, bool)>,
+        forget_failures: bool,
         mut make: impl FnMut(&str, bool) -> Option<C>,
     ) {
         let mut old = std::mem::take(&mut self.discovered);
@@ -152,7 +154,9 @@ impl<C: Clone> EndpointTable<C> {
             }
             if let Some(at) = old.iter().position(|s| s.uri == uri && s.tls == tls) {
                 let mut slot = old.swap_remove(at);
-                slot.failed_at = None;
+                if forget_failures {
+                    slot.failed_at = None;
+                }
                 fresh.push(slot);
             } else if let Some(conn) = make(&uri, tls) {
                 fresh.push(EndpointSlot {
@@ -192,7 +196,7 @@ mod tests {
     /// `b`, `c`.
     fn table() -> EndpointTable<String> {
         let mut t = EndpointTable::new("seed".into(), false, "seed".into());
-        t.replace(list(&["a", "b", "c"]), make);
+        t.replace(list(&["a", "b", "c"]), true, make);
         t
     }
 
@@ -278,13 +282,24 @@ mod tests {
     }
 
     #[test]
-    fn rediscovery_keeps_known_connections_and_forgets_failures() {
+    fn a_rediscovery_after_failures_keeps_them() {
+        let mut t = table();
+        let a = pick_of(&mut t, "a");
+        t.failed(a.mark, Instant::now(), make);
+        t.replace(list(&["a", "b", "d"]), false, make);
+        let got = picks(&mut t, 4);
+        assert!(!got.contains(&"a".to_string()), "{got:?}");
+        assert!(got.contains(&"d".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn the_periodic_rediscovery_keeps_known_connections_and_forgets_failures() {
         let mut t = table();
         let now = Instant::now();
         let a = pick_of(&mut t, "a");
         t.failed(a.mark, now, |u, _| Some(format!("{u}2")));
         let mut made = Vec::new();
-        t.replace(list(&["a", "d", "d"]), |u, _| {
+        t.replace(list(&["a", "d", "d"]), true, |u, _| {
             made.push(u.to_string());
             Some(u.to_string())
         });
@@ -299,9 +314,9 @@ mod tests {
     #[test]
     fn an_empty_discovery_keeps_the_endpoints_in_use() {
         let mut t = table();
-        t.replace(Vec::new(), make);
+        t.replace(Vec::new(), true, make);
         assert_eq!(t.discovered(), ["a", "b", "c"]);
-        t.replace(list(&["x"]), |_, _| None);
+        t.replace(list(&["x"]), true, |_, _| None);
         assert_eq!(
             t.discovered(),
             ["a", "b", "c"],

@@ -186,9 +186,9 @@ impl Transport {
     }
 
     /// Asks the cluster for its endpoints (`ListEndpoints`, retried as an idempotent call)
-    /// and uses them. The endpoints in use stay when discovery is off, fails or returns
-    /// nothing.
-    pub(crate) async fn discover(&self) -> Result<()> {
+    /// and uses them; endpoints that failed stay pessimized unless `forget_failures`. The
+    /// endpoints in use stay when discovery is off, fails or returns nothing.
+    pub(crate) async fn discover(&self, forget_failures: bool) -> Result<()> {
         if !self.config.discovery {
             return Ok(());
         }
@@ -223,7 +223,7 @@ impl Transport {
             endpoints.push((uri, tls));
         }
         tracing::debug!(endpoints = endpoints.len(), "discovered endpoints");
-        self.lock().replace(endpoints, |uri, tls| {
+        self.lock().replace(endpoints, forget_failures, |uri, tls| {
             make_channel(&self.config, uri, tls).ok()
         });
         Ok(())
@@ -241,14 +241,14 @@ impl Transport {
         // Only a weak reference is held while waiting, so dropping the client ends the task.
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = wake.notified() => {}
-                }
+                let periodic = tokio::select! {
+                    () = tokio::time::sleep(interval) => true,
+                    () = wake.notified() => false,
+                };
                 let Some(transport) = weak.upgrade() else {
                     return;
                 };
-                if let Err(err) = transport.discover().await {
+                if let Err(err) = transport.discover(periodic).await {
                     tracing::debug!(%err, "rediscovery failed; the endpoints in use stay");
                 }
             }

@@ -108,6 +108,7 @@ is deleted when its last holder and waiter leave.";
 const EMULATOR_HELP: &str = "\
 Examples:
   ydb-coord emulator --listen 127.0.0.1:2136 --database /local --node app
+  ydb-coord emulator --listen 127.0.0.1:2136 --listen 127.0.0.1:2137 --tls-cert cert.pem --tls-key key.pem
   export YDB_CONNECTION_STRING=$(ydb-coord emulator --listen 127.0.0.1:0 --node app | head -1)";
 
 /// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
@@ -146,6 +147,14 @@ struct ConnArgs {
     /// Use only the endpoint of the connection string (skip endpoint discovery).
     #[arg(long, global = true)]
     no_discovery: bool,
+    /// PEM file of CA certificates to trust for grpcs://, besides the system roots.
+    #[arg(
+        long,
+        global = true,
+        env = "YDB_SSL_ROOT_CERTIFICATES_FILE",
+        value_name = "FILE"
+    )]
+    ca_file: Option<std::path::PathBuf>,
     /// Session timeout for lock, elect and watch: how long the server keeps the session
     /// (and its locks) after losing contact.
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
@@ -217,9 +226,16 @@ enum Command {
     /// interrupted (SIGINT or SIGTERM).
     #[command(after_help = EMULATOR_HELP)]
     Emulator {
-        /// Address to listen on.
+        /// Address to listen on (repeatable: one cluster node each, all advertised by
+        /// discovery; the connection string names the first).
         #[arg(long, default_value = "127.0.0.1:2136")]
-        listen: SocketAddr,
+        listen: Vec<SocketAddr>,
+        /// Serve gRPC over TLS with this PEM certificate chain (with --tls-key).
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The PEM private key of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
         /// Database path served.
         #[arg(long, default_value = "/local")]
         database: String,
@@ -491,7 +507,12 @@ impl Conn {
             ));
         };
         let credentials = Credentials::from_env().map_err(|e| Failure::new(fail::describe(&e)))?;
-        Client::builder(cs)
+        let mut builder = Client::builder(cs);
+        if let Some(file) = &self.args.ca_file {
+            let pem = read_file(file, "CA certificates")?;
+            builder = builder.ca_certificate(pem);
+        }
+        builder
             .credentials(credentials)
             .discovery(!self.args.no_discovery)
             .connect_timeout(self.args.timeout)
@@ -678,9 +699,20 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Emulator {
             listen,
+            tls_cert,
+            tls_key,
             database,
             nodes,
-        } => emulator(listen, database, nodes).await,
+        } => {
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some((
+                    read_file(&cert, "TLS certificate")?,
+                    read_file(&key, "TLS key")?,
+                )),
+                _ => None,
+            };
+            emulator(listen, tls, database, nodes).await
+        }
         Command::Node { action } => {
             let client = conn.client().await?;
             let (path, op) = match action {
@@ -874,19 +906,48 @@ async fn locked(conn: &Conn, path: &str, mut request: Request, out: Out) -> Resu
     lock::run(session, &request, out, &mut signals).await
 }
 
-async fn emulator(listen: SocketAddr, database: String, nodes: Vec<String>) -> Result<u8, Failure> {
-    let mut builder = Emulator::builder().listen(listen).database(database);
+async fn emulator(
+    listen: Vec<SocketAddr>,
+    tls: Option<(Vec<u8>, Vec<u8>)>,
+    database: String,
+    nodes: Vec<String>,
+) -> Result<u8, Failure> {
+    let cannot = |addr: &SocketAddr, err: std::io::Error| {
+        Failure::new(format!("cannot listen on {addr}: {err}"))
+    };
+    let (first, more) = match listen.split_first() {
+        Some((first, more)) => (*first, more),
+        None => (SocketAddr::from(([127, 0, 0, 1], 2136)), &[][..]),
+    };
+    let mut builder = Emulator::builder().listen(first).database(database);
+    if let Some((cert, key)) = tls {
+        builder = builder.tls(cert, key);
+    }
     for node in nodes {
         builder = builder.node(node);
     }
-    let emulator = builder
-        .start()
-        .await
-        .map_err(|err| Failure::new(format!("cannot listen on {listen}: {err}")))?;
+    let emulator = builder.start().await.map_err(|err| cannot(&first, err))?;
+    for addr in more {
+        emulator
+            .add_listener(*addr)
+            .await
+            .map_err(|err| cannot(addr, err))?;
+    }
+    emulator.advertise(emulator.listeners());
     println!("{}", emulator.connection_string());
     wait_for_signal().await;
     emulator.shutdown().await;
     Ok(0)
+}
+
+/// A file's bytes, or a failure naming it.
+fn read_file(path: &std::path::Path, what: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|err| {
+        Failure::new(format!(
+            "cannot read the {what} file {}: {err}",
+            path.display()
+        ))
+    })
 }
 
 async fn wait_for_signal() {

@@ -1,0 +1,317 @@
+//! The connection layer under churn: endpoints that fail are left for others, discovery
+//! runs again and finds the cluster's new nodes, the connection string's endpoint is the
+//! last resort, and idempotent unary calls are retried with the crate's backoff.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "common/unary.rs"]
+mod unary;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::within;
+use tokio::time::Instant;
+use unary::{ALTER, Answer, CREATE, DESCRIBE, DROP, LIST, StatusCode, UnaryPeer};
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{Client, ClientBuilder, ErrorKind, NodeConfig, Session, SessionOptions};
+
+const NODE: &str = "/local/app";
+/// The session timeout of the churn tests: the longest outage a lease survives.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn emulator() -> Emulator {
+    within(Emulator::builder().node(NODE).start())
+        .await
+        .unwrap()
+}
+
+async fn listener(emulator: &Emulator) -> SocketAddr {
+    within(emulator.add_listener("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap()
+}
+
+async fn build(builder: ClientBuilder) -> Client {
+    within(builder.build()).await.unwrap()
+}
+
+async fn session(client: &Client) -> Session {
+    let options = SessionOptions::new().timeout(SESSION_TIMEOUT);
+    within(client.session(NODE, options)).await.unwrap()
+}
+
+/// Whether the server answers the session now (a round trip on its current stream,
+/// reattaching first if it must), within the session timeout.
+async fn answers(session: &Session) -> bool {
+    let describe = session.describe_semaphore("m", Default::default());
+    match tokio::time::timeout(SESSION_TIMEOUT, describe).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => e.kind() == ErrorKind::NotFound,
+        Err(_) => false,
+    }
+}
+
+/// Whether another client can take the lock now: `false` while the lease is held.
+async fn lock_is_free(via: &str) -> bool {
+    let other = build(Client::builder(via).discovery(false)).await;
+    let s = session(&other).await;
+    let free = within(s.mutex("m").try_lock()).await.unwrap().is_some();
+    s.close().await;
+    free
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_lease_survives_a_complete_rotation_of_the_endpoints() {
+    let emulator = emulator().await;
+    let (a, b) = (listener(&emulator).await, listener(&emulator).await);
+    emulator.advertise(vec![a, b]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    let session = session(&client).await;
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+
+    // A rolling restart done all at once: new nodes come up, every old one goes down.
+    let (c, d) = (listener(&emulator).await, listener(&emulator).await);
+    emulator.advertise(vec![c, d]);
+    let rotated = Instant::now();
+    assert!(emulator.stop_listener(a) && emulator.stop_listener(b));
+    assert!(
+        answers(&session).await,
+        "reattached within the session timeout"
+    );
+    assert!(
+        rotated.elapsed() < SESSION_TIMEOUT,
+        "{:?}",
+        rotated.elapsed()
+    );
+    assert!(!guard.is_lost());
+
+    // The connection string's endpoint goes too and every connection breaks: the session
+    // can only be on the new nodes, which the client learned by discovering again.
+    assert!(emulator.stop_listener(emulator.local_addr()));
+    emulator.net().cut();
+    assert!(answers(&session).await);
+    tokio::time::sleep(3 * SESSION_TIMEOUT).await;
+    assert!(!guard.is_lost(), "the token never fired");
+    assert!(!lock_is_free(&format!("grpc://{c}/local")).await);
+    within(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn periodic_discovery_learns_new_nodes_before_the_old_ones_go() {
+    let emulator = emulator().await;
+    let a = listener(&emulator).await;
+    emulator.advertise(vec![a]);
+    let client = build(
+        Client::builder(emulator.connection_string()).discovery_interval(Duration::from_secs(30)),
+    )
+    .await;
+    let session = session(&client).await;
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+
+    let b = listener(&emulator).await;
+    emulator.advertise(vec![b]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    // Nothing the client was given or discovered at first is left.
+    assert!(emulator.stop_listener(a) && emulator.stop_listener(emulator.local_addr()));
+    assert!(answers(&session).await);
+    tokio::time::sleep(3 * SESSION_TIMEOUT).await;
+    assert!(!guard.is_lost());
+    within(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_rediscovery_in_time_the_same_rotation_loses_the_lease() {
+    let emulator = emulator().await;
+    let a = listener(&emulator).await;
+    emulator.advertise(vec![a]);
+    let client = build(
+        Client::builder(emulator.connection_string()).discovery_interval(Duration::from_secs(3600)),
+    )
+    .await;
+    let session = session(&client).await;
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+
+    let b = listener(&emulator).await;
+    emulator.advertise(vec![b]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert!(emulator.stop_listener(a) && emulator.stop_listener(emulator.local_addr()));
+    within(guard.cancelled()).await;
+    assert!(guard.is_lost(), "nowhere to reattach: the token fired");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_discovered_endpoint_fails_the_connection_strings_endpoint_is_used() {
+    let emulator = emulator().await;
+    let a = listener(&emulator).await;
+    emulator.advertise(vec![a]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    // Discovery keeps naming a node that is down (a stale answer).
+    assert!(emulator.stop_listener(a));
+    let started = Instant::now();
+    within(client.describe_node(NODE)).await.unwrap();
+    let session = session(&client).await;
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    within(guard.unlock()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_endpoint_is_preferred_last() {
+    let emulator = emulator().await;
+    let (a, b) = (listener(&emulator).await, listener(&emulator).await);
+    emulator.advertise(vec![a, b]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    assert!(emulator.stop_listener(a));
+    // The first call that lands on `a` fails over to `b`; after that `a` is skipped, so
+    // every call succeeds at its first attempt.
+    within(client.describe_node(NODE)).await.unwrap();
+    within(client.describe_node(NODE)).await.unwrap();
+    for _ in 0..10 {
+        let started = Instant::now();
+        within(client.describe_node(NODE)).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO, "no retry, no backoff");
+    }
+}
+
+// Retries, against a scripted server (discovery off unless the test is about it).
+
+async fn scripted_client(peer: &UnaryPeer) -> Client {
+    build(Client::builder(peer.connection_string()).discovery(false)).await
+}
+
+/// The gaps between successive calls.
+fn gaps(calls: &[Instant]) -> Vec<Duration> {
+    calls.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn describe_node_is_retried_until_the_server_answers() {
+    let peer = UnaryPeer::start().await;
+    peer.script(
+        DESCRIBE,
+        [
+            Answer::Grpc(tonic::Code::Unavailable),
+            Answer::Status(StatusCode::Unavailable),
+            Answer::Status(StatusCode::Overloaded),
+        ],
+    );
+    let client = scripted_client(&peer).await;
+    within(client.describe_node(NODE)).await.unwrap();
+    let calls = peer.calls(DESCRIBE);
+    assert_eq!(calls.len(), 4);
+    // The crate's default backoff: full jitter under 50 ms, 100 ms, 200 ms.
+    for (gap, ceiling) in gaps(&calls).into_iter().zip([50, 100, 200]) {
+        assert!(
+            gap <= Duration::from_millis(ceiling),
+            "{gap:?} > {ceiling} ms"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn create_alter_and_drop_are_retried_as_the_sdks_do() {
+    let peer = UnaryPeer::start().await;
+    for method in [CREATE, ALTER, DROP] {
+        peer.script(
+            method,
+            [
+                Answer::Status(StatusCode::Undetermined),
+                Answer::Grpc(tonic::Code::Unavailable),
+            ],
+        );
+    }
+    let client = scripted_client(&peer).await;
+    within(client.create_node("app", NodeConfig::new()))
+        .await
+        .unwrap();
+    within(client.alter_node("app", NodeConfig::new()))
+        .await
+        .unwrap();
+    within(client.drop_node("app")).await.unwrap();
+    for method in [CREATE, ALTER, DROP] {
+        assert_eq!(peer.calls(method).len(), 3, "{method}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_attempt_is_abandoned_and_repeated() {
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, [Answer::Silent]);
+    let client = build(
+        Client::builder(peer.connection_string())
+            .discovery(false)
+            .request_timeout(Duration::from_secs(10)),
+    )
+    .await;
+    // The silent attempt uses up the whole budget: the call times out, the next one works.
+    let err = within(client.describe_node(NODE)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    within(client.describe_node(NODE)).await.unwrap();
+    assert_eq!(peer.calls(DESCRIBE).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_that_would_repeat_themselves_are_not_retried() {
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, [Answer::Status(StatusCode::NotFound)]);
+    peer.script(CREATE, [Answer::Status(StatusCode::BadRequest)]);
+    peer.script(DROP, [Answer::Grpc(tonic::Code::Unauthenticated)]);
+    let client = scripted_client(&peer).await;
+    let err = within(client.describe_node(NODE)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = within(client.create_node("app", NodeConfig::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let err = within(client.drop_node("app")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized);
+    for method in [DESCRIBE, CREATE, DROP] {
+        assert_eq!(peer.calls(method).len(), 1, "{method}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_the_request_timeout_with_the_last_error() {
+    let peer = UnaryPeer::start().await;
+    peer.script(
+        DESCRIBE,
+        vec![Answer::Status(StatusCode::Unavailable); 1000],
+    );
+    let client = build(
+        Client::builder(peer.connection_string())
+            .discovery(false)
+            .request_timeout(Duration::from_secs(3)),
+    )
+    .await;
+    let started = Instant::now();
+    let err = within(client.describe_node(NODE)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(started.elapsed() <= Duration::from_secs(3));
+    let calls = peer.calls(DESCRIBE).len();
+    // Backoff capped at 1 s, full jitter: more than 3 attempts in 3 s, far fewer than 1000.
+    assert!((3..100).contains(&calls), "{calls} attempts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovery_is_retried_and_its_endpoints_are_used() {
+    let emulator = emulator().await;
+    let peer = UnaryPeer::start().await;
+    peer.script(
+        LIST,
+        [
+            Answer::Grpc(tonic::Code::Unavailable),
+            Answer::Status(StatusCode::Overloaded),
+        ],
+    );
+    // The scripted server has no sessions: a session works only on the discovered endpoint.
+    peer.advertise(vec![emulator.local_addr()]);
+    let client = build(Client::builder(peer.connection_string())).await;
+    assert_eq!(peer.calls(LIST).len(), 3);
+    let session = session(&client).await;
+    assert!(answers(&session).await);
+}
