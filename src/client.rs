@@ -55,7 +55,7 @@ pub struct Client {
 ///
 /// let builder = Client::builder("grpc://localhost:2136/local")
 ///     .credentials(Credentials::anonymous())
-///     .discovery(false)
+///     .discovery_interval(Duration::from_secs(30))
 ///     .request_timeout(Duration::from_secs(5));
 /// # let _ = builder;
 /// ```
