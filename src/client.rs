@@ -365,7 +365,8 @@ impl Client {
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`] (no such node), [`ErrorKind::Unauthorized`],
-    /// [`ErrorKind::InvalidArgument`] (options out of range), [`ErrorKind::Timeout`] (no
+    /// [`ErrorKind::InvalidArgument`] (options out of range), [`ErrorKind::Transport`] at
+    /// once when the server's TLS certificate is refused, [`ErrorKind::Timeout`] (no
     /// server answered in time; the error's source is the last failure).
     ///
     /// # Cancel safety
