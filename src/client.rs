@@ -222,14 +222,10 @@ impl Client {
         F: Fn(CoordinationServiceClient<Channel>, tonic::Request<M>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
-        let transport = &self.transport;
-        crate::retry::idempotent(transport, what, |channel| {
-            let (message, call) = (message.clone(), &call);
+        crate::retry::idempotent(&self.transport, what, message, |channel, request| {
+            let operation = call(CoordinationServiceClient::new(channel), request);
             async move {
-                let request = transport.request(message).await?;
-                let operation = call(CoordinationServiceClient::new(channel), request)
-                    .await
-                    .map_err(|s| Error::from_grpc(s, what))?;
+                let operation = operation.await.map_err(|s| Error::from_grpc(s, what))?;
                 transport::check(operation, what)
             }
         })

@@ -44,22 +44,26 @@ pub(crate) fn endpoint_failed(err: &Error) -> bool {
     matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout) && err.status().is_none()
 }
 
-/// Runs `attempt` on a channel until it succeeds, fails in a way [`delay`] does not
-/// repeat, or the transport's request timeout (all attempts together) runs out; each
-/// retry waits the crate's default [`Backoff`] and goes to the endpoint then preferred, so
-/// a failing endpoint is left for another. The error is the last attempt's.
+/// Sends `message` (with the YDB headers) through `call` until it succeeds, fails in a way
+/// [`delay`] does not repeat, or the transport's request timeout (all attempts together)
+/// runs out; each retry waits the crate's default [`Backoff`] and goes to the endpoint then
+/// preferred, so a failing endpoint is left for another. The error is the last attempt's.
+/// Credentials that cannot give a token fail the call at once: they retry their own
+/// source.
 ///
 /// # Cancel safety
 ///
 /// Dropping the future abandons the attempt in flight; one already sent may still be
 /// carried out by the server.
-pub(crate) async fn idempotent<T, F, Fut>(
+pub(crate) async fn idempotent<M, T, F, Fut>(
     transport: &Transport,
     what: &str,
-    mut attempt: F,
+    message: M,
+    mut call: F,
 ) -> Result<T>
 where
-    F: FnMut(Channel) -> Fut,
+    M: Clone,
+    F: FnMut(Channel, tonic::Request<M>) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     let budget = transport.request_timeout();
@@ -68,8 +72,9 @@ where
     let mut tries = 0u32;
     loop {
         let lane = transport.lane()?;
+        let request = transport.request(message.clone()).await?;
         let left = deadline.saturating_duration_since(Instant::now());
-        let err = match tokio::time::timeout(left, attempt(lane.channel.clone())).await {
+        let err = match tokio::time::timeout(left, call(lane.channel.clone(), request)).await {
             Ok(Ok(value)) => {
                 transport.answered(&lane);
                 return Ok(value);

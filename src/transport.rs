@@ -192,14 +192,12 @@ impl Transport {
         if !self.config.discovery {
             return Ok(());
         }
+        let message = ListEndpointsRequest {
+            database: self.database().to_string(),
+            service: Vec::new(),
+        };
         let result: ListEndpointsResult =
-            crate::retry::idempotent(self, "list endpoints", |channel| async move {
-                let request = self
-                    .request(ListEndpointsRequest {
-                        database: self.database().to_string(),
-                        service: Vec::new(),
-                    })
-                    .await?;
+            crate::retry::idempotent(self, "list endpoints", message, |channel, request| async {
                 let response = DiscoveryServiceClient::new(channel)
                     .list_endpoints(request)
                     .await

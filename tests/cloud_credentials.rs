@@ -72,8 +72,13 @@ async fn emulator_accepting(tokens: &[&str]) -> Emulator {
     within(builder.start()).await.unwrap()
 }
 
+/// A client with discovery at build only: the periodic discovery would ask for tokens at
+/// times of its own, and these tests count the exchanges.
 async fn connect(emulator: &Emulator, credentials: Credentials) -> Client {
-    common::client_with(emulator.connection_string(), true, credentials).await
+    let builder = Client::builder(emulator.connection_string())
+        .credentials(credentials)
+        .discovery_interval(Duration::from_secs(24 * 3600));
+    within(builder.build()).await.unwrap()
 }
 
 #[tokio::test(start_paused = true)]

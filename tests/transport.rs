@@ -14,7 +14,9 @@ use common::within;
 use tokio::time::Instant;
 use unary::{ALTER, Answer, CREATE, DESCRIBE, DROP, LIST, StatusCode, UnaryPeer};
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, ClientBuilder, ErrorKind, NodeConfig, Session, SessionOptions};
+use ydb_coordination::{
+    Client, ClientBuilder, ErrorKind, MutexGuard, NodeConfig, Session, SessionOptions,
+};
 
 const NODE: &str = "/local/app";
 /// The session timeout of the churn tests: the longest outage a lease survives.
@@ -100,23 +102,29 @@ async fn a_held_lease_survives_a_complete_rotation_of_the_endpoints() {
     within(guard.unlock()).await.unwrap();
 }
 
-#[tokio::test(start_paused = true)]
-async fn periodic_discovery_learns_new_nodes_before_the_old_ones_go() {
+/// A lease held through a client that knows one discovered node `a` and the connection
+/// string's endpoint; then a new node `b` is advertised, 31 s pass, and `a` and the
+/// connection string's endpoint go down: only a client that discovered `b` in the meantime
+/// can reattach.
+async fn slow_rotation(discovery_interval: Duration) -> (Emulator, Session, MutexGuard) {
     let emulator = emulator().await;
     let a = listener(&emulator).await;
     emulator.advertise(vec![a]);
-    let client = build(
-        Client::builder(emulator.connection_string()).discovery_interval(Duration::from_secs(30)),
-    )
-    .await;
-    let session = session(&client).await;
+    let builder =
+        Client::builder(emulator.connection_string()).discovery_interval(discovery_interval);
+    let session = session(&build(builder).await).await;
     let guard = within(session.mutex("m").lock()).await.unwrap();
 
     let b = listener(&emulator).await;
     emulator.advertise(vec![b]);
     tokio::time::sleep(Duration::from_secs(31)).await;
-    // Nothing the client was given or discovered at first is left.
     assert!(emulator.stop_listener(a) && emulator.stop_listener(emulator.local_addr()));
+    (emulator, session, guard)
+}
+
+#[tokio::test(start_paused = true)]
+async fn periodic_discovery_learns_new_nodes_before_the_old_ones_go() {
+    let (_emulator, session, guard) = slow_rotation(Duration::from_secs(30)).await;
     assert!(answers(&session).await);
     tokio::time::sleep(3 * SESSION_TIMEOUT).await;
     assert!(!guard.is_lost());
@@ -125,20 +133,7 @@ async fn periodic_discovery_learns_new_nodes_before_the_old_ones_go() {
 
 #[tokio::test(start_paused = true)]
 async fn without_rediscovery_in_time_the_same_rotation_loses_the_lease() {
-    let emulator = emulator().await;
-    let a = listener(&emulator).await;
-    emulator.advertise(vec![a]);
-    let client = build(
-        Client::builder(emulator.connection_string()).discovery_interval(Duration::from_secs(3600)),
-    )
-    .await;
-    let session = session(&client).await;
-    let guard = within(session.mutex("m").lock()).await.unwrap();
-
-    let b = listener(&emulator).await;
-    emulator.advertise(vec![b]);
-    tokio::time::sleep(Duration::from_secs(31)).await;
-    assert!(emulator.stop_listener(a) && emulator.stop_listener(emulator.local_addr()));
+    let (_emulator, _session, guard) = slow_rotation(Duration::from_secs(3600)).await;
     within(guard.cancelled()).await;
     assert!(guard.is_lost(), "nowhere to reattach: the token fired");
 }

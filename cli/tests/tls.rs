@@ -4,17 +4,14 @@
 
 #[path = "../../tests/common/certs.rs"]
 mod certs;
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Child, Output};
 
 use certs::Ca;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ydb-coord");
-const LIMIT: Duration = Duration::from_secs(20);
+use common::*;
 
 /// A `ydb-coord emulator` child, stopped when dropped.
 struct Server(Child);
@@ -26,13 +23,6 @@ impl Drop for Server {
     }
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ydb-coord-tls-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -41,16 +31,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts the emulator and returns it with the connection string it printed.
-fn serve(args: &[&str]) -> (Server, String) {
-    let mut child = Command::new(BIN)
-        .arg("emulator")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+/// Starts `ydb-coord emulator ARGS` and returns it with the connection string it printed.
+fn serve(env: &Env, args: &[&str]) -> (Server, String) {
+    let mut all = vec!["emulator"];
+    all.extend_from_slice(args);
+    let mut child = env.spawn(&all);
     let stdout = child.stdout.take().unwrap();
     let server = Server(child);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -65,91 +50,71 @@ fn serve(args: &[&str]) -> (Server, String) {
     (server, line.trim().to_string())
 }
 
-fn client(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env_remove("YDB_CONNECTION_STRING")
-        .env_remove("YDB_SSL_ROOT_CERTIFICATES_FILE")
-        .env_remove("YDB_ACCESS_TOKEN_CREDENTIALS")
-        .env_remove("YDB_STATIC_CREDENTIALS_USER")
-        .env_remove("YDB_ANONYMOUS_CREDENTIALS")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null());
+/// `ydb-coord -c CS EXTRA node describe /local/app` with `vars` set; its exit code.
+fn describe(env: &Env, cs: &str, extra: &[&str], vars: &[(&str, &str)]) -> Option<i32> {
+    let mut args = vec!["-c", cs];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["node", "describe", "/local/app"]);
+    let mut cmd = env.command(&args);
+    cmd.envs(vars.iter().copied());
     let mut cmd = assert_cmd::Command::from_std(cmd);
     cmd.timeout(LIMIT);
-    cmd.output().unwrap()
+    let out: Output = cmd.output().unwrap();
+    out.status.code()
 }
 
 #[test]
 fn the_emulator_serves_tls_on_every_listener_and_clients_trust_its_ca() {
-    let dir = scratch("serve");
+    let env = Env::new("tls-serve");
     let ca = Ca::new("test CA");
     let server = ca.server(&["127.0.0.1"]);
     let (cert, key, ca_file) = (
-        dir.join("cert.pem"),
-        dir.join("key.pem"),
-        dir.join("ca.pem"),
+        env.path("cert.pem"),
+        env.path("key.pem"),
+        env.path("ca.pem"),
     );
     std::fs::write(&cert, &server.cert_pem).unwrap();
     std::fs::write(&key, &server.key_pem).unwrap();
     std::fs::write(&ca_file, &ca.pem).unwrap();
-    let (cert, key, ca_file) = (
-        cert.to_str().unwrap(),
-        key.to_str().unwrap(),
-        ca_file.to_str().unwrap(),
-    );
     let second = format!("127.0.0.1:{}", free_port());
-    let (_server, cs) = serve(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--listen",
-        &second,
-        "--tls-cert",
-        cert,
-        "--tls-key",
-        key,
-        "--node",
-        "app",
-    ]);
+    let (_server, cs) = serve(
+        &env,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            &second,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--node",
+            "app",
+        ],
+    );
     assert!(cs.starts_with("grpcs://127.0.0.1:"), "{cs}");
 
-    let describe = |cs: &str, extra: &[&str], env: &[(&str, &str)]| {
-        let mut args = vec!["-c", cs];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["node", "describe", "/local/app"]);
-        client(&args, env).status.code()
-    };
-    assert_eq!(describe(&cs, &["--ca-file", ca_file], &[]), Some(0));
-    assert_eq!(
-        describe(&cs, &[], &[("YDB_SSL_ROOT_CERTIFICATES_FILE", ca_file)]),
-        Some(0)
-    );
+    assert_eq!(describe(&env, &cs, &["--ca-file", &ca_file], &[]), Some(0));
+    let by_env = [("YDB_SSL_ROOT_CERTIFICATES_FILE", ca_file.as_str())];
+    assert_eq!(describe(&env, &cs, &[], &by_env), Some(0));
     let on_second = format!("grpcs://{second}/local");
-    assert_eq!(
-        describe(&on_second, &["--ca-file", ca_file, "--no-discovery"], &[]),
-        Some(0)
-    );
+    let only_second = ["--ca-file", &ca_file, "--no-discovery"];
+    assert_eq!(describe(&env, &on_second, &only_second, &[]), Some(0));
     // Without the CA only the system roots are trusted.
-    assert_eq!(describe(&cs, &["--no-discovery"], &[]), Some(1));
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(describe(&env, &cs, &["--no-discovery"], &[]), Some(1));
 }
 
 #[test]
 fn a_missing_tls_file_is_a_one_line_error_naming_it() {
-    let out = client(
-        &[
-            "emulator",
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            "/nonexistent/cert.pem",
-            "--tls-key",
-            "/nonexistent/key.pem",
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+    let env = Env::new("tls-missing");
+    let out = env.run(&[
+        "emulator",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        "/nonexistent/cert.pem",
+        "--tls-key",
+        "/nonexistent/key.pem",
+    ]);
+    assert_one_line_error(&out, 1, "/nonexistent/cert.pem");
 }

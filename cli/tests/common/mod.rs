@@ -67,6 +67,7 @@ impl Env {
             "YDB_OAUTH2_KEY_FILE",
             "YDB_IAM_ENDPOINT",
             "YDB_METADATA_ENDPOINT",
+            "YDB_SSL_ROOT_CERTIFICATES_FILE",
         ] {
             cmd.env_remove(cloud);
         }
