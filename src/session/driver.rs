@@ -91,9 +91,44 @@ pub(crate) struct Driver {
     /// confirms it stopped that session (dropping it at once would reset the stream before
     /// the stop is written).
     foreign: Option<Conn>,
-    replies: HashMap<CallerId, ReplyTx>,
-    subscribers: HashMap<SubscriberId, mailbox::Sender>,
+    replies: HashMap<CallerId, ReplyTx, Ids>,
+    subscribers: HashMap<SubscriberId, mailbox::Sender, Ids>,
     state: watch::Sender<SessionState>,
+    /// The buffer the core's effects are carried out from (kept, with its capacity).
+    effects: Vec<Effect>,
+}
+
+/// Hashing for caller and subscriber ids: small numbers handed out in sequence by the
+/// session, never chosen by a peer, so a multiply spreads them well enough and the
+/// keyed SipHash of the default hasher buys nothing.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ids;
+
+impl std::hash::BuildHasher for Ids {
+    type Hasher = IdHasher;
+
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+#[derive(Debug)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl std::fmt::Debug for Driver {
@@ -125,9 +160,10 @@ impl Driver {
             stream: Some(attached.conn),
             dialing: None,
             foreign: None,
-            replies: HashMap::new(),
-            subscribers: HashMap::new(),
+            replies: HashMap::default(),
+            subscribers: HashMap::default(),
             state: io.state.clone(),
+            effects: Vec::new(),
         }
     }
 
@@ -260,15 +296,17 @@ impl Driver {
 
     /// Carries out the core's effects, in order, until it has none left.
     fn apply(&mut self, now: Instant) {
+        let mut effects = std::mem::take(&mut self.effects);
         loop {
-            let effects = self.core.take_effects();
+            self.core.swap_effects(&mut effects);
             if effects.is_empty() {
-                return;
+                break;
             }
-            for effect in effects {
+            for effect in effects.drain(..) {
                 self.effect(now, effect);
             }
         }
+        self.effects = effects;
     }
 
     fn effect(&mut self, now: Instant, effect: Effect) {

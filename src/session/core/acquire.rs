@@ -155,8 +155,6 @@ impl SessionCore {
         let name = cmd.name.clone();
         let caller = cmd.caller;
         let timeout_millis = remaining_millis(&cmd.opts, deadline, now);
-        let (count, data, ephemeral) = (cmd.opts.count, cmd.opts.data.clone(), cmd.opts.ephemeral);
-        let n = name.clone();
         let acquire_req = self.submit(
             now,
             Kind::Acquire {
@@ -164,16 +162,7 @@ impl SessionCore {
                 caller,
             },
             Replay::Resend,
-            |req_id| {
-                rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
-                    req_id,
-                    name: n.to_string(),
-                    timeout_millis,
-                    count,
-                    data,
-                    ephemeral,
-                })
-            },
+            |req_id| acquire_request(req_id, &name, &cmd.opts, timeout_millis),
         );
         // Pipelined right behind the acquire: for an immediate grant it shows our order_id
         // (the fencing token) at no extra round trip.
@@ -402,13 +391,13 @@ impl SessionCore {
     }
 
     pub(super) fn submit_release(&mut self, now: Instant, name: &str, caller: Option<CallerId>) {
-        let name = name.to_string();
         let kind = Kind::Release {
+            name: Arc::from(name),
             caller,
             resent: false,
         };
         self.submit(now, kind, Replay::Resend, |req_id| {
-            rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore { req_id, name })
+            release_request(req_id, name)
         });
     }
 
@@ -477,6 +466,7 @@ impl SessionCore {
         let Some(Kind::Release {
             caller: Some(caller),
             resent,
+            ..
         }) = self.take_answer(now, r.req_id, |k| matches!(k, Kind::Release { .. }))
         else {
             return;
@@ -662,6 +652,50 @@ pub(super) fn not_held(name: &str) -> Error {
         ErrorKind::Aborted,
         format!("semaphore {name:?} is no longer held"),
     )
+}
+
+fn release_request(req_id: u64, name: &str) -> rq::Request {
+    rq::Request::ReleaseSemaphore(rq::ReleaseSemaphore {
+        req_id,
+        name: name.to_string(),
+    })
+}
+
+fn acquire_request(
+    req_id: u64,
+    name: &str,
+    opts: &AcquireOptions,
+    timeout_millis: u64,
+) -> rq::Request {
+    rq::Request::AcquireSemaphore(rq::AcquireSemaphore {
+        req_id,
+        name: name.to_string(),
+        timeout_millis,
+        count: opts.count,
+        data: opts.data.clone(),
+        ephemeral: opts.ephemeral,
+    })
+}
+
+impl SessionCore {
+    /// Builds again a request of the acquire path written before (those are not kept after
+    /// their first write): the acquire with the time it has left, the describe behind it, a
+    /// release. `None` for any other kind, which the pending table keeps.
+    pub(super) fn rebuild(&mut self, now: Instant, req_id: u64) -> Option<rq::Request> {
+        match &self.pending.get(req_id)?.kind {
+            Kind::Acquire { name, caller } => {
+                let (name, caller) = (name.clone(), *caller);
+                let left = self.acquire_millis_left(&name, caller, now)?;
+                let active = self.active_mut(&name, caller)?;
+                Some(acquire_request(req_id, &name, &active.cmd.opts, left))
+            }
+            Kind::AcquireDescribe { name, .. } => {
+                Some(owners_describe(req_id, name.to_string(), true))
+            }
+            Kind::Release { name, .. } => Some(release_request(req_id, name)),
+            _ => None,
+        }
+    }
 }
 
 /// A describe of a semaphore's owners, and with `waiters` its waiters too (no watch).

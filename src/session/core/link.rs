@@ -262,7 +262,7 @@ impl SessionCore {
             if let Some((name, caller)) = acquire
                 && let Some(left) = self.acquire_millis_left(&name, caller, now)
                 && let Some(entry) = self.pending.get_mut(req_id)
-                && let rq::Request::AcquireSemaphore(a) = &mut entry.request
+                && let Some(rq::Request::AcquireSemaphore(a)) = &mut entry.request
             {
                 a.timeout_millis = left;
             }

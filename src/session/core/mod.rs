@@ -64,6 +64,7 @@ enum Kind {
         caller: CallerId,
     },
     Release {
+        name: Arc<str>,
         caller: Option<CallerId>,
         /// Sent again after a reattach: the first copy may already have released it.
         resent: bool,
@@ -113,6 +114,15 @@ impl PlainOp {
 }
 
 impl Kind {
+    /// Whether [`SessionCore::rebuild`] can build the request again for a resend, so the
+    /// pending table need not keep it once written.
+    fn rebuilt(&self) -> bool {
+        matches!(
+            self,
+            Kind::Acquire { .. } | Kind::AcquireDescribe { .. } | Kind::Release { .. }
+        )
+    }
+
     /// The operation's name in metrics.
     fn op(&self) -> &'static str {
         match self {
@@ -219,8 +229,16 @@ impl SessionCore {
     }
 
     /// The effects queued since the last call, in order.
+    #[cfg(test)]
     pub(crate) fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Moves the effects queued since the last call, in order, into `buf` (which must be
+    /// empty), keeping both buffers' capacity: no allocation per event.
+    pub(crate) fn swap_effects(&mut self, buf: &mut Vec<Effect>) {
+        debug_assert!(buf.is_empty());
+        std::mem::swap(&mut self.out, buf);
     }
 
     /// Whether the session has ended (the driver stops once it has carried out the
@@ -538,9 +556,17 @@ impl SessionCore {
     }
 
     fn write(&mut self, now: Instant, req_id: u64) {
-        if self.link.is_up()
-            && let Some(r) = self.pending.mark_sent(req_id, now)
-        {
+        if !self.link.is_up() {
+            return;
+        }
+        let Some(keep) = self.pending.get(req_id).map(|e| !e.kind.rebuilt()) else {
+            return;
+        };
+        let request = match self.pending.mark_sent(req_id, now, keep) {
+            Some(r) => Some(r),
+            None => self.rebuild(now, req_id),
+        };
+        if let Some(r) = request {
             self.out.push(Effect::Send(r));
         }
     }

@@ -26,8 +26,9 @@ pub(crate) enum Replay {
 /// One request in flight.
 #[derive(Debug)]
 pub(crate) struct Entry<K> {
-    /// The request, kept for a resend.
-    pub(crate) request: Request,
+    /// The request until it is first written. After that it is kept (for a resend) only if
+    /// its owner cannot build it again; see [`PendingTable::mark_sent`].
+    pub(crate) request: Option<Request>,
     /// What the driver needs to route the answer.
     pub(crate) kind: K,
     /// When it was last written (`None`: not yet written on any stream).
@@ -64,7 +65,7 @@ impl<K> PendingTable<K> {
         self.entries.insert(
             req_id,
             Entry {
-                request: build(req_id),
+                request: Some(build(req_id)),
                 kind,
                 sent_at: None,
                 replay,
@@ -73,11 +74,17 @@ impl<K> PendingTable<K> {
         req_id
     }
 
-    /// Records that the request went out at `now`; returns it for writing.
-    pub(crate) fn mark_sent(&mut self, req_id: u64, now: Instant) -> Option<Request> {
+    /// Records that the request went out at `now` and returns it for writing: a copy with
+    /// `keep`, else the request itself (`None` once it was written before: the owner builds
+    /// it again for a resend, so the common request is never copied).
+    pub(crate) fn mark_sent(&mut self, req_id: u64, now: Instant, keep: bool) -> Option<Request> {
         let entry = self.entries.get_mut(&req_id)?;
         entry.sent_at = Some(now);
-        Some(entry.request.clone())
+        if keep {
+            entry.request.clone()
+        } else {
+            entry.request.take()
+        }
     }
 
     /// The entry for an answer, if the request is still in flight.
@@ -186,8 +193,16 @@ mod tests {
         let watch = t.register("watch", Replay::Drop, describe);
         let unsent_create = t.register("create2", Replay::Fail, describe);
         for id in [create, release, watch] {
-            assert!(t.mark_sent(id, now).is_some());
+            assert!(t.mark_sent(id, now, true).is_some());
         }
+        assert!(
+            t.mark_sent(release, now, false).is_some(),
+            "kept: moved out now"
+        );
+        assert!(
+            t.mark_sent(release, now, false).is_none(),
+            "then built again by its owner"
+        );
         let (resend, removed) = t.replay();
         assert_eq!(resend, vec![release, unsent_create]);
         let removed: Vec<_> = removed
