@@ -49,7 +49,8 @@ pub(crate) fn endpoint_failed(err: &Error) -> bool {
 /// runs out; each retry waits the crate's default [`Backoff`] and goes to the endpoint then
 /// preferred, so a failing endpoint is left for another. The error is the last attempt's.
 /// Credentials that cannot give a token fail the call at once: they retry their own
-/// source.
+/// source. A token the server rejects is renewed once ([`Transport::token_rejected`]) and
+/// the call sent again at once.
 ///
 /// # Cancel safety
 ///
@@ -70,6 +71,7 @@ where
     let deadline = Instant::now() + budget;
     let backoff = Backoff::default();
     let mut tries = 0u32;
+    let mut renewed = false;
     loop {
         let lane = transport.lane()?;
         let request = transport.request(message.clone()).await?;
@@ -89,6 +91,14 @@ where
             transport.reconnect(&lane);
         } else {
             transport.answered(&lane);
+        }
+        if err.kind() == ErrorKind::Unauthorized && !renewed {
+            // The server rejected the token: the credentials are told, and the call goes
+            // once more at once with a fresh one, as a session attach does.
+            renewed = true;
+            tracing::debug!(%err, "token rejected; retrying {what} with a fresh one");
+            transport.token_rejected().await;
+            continue;
         }
         let Some(wait) = delay(&err, tries, &backoff, rand::random::<f64>()) else {
             return Err(err);

@@ -342,6 +342,14 @@ impl TokenProvider for Renewing {
     }
 }
 
+/// A client of `emulator` (discovery off) with a fresh [`Renewing`] provider.
+async fn renewing_client(emulator: &Emulator) -> (Client, Arc<Renewing>) {
+    let provider = Arc::new(Renewing::default());
+    let credentials = Credentials::provider(provider.clone());
+    let client = common::client_with(emulator.connection_string(), false, credentials).await;
+    (client, provider)
+}
+
 /// A session on the scripted peer as `session_id` 7, with `credentials`.
 async fn peer_session(
     peer: &mut Peer,
@@ -434,13 +442,7 @@ async fn a_token_rejected_at_reattach_with_unauthenticated_is_renewed_once_and_t
 async fn a_token_rejected_at_session_start_is_renewed_once_on_the_emulator() {
     // The emulator accepts only the second token the provider gives.
     let emulator = emulator_accepting(&["tok-1"]).await;
-    let provider = Arc::new(Renewing::default());
-    let client = common::client_with(
-        emulator.connection_string(),
-        false,
-        Credentials::provider(provider.clone()),
-    )
-    .await;
+    let (client, provider) = renewing_client(&emulator).await;
     let session = within(client.session("/local/app", SessionOptions::new()))
         .await
         .unwrap();
@@ -459,6 +461,23 @@ async fn a_token_rejected_at_session_start_is_renewed_once_on_the_emulator() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_call_whose_token_is_rejected_is_sent_again_once_with_a_fresh_one() {
+    let emulator = emulator_accepting(&["tok-1"]).await;
+    let (client, provider) = renewing_client(&emulator).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert_eq!(provider.generation.load(Ordering::SeqCst), 1);
+    assert_eq!(provider.asked.load(Ordering::SeqCst), 2);
+    // Rejected again after the renewal: reported, not sent a third time.
+    let strict = emulator_accepting(&["never"]).await;
+    let (client, stuck) = renewing_client(&strict).await;
+    let err = within(client.describe_node("/local/app"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized);
+    assert_eq!(stuck.asked.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(start_paused = true)]
