@@ -51,6 +51,10 @@ use self::stats::{Summary, fmt_bytes, fmt_duration, fmt_rate, group, ratio};
 
 type R<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
+/// How many times row 1 replaces a `ydb` session whose call never returned before it gives
+/// up on the `ydb` side.
+const YDB_RESTARTS: usize = 3;
+
 /// The bound on any single await of the `ydb` crate (its request controller can lose a
 /// response that arrives before the request is registered, and then waits forever).
 const STEP: Duration = Duration::from_secs(10);
@@ -238,7 +242,7 @@ impl Floor {
     }
 
     /// A lock cycle spoken directly on the stream: `acquire_semaphore` (count 1), with a
-    /// `describe_semaphore` (owners) pipelined right behind it when `describe` is set (what
+    /// `describe_semaphore` (owners and waiters) pipelined right behind it when `describe` is set (what
     /// this crate sends to learn the fencing token), then `release_semaphore`, each awaited.
     async fn raw_cycle(&mut self, name: &str, describe: bool) -> R<()> {
         use session_request::Request as Rq;
@@ -264,7 +268,7 @@ impl Floor {
                     req_id: self.next,
                     name: name.to_string(),
                     include_owners: true,
-                    include_waiters: false,
+                    include_waiters: true,
                     watch_data: false,
                     watch_owners: false,
                 })),
@@ -332,8 +336,10 @@ struct Latency {
     ydb_describes: u64,
     /// acquire + drop, until the release request is sent (not confirmed).
     ydb_sent: Vec<Duration>,
-    /// Why the `ydb` part stopped, if it did.
+    /// Why the `ydb` part stopped, if it did (after [`YDB_RESTARTS`] replaced sessions).
     ydb_error: Option<String>,
+    /// Why a `ydb` session was replaced (a call that never returned), in order.
+    ydb_restarts: Vec<String>,
     /// `ydb` answers lost (and recovered from).
     ydb_lost: u64,
     /// Two sequential ping round trips.
@@ -361,8 +367,9 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
     let mutex = session.mutex("cycle-mutex");
 
     let ydb = ydb_client(&emulator.connection_string()).await?;
-    let ydb_session = ydb_session(&ydb, "/local/ydb").await?;
-    create_semaphores(&client, "/local/ydb", &["cycle".to_string()]).await?;
+    let mut ydb_session = ydb_session(&ydb, "/local/ydb").await?;
+    let mut ydb_name = "cycle".to_string();
+    create_semaphores(&client, "/local/ydb", &[ydb_name.clone()]).await?;
     create_semaphores(&client, "/local/floor", &["cycle".to_string()]).await?;
     let acquire = ydb::AcquireOptionsBuilder::default()
         .timeout(SESSION_TIMEOUT)
@@ -402,15 +409,15 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
             }
         }
         if out.ydb_error.is_none() && cfg.runs("ydb") {
-            let ydb = async {
+            let batch_of_ydb = async {
                 for _ in 0..batch {
                     let t = Instant::now();
-                    let lease = ydb_acquire(&ydb_session, "cycle", &acquire, &lost).await?;
+                    let lease = ydb_acquire(&ydb_session, &ydb_name, &acquire, &lost).await?;
                     // `Lease::release()` spawns a release and its `Drop` spawns a second
                     // one; dropping the lease sends exactly one.
                     ydb_release_queued(lease).await?;
                     loop {
-                        let owners = ydb_owners(&ydb_session, "cycle", &lost).await?;
+                        let owners = ydb_owners(&ydb_session, &ydb_name, &lost).await?;
                         if record {
                             out.ydb_describes += 1;
                         }
@@ -424,7 +431,7 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
                 }
                 for _ in 0..batch {
                     let t = Instant::now();
-                    let lease = ydb_acquire(&ydb_session, "cycle", &acquire, &lost).await?;
+                    let lease = ydb_acquire(&ydb_session, &ydb_name, &acquire, &lost).await?;
                     ydb_release_queued(lease).await?;
                     if record {
                         out.ydb_sent.push(t.elapsed());
@@ -432,9 +439,24 @@ async fn row_latency(cfg: &Config) -> R<Latency> {
                 }
                 Ok::<_, Box<dyn Error + Send + Sync>>(())
             };
-            if let Err(e) = ydb.await {
-                out.ydb_error = Some(e.to_string());
+            if let Err(e) = batch_of_ydb.await {
+                // A `ydb` call that never returns leaves its session unusable (see
+                // `ydb_acquire`): go on with a new session on a new semaphore (the old session
+                // may still own the old one), a few times at most.
+                out.ydb_restarts.push(e.to_string());
+                if out.ydb_restarts.len() > YDB_RESTARTS {
+                    out.ydb_error = Some(e.to_string());
+                } else {
+                    ydb_name = format!("cycle-{}", out.ydb_restarts.len());
+                    create_semaphores(&client, "/local/ydb", &[ydb_name.clone()]).await?;
+                    ydb_session = crate::ydb_session(&ydb, "/local/ydb").await?;
+                }
             }
+        }
+        // The floor's stream is read only here, so its pings go unanswered while the rows
+        // above run; after a long stall (a stuck `ydb` call) the server may have dropped it.
+        if floor.ping().await.is_err() {
+            floor = Floor::open(&emulator, "/local/floor").await?;
         }
         for _ in 0..batch {
             let t = Instant::now();
@@ -1219,9 +1241,17 @@ fn main() -> R<()> {
              same ordered stream is the closest its API comes to a confirmed release \
              ({describes:.2} describes per cycle on average). Limit-1 persistent semaphore, \
              count 1, for both crates; {} cycles each, interleaved in batches of 50. `ydb` lost \
-             {} answers in row 1 (see ⁴), each adding about {LOST_AFTER:?} to one sample.",
+             {} answers in row 1 (see ⁴), each adding about {LOST_AFTER:?} to one sample{}.",
             group(l.ours.len() as u64),
-            l.ydb_lost
+            l.ydb_lost,
+            match l.ydb_restarts.first() {
+                None => String::new(),
+                Some(first) => format!(
+                    "; {} `ydb` call(s) never returned ({first}), each time the bench went on \
+                     with a new `ydb` session (the rest of that batch skipped)",
+                    l.ydb_restarts.len()
+                ),
+            }
         ));
         notes.push(
             "³ The same `ydb` cycle without any confirmation: one acquire round trip plus \
