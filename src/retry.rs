@@ -74,7 +74,18 @@ where
     let mut renewed = false;
     loop {
         let lane = transport.lane()?;
-        let request = transport.request(message.clone()).await?;
+        // The token is part of the call: a slow or hung token source (a login, an IAM
+        // endpoint) counts against the same budget.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let request = match tokio::time::timeout(left, transport.request(message.clone())).await {
+            Ok(request) => request?,
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{what}: no token within the request timeout of {budget:?}"),
+                ));
+            }
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         let err = match tokio::time::timeout(left, call(lane.channel.clone(), request)).await {
             Ok(Ok(value)) => {
@@ -97,7 +108,14 @@ where
             // once more at once with a fresh one, as a session attach does.
             renewed = true;
             tracing::debug!(%err, "token rejected; retrying {what} with a fresh one");
-            transport.token_rejected().await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, transport.token_rejected())
+                .await
+                .is_err()
+                || Instant::now() >= deadline
+            {
+                return Err(err);
+            }
             continue;
         }
         let Some(wait) = delay(&err, tries, &backoff, rand::random::<f64>()) else {

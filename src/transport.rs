@@ -22,6 +22,9 @@ use crate::proto::StatusCode;
 /// The value of `x-ydb-sdk-build-info`.
 const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"));
 
+/// The shortest time between two discoveries run early because endpoints failed.
+const EARLY_DISCOVERY_GAP: Duration = Duration::from_secs(5);
+
 /// A parsed connection string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConnectionInfo {
@@ -236,19 +239,27 @@ impl Transport {
         let weak: Weak<Self> = Arc::downgrade(self);
         let wake = self.rediscover.clone();
         let interval = self.config.discovery_interval;
+        // An early discovery comes at most once per gap, so a cluster that is down is not
+        // asked again and again by every client, all at the moment it comes back.
+        let gap = (interval / 6).min(EARLY_DISCOVERY_GAP);
         // Only a weak reference is held while waiting, so dropping the client ends the task.
         tokio::spawn(async move {
+            let mut last: Option<tokio::time::Instant> = None;
             loop {
                 let periodic = tokio::select! {
                     () = tokio::time::sleep(interval) => true,
                     () = wake.notified() => false,
                 };
+                if !periodic && let Some(at) = last {
+                    tokio::time::sleep_until(at + gap).await;
+                }
                 let Some(transport) = weak.upgrade() else {
                     return;
                 };
                 if let Err(err) = transport.discover(periodic).await {
                     tracing::debug!(%err, "rediscovery failed; the endpoints in use stay");
                 }
+                last = Some(tokio::time::Instant::now());
             }
         });
     }

@@ -98,6 +98,9 @@ pub(crate) struct Driver {
     effects: Vec<Effect>,
 }
 
+/// The capacity of the effects buffer kept between events.
+const EFFECTS_KEPT: usize = 64;
+
 /// Hashing for caller and subscriber ids: small numbers handed out in sequence by the
 /// session, never chosen by a peer, so a multiply spreads them well enough and the
 /// keyed SipHash of the default hasher buys nothing.
@@ -127,7 +130,7 @@ impl std::hash::Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -306,6 +309,8 @@ impl Driver {
                 self.effect(now, effect);
             }
         }
+        // A burst (a flood of grants at a reattach, say) must not keep its buffer for ever.
+        effects.shrink_to(EFFECTS_KEPT);
         self.effects = effects;
     }
 

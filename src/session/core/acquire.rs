@@ -2,12 +2,13 @@
 //!
 //! The server keeps one entry per session and semaphore, so a second acquire of a name this
 //! session holds or is acquiring waits here, locally, until the first ends. Each acquire is
-//! followed on the wire by a describe of the semaphore's owners and waiters, which shows our
-//! `order_id` (the fencing token) at no extra round trip: among the owners for an immediate
-//! grant, among the waiters for an acquire that had to queue (the server keeps a waiter's
-//! order id when it promotes it to owner). A resend after a reattach may meet a server that
-//! dropped the waiter meanwhile and queues a new one under a new order id, so the order id
-//! of a waiter is read again after every replay.
+//! followed on the wire by a describe of the semaphore's owners, which for an immediate grant
+//! shows our `order_id` (the fencing token) at no extra round trip. An acquire the server
+//! queues reads its order id from its waiter entry while it waits (the server keeps a
+//! waiter's order id when it promotes it to owner), so its grant needs no describe after
+//! it: only queued acquires ask for the waiter list, which can be long. A resend after a
+//! reattach may meet a server that dropped the waiter meanwhile and queues a new one under a
+//! new order id, so the order id of a waiter is read again after every replay.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,7 +33,10 @@ pub(super) struct Active {
     pub(super) cmd: AcquireCmd,
     deadline: Option<Instant>,
     acquire_req: u64,
+    /// The describe of the owners in flight (behind the acquire, or after the grant).
     describe_req: Option<u64>,
+    /// The describe of the waiters in flight (the acquire is queued).
+    waiter_req: Option<u64>,
     granted: bool,
     order_id: Option<u64>,
     /// A describe after the grant was sent (the first one saw us still waiting).
@@ -166,12 +170,13 @@ impl SessionCore {
         );
         // Pipelined right behind the acquire: for an immediate grant it shows our order_id
         // (the fencing token) at no extra round trip.
-        let describe_req = self.submit_owners_describe(now, &name, caller);
+        let describe_req = self.submit_owners_describe(now, &name, caller, false);
         let active = Active {
             cmd,
             deadline,
             acquire_req,
             describe_req: Some(describe_req),
+            waiter_req: None,
             granted: false,
             order_id: None,
             confirming: false,
@@ -184,17 +189,24 @@ impl SessionCore {
         state.active = Some(Box::new(active));
     }
 
-    fn submit_owners_describe(&mut self, now: Instant, name: &Arc<str>, caller: CallerId) -> u64 {
+    /// A describe for the acquire of `caller`: of the owners, and with `waiters` (the
+    /// acquire is queued) of the waiters too.
+    fn submit_owners_describe(
+        &mut self,
+        now: Instant,
+        name: &Arc<str>,
+        caller: CallerId,
+        waiters: bool,
+    ) -> u64 {
         let n = name.to_string();
-        self.submit(
-            now,
-            Kind::AcquireDescribe {
-                name: name.clone(),
-                caller,
-            },
-            Replay::Resend,
-            |req_id| owners_describe(req_id, n, true),
-        )
+        let kind = Kind::AcquireDescribe {
+            name: name.clone(),
+            caller,
+            waiters,
+        };
+        self.submit(now, kind, Replay::Resend, |req_id| {
+            owners_describe(req_id, n, waiters)
+        })
     }
 
     pub(super) fn active_mut(&mut self, name: &str, caller: CallerId) -> Option<&mut Active> {
@@ -204,7 +216,7 @@ impl SessionCore {
             .filter(|a| a.cmd.caller == caller)
     }
 
-    pub(super) fn on_acquire_pending(&mut self, req_id: u64) {
+    pub(super) fn on_acquire_pending(&mut self, now: Instant, req_id: u64) {
         let Some(super::pending::Entry {
             kind: Kind::Acquire { name, caller },
             ..
@@ -216,9 +228,16 @@ impl SessionCore {
         let Some(active) = self.active_mut(&name, caller) else {
             return;
         };
-        if !std::mem::replace(&mut active.queued, true) {
-            self.metrics.queued(&name, 1.0);
-            self.out.push(Effect::Queued(caller));
+        if std::mem::replace(&mut active.queued, true) {
+            return;
+        }
+        self.metrics.queued(&name, 1.0);
+        self.out.push(Effect::Queued(caller));
+        // Read our order id from our waiter entry while we wait, so that the grant needs no
+        // describe after it.
+        let req = self.submit_owners_describe(now, &name, caller, true);
+        if let Some(active) = self.active_mut(&name, caller) {
+            active.waiter_req = Some(req);
         }
     }
 
@@ -274,6 +293,9 @@ impl SessionCore {
         if active.describe_req == Some(req_id) {
             active.describe_req = None;
         }
+        if active.waiter_req == Some(req_id) {
+            active.waiter_req = None;
+        }
         if order_id.is_some() {
             active.order_id = order_id;
         }
@@ -285,7 +307,8 @@ impl SessionCore {
         let Some(active) = self.names.get_mut(name).and_then(|s| s.active.as_mut()) else {
             return;
         };
-        if !active.granted || active.describe_req.is_some() {
+        let describing = active.describe_req.is_some() || active.waiter_req.is_some();
+        if !active.granted || (active.order_id.is_none() && describing) {
             return; // the grant, or the describe that shows our order id, is on the way
         }
         let Some(order_id) = active.order_id else {
@@ -301,7 +324,7 @@ impl SessionCore {
             }
             active.confirming = true;
             let (name, caller) = (active.cmd.name.clone(), active.cmd.caller);
-            let req = self.submit_owners_describe(now, &name, caller);
+            let req = self.submit_owners_describe(now, &name, caller, false);
             let name = &*name;
             if let Some(active) = self.active_mut(name, caller) {
                 active.describe_req = Some(req);
@@ -314,9 +337,7 @@ impl SessionCore {
         let lease = self.next_lease;
         self.next_lease += 1;
         let token = self.token.child_token();
-        let Some(state) = self.names.get_mut(name) else {
-            return;
-        };
+        let state = self.names.entry(active.cmd.name.clone()).or_default();
         state.holding = Some(Holding {
             lease,
             token: token.clone(),
@@ -367,7 +388,10 @@ impl SessionCore {
         self.metrics.acquire_ended(name, outcome, waited);
         tracing::debug!(semaphore = name, outcome, ?waited, "acquire ended");
         let acquire = self.pending.remove(active.acquire_req);
-        if let Some(req) = active.describe_req {
+        for req in [active.describe_req, active.waiter_req]
+            .into_iter()
+            .flatten()
+        {
             self.pending.remove(req);
         }
         let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
@@ -588,7 +612,10 @@ impl SessionCore {
             }
             if let Some(active) = self.take_active(&name) {
                 self.pending.remove(active.acquire_req);
-                if let Some(req) = active.describe_req {
+                for req in [active.describe_req, active.waiter_req]
+                    .into_iter()
+                    .flatten()
+                {
                     self.pending.remove(req);
                 }
                 let waited = now.saturating_duration_since(active.cmd.requested_at);
@@ -612,16 +639,14 @@ impl SessionCore {
             .filter_map(|(name, state)| {
                 let active = state.active.as_mut().filter(|a| !a.granted)?;
                 active.order_id = None;
-                active
-                    .describe_req
-                    .is_none()
-                    .then(|| (name.clone(), active.cmd.caller))
+                let describing = active.describe_req.is_some() || active.waiter_req.is_some();
+                (!describing).then(|| (name.clone(), active.cmd.caller))
             })
             .collect();
         for (name, caller) in stale {
-            let req = self.submit_owners_describe(now, &name, caller);
+            let req = self.submit_owners_describe(now, &name, caller, true);
             if let Some(active) = self.active_mut(&name, caller) {
-                active.describe_req = Some(req);
+                active.waiter_req = Some(req);
             }
         }
     }
@@ -689,8 +714,8 @@ impl SessionCore {
                 let active = self.active_mut(&name, caller)?;
                 Some(acquire_request(req_id, &name, &active.cmd.opts, left))
             }
-            Kind::AcquireDescribe { name, .. } => {
-                Some(owners_describe(req_id, name.to_string(), true))
+            Kind::AcquireDescribe { name, waiters, .. } => {
+                Some(owners_describe(req_id, name.to_string(), *waiters))
             }
             Kind::Release { name, .. } => Some(release_request(req_id, name)),
             _ => None,

@@ -62,6 +62,8 @@ enum Kind {
     AcquireDescribe {
         name: Arc<str>,
         caller: CallerId,
+        /// It asks for the waiters too (the acquire was queued).
+        waiters: bool,
     },
     Release {
         name: Arc<str>,
@@ -562,11 +564,12 @@ impl SessionCore {
         let Some(keep) = self.pending.get(req_id).map(|e| !e.kind.rebuilt()) else {
             return;
         };
-        let request = match self.pending.mark_sent(req_id, now, keep) {
+        let request = match self.pending.take_for_write(req_id, keep) {
             Some(r) => Some(r),
             None => self.rebuild(now, req_id),
         };
         if let Some(r) = request {
+            self.pending.mark_sent(req_id, now);
             self.out.push(Effect::Send(r));
         }
     }
@@ -621,7 +624,7 @@ impl SessionCore {
                 SessionState::Expired,
                 Error::new(ErrorKind::SessionExpired, "the server stopped the session"),
             ),
-            rs::Response::AcquireSemaphorePending(p) => self.on_acquire_pending(p.req_id),
+            rs::Response::AcquireSemaphorePending(p) => self.on_acquire_pending(now, p.req_id),
             rs::Response::AcquireSemaphoreResult(r) => self.on_acquire_result(now, r),
             rs::Response::ReleaseSemaphoreResult(r) => self.on_release_result(now, r),
             rs::Response::DescribeSemaphoreResult(r) => self.on_describe_result(now, r),
@@ -722,8 +725,12 @@ impl SessionCore {
                 };
                 self.answer(caller, Answer::Describe(result));
             }
-            Kind::AcquireDescribe { name, caller } => {
-                let order_id = self.own_order_id(ok, &r, true);
+            Kind::AcquireDescribe {
+                name,
+                caller,
+                waiters,
+            } => {
+                let order_id = self.own_order_id(ok, &r, waiters);
                 self.on_acquire_describe(now, &name, caller, r.req_id, order_id);
             }
             Kind::SetDataCheck {
@@ -763,7 +770,7 @@ impl SessionCore {
     /// Answers a request that failed as a whole (a protocol violation, a replay error).
     fn fail_kind(&mut self, now: Instant, kind: Kind, err: Error) {
         match kind {
-            Kind::Acquire { name, caller } | Kind::AcquireDescribe { name, caller } => {
+            Kind::Acquire { name, caller } | Kind::AcquireDescribe { name, caller, .. } => {
                 if self.active_mut(&name, caller).is_some() {
                     self.end_active(now, &name, Err(err), true);
                 }

@@ -27,7 +27,7 @@ pub(crate) enum Replay {
 #[derive(Debug)]
 pub(crate) struct Entry<K> {
     /// The request until it is first written. After that it is kept (for a resend) only if
-    /// its owner cannot build it again; see [`PendingTable::mark_sent`].
+    /// its owner cannot build it again; see [`PendingTable::take_for_write`].
     pub(crate) request: Option<Request>,
     /// What the driver needs to route the answer.
     pub(crate) kind: K,
@@ -74,16 +74,22 @@ impl<K> PendingTable<K> {
         req_id
     }
 
-    /// Records that the request went out at `now` and returns it for writing: a copy with
-    /// `keep`, else the request itself (`None` once it was written before: the owner builds
-    /// it again for a resend, so the common request is never copied).
-    pub(crate) fn mark_sent(&mut self, req_id: u64, now: Instant, keep: bool) -> Option<Request> {
+    /// The stored request for writing: a copy with `keep`, else the request itself (`None`
+    /// once it was written before: the owner builds it again for a resend, so the common
+    /// request is never copied). Call [`PendingTable::mark_sent`] once it is written.
+    pub(crate) fn take_for_write(&mut self, req_id: u64, keep: bool) -> Option<Request> {
         let entry = self.entries.get_mut(&req_id)?;
-        entry.sent_at = Some(now);
         if keep {
             entry.request.clone()
         } else {
             entry.request.take()
+        }
+    }
+
+    /// Records that the request went out at `now`.
+    pub(crate) fn mark_sent(&mut self, req_id: u64, now: Instant) {
+        if let Some(entry) = self.entries.get_mut(&req_id) {
+            entry.sent_at = Some(now);
         }
     }
 
@@ -193,14 +199,15 @@ mod tests {
         let watch = t.register("watch", Replay::Drop, describe);
         let unsent_create = t.register("create2", Replay::Fail, describe);
         for id in [create, release, watch] {
-            assert!(t.mark_sent(id, now, true).is_some());
+            assert!(t.take_for_write(id, true).is_some());
+            t.mark_sent(id, now);
         }
         assert!(
-            t.mark_sent(release, now, false).is_some(),
+            t.take_for_write(release, false).is_some(),
             "kept: moved out now"
         );
         assert!(
-            t.mark_sent(release, now, false).is_none(),
+            t.take_for_write(release, false).is_none(),
             "then built again by its owner"
         );
         let (resend, removed) = t.replay();

@@ -240,24 +240,39 @@ fn an_immediate_grant_carries_the_order_id_of_the_pipelined_describe() {
     assert!(!grant.token.is_cancelled());
 }
 
+/// The describes `h` sent last, as (req_id, include_waiters).
+fn describes(h: &Harness) -> Vec<(u64, bool)> {
+    h.sent()
+        .iter()
+        .filter_map(|r| match r {
+            rq::Request::DescribeSemaphore(d) if d.include_owners => {
+                Some((d.req_id, d.include_waiters))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_queued_acquire_reads_its_order_id_from_its_waiter_entry() {
     let mut h = Harness::new();
     let now = h.at(MS);
     h.acquire(now, 1, "job", lock());
     h.run(now);
-    let describe = h.sent().iter().find_map(|r| match r {
-        rq::Request::DescribeSemaphore(d) => Some((d.include_owners, d.include_waiters)),
-        _ => None,
-    });
     assert_eq!(
-        describe,
-        Some((true, true)),
-        "owners and waiters are asked for"
+        describes(&h),
+        vec![(2, false)],
+        "owners only behind the acquire"
     );
     h.server(now, pending(1));
     h.run(now);
-    h.server(now, described_queue(2, &[(99, 41)], &[(98, 42), (SID, 43)]));
+    assert_eq!(
+        describes(&h),
+        vec![(3, true)],
+        "queued: the waiters are asked for"
+    );
+    h.server(now, described(2, &[(99, 41)]));
+    h.server(now, described_queue(3, &[(99, 41)], &[(98, 42), (SID, 43)]));
     assert!(h.run(now).is_empty(), "still waiting for the grant");
     let later = h.at(S);
     h.server(later, acquired(1, true));
@@ -270,7 +285,8 @@ fn a_queued_acquire_reads_its_order_id_from_its_waiter_entry() {
 fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
     let mut h = Harness::new();
     let now = h.queued_lock();
-    h.server(now, described_queue(2, &[(99, 41)], &[(SID, 43)]));
+    h.server(now, described(2, &[(99, 41)]));
+    h.server(now, described_queue(3, &[(99, 41)], &[(SID, 43)]));
     h.run(now);
     let lost = h.at(S);
     h.core
@@ -283,32 +299,35 @@ fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
     let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
     assert_eq!(
         sent,
-        vec![("acquire", 1), ("describe", 3)],
+        vec![("acquire", 1), ("describe", 4)],
         "the acquire, then a describe"
     );
+    assert_eq!(describes(&h), vec![(4, true)]);
     // Meanwhile the server dropped the old waiter: the resend made a new one, and granted it.
     h.server(back, acquired(1, true));
     assert!(h.run(back).is_empty(), "the old order id is not used");
-    h.server(back, described(3, &[(SID, 50)]));
+    h.server(back, described(4, &[(SID, 50)]));
     h.run(back);
     assert_eq!(h.grant(1).map(|g| g.order_id), Some(50));
 }
 
 #[test]
-fn a_grant_after_a_describe_that_did_not_list_us_reads_the_order_id_again() {
+fn a_grant_after_describes_that_did_not_list_us_reads_the_order_id_again() {
     let mut h = Harness::new();
     let now = h.queued_lock();
-    assert!(matches!(h.effects.as_slice(), [Effect::Queued(1)]));
-    // The pipelined describe saw someone else own it.
+    // Neither describe lists us (someone else owns it, and the waiter list is empty).
     h.server(now, described(2, &[(99, 41)]));
+    h.server(now, described(3, &[(99, 41)]));
     assert!(h.run(now).is_empty());
     let later = h.at(S);
     h.server(later, acquired(1, true));
     h.run(later);
-    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
-    assert_eq!(sent, vec!["describe"], "one more describe after the grant");
-    let describe = req_id(h.sent()[0]);
-    h.server(later, described(describe, &[(SID, 43)]));
+    assert_eq!(
+        describes(&h),
+        vec![(4, false)],
+        "one more describe after the grant, of the owners"
+    );
+    h.server(later, described(4, &[(SID, 43)]));
     h.run(later);
     assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
 }
