@@ -63,7 +63,9 @@ impl BoundedLease {
         let deadline = Instant::now() + bound.min(LONGEST_BOUND);
         let (release, asked) = oneshot::channel();
         let bounded = Self {
-            token: lease.token(),
+            // A child: a holder that cancels its own token to stop its work ends nothing
+            // here; the task watches the lease's token.
+            token: lease.token().child_token(),
             fencing_token: lease.fencing_token(),
             session_id: lease.session_id(),
             deadline,
@@ -107,7 +109,8 @@ impl BoundedLease {
     }
 
     /// A clone of the cancellation token: it fires at the deadline, on release or drop, and
-    /// when the lease may have been lost (as [`Lease::token`]).
+    /// when the lease may have been lost (as [`Lease::token`]). Cancelling it yourself only
+    /// stops what runs under it: the lock stays held until the deadline or a release.
     pub fn token(&self) -> CancellationToken {
         self.token.clone()
     }
