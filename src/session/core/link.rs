@@ -169,17 +169,11 @@ impl SessionCore {
             return false;
         };
         if session_id != self.cfg.session_id {
-            self.finish(
-                now,
-                SessionState::Expired,
-                Error::new(
-                    ErrorKind::SessionExpired,
-                    format!(
-                        "reattach to session {} answered with session {session_id}",
-                        self.cfg.session_id
-                    ),
-                ),
+            let msg = format!(
+                "reattach to session {} answered with session {session_id}",
+                self.cfg.session_id
             );
+            self.expire(now, msg);
             return false;
         }
         tracing::info!(

@@ -318,17 +318,11 @@ impl SessionCore {
         if self.done || !self.live.expired(now) {
             return;
         }
-        self.finish(
-            now,
-            SessionState::Expired,
-            Error::new(
-                ErrorKind::SessionExpired,
-                format!(
-                    "session {}: no confirmed contact with the server within the session timeout",
-                    self.session_id()
-                ),
-            ),
+        let msg = format!(
+            "session {}: no confirmed contact with the server within the session timeout",
+            self.session_id()
         );
+        self.expire(now, msg);
     }
 
     // ---- handles -------------------------------------------------------------------------
@@ -792,6 +786,12 @@ impl SessionCore {
     }
 
     // ---- the end -------------------------------------------------------------------------
+
+    /// Ends the session as expired (`SessionExpired` with `msg`).
+    fn expire(&mut self, now: Instant, msg: String) {
+        let err = Error::new(ErrorKind::SessionExpired, msg);
+        self.finish(now, SessionState::Expired, err);
+    }
 
     /// Ends the session: publish the cause, fire every token, answer everything in flight
     /// with the cause (tower's order: the slot first, so a handle that sees its channel
