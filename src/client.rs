@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -420,14 +420,12 @@ impl Client {
         };
         let session_id = attached.session_id;
         cfg.session_id = session_id;
-        let (commands_tx, commands_rx) = mpsc::channel(1024);
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
-        let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
         let token = CancellationToken::new();
         let terminal = Arc::new(Terminal::default());
+        let (handle, inbox) = crate::session::inbox::inbox(session_id, terminal.clone());
+        let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
         let io = DriverIo {
-            commands: commands_rx,
-            control: control_rx,
+            inbox,
             state: state_tx,
             token: token.clone(),
             terminal: terminal.clone(),
@@ -442,14 +440,6 @@ impl Client {
         let driver = driver::Driver::new(core, self.transport.clone(), attached, &io);
         let span = tracing::info_span!("coordination_session", session_id, node = %path);
         tokio::spawn(tracing::Instrument::instrument(driver.run(io), span));
-        Ok(Session::new(
-            session_id,
-            path,
-            commands_tx,
-            control_tx,
-            state_rx,
-            token,
-            terminal,
-        ))
+        Ok(Session::new(path, handle, state_rx, token))
     }
 }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{
     Answer, CallerId, Command, Control, Effect, Grant, SessionCore, SubscriberId, Terminal,
 };
+use super::inbox::Inbox;
 use super::mailbox;
 use super::sentinel::Sentinel;
 use super::state::SessionState;
@@ -44,16 +45,14 @@ pub(crate) enum ReplyTx {
     None,
 }
 
-/// A command and where its answer goes (bounded channel: backpressure). Sent boxed, like
-/// [`Notice`]: a channel allocates its first block of slots up front, which would cost every
-/// idle session kilobytes for these large messages.
+/// A command and where its answer goes, sent boxed through the session's inbox.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) command: Command,
     pub(crate) reply: ReplyTx,
 }
 
-/// A control message and where its answer goes (unbounded: sent from `Drop` impls).
+/// A control message and where its answer goes (also sent from `Drop` impls).
 #[derive(Debug)]
 pub(crate) struct Notice {
     pub(crate) control: Control,
@@ -63,8 +62,7 @@ pub(crate) struct Notice {
 /// The channels and shared cells the driver works with.
 #[derive(Debug)]
 pub(crate) struct DriverIo {
-    pub(crate) commands: mpsc::Receiver<Box<Request>>,
-    pub(crate) control: mpsc::UnboundedReceiver<Box<Notice>>,
+    pub(crate) inbox: Inbox,
     pub(crate) state: watch::Sender<SessionState>,
     pub(crate) token: CancellationToken,
     pub(crate) terminal: Arc<Terminal>,
@@ -74,7 +72,8 @@ enum Event {
     Request(Option<Box<Request>>),
     Notice(Option<Box<Notice>>),
     Inbound(Option<std::result::Result<SessionResponse, tonic::Status>>),
-    Dialed(Result<Attached>),
+    /// Boxed: it is rare, and as large as a stream.
+    Dialed(Box<Result<Attached>>),
     Timer,
 }
 
@@ -90,7 +89,7 @@ pub(crate) struct Driver {
     /// A stream on which a reattach got a session that is not ours, kept until the server
     /// confirms it stopped that session (dropping it at once would reset the stream before
     /// the stop is written).
-    foreign: Option<Conn>,
+    foreign: Option<Box<Conn>>,
     replies: HashMap<CallerId, ReplyTx, Ids>,
     subscribers: HashMap<SubscriberId, mailbox::Sender, Ids>,
     state: watch::Sender<SessionState>,
@@ -172,11 +171,7 @@ impl Driver {
 
     /// Runs until the session ends.
     pub(crate) async fn run(mut self, io: DriverIo) {
-        let DriverIo {
-            mut commands,
-            mut control,
-            ..
-        } = io;
+        let DriverIo { inbox, .. } = io;
         let (mut commands_open, mut control_open) = (true, true);
         // One timer for the whole life of the task. Most events move the core's next
         // wake-up later (every answer moves the deadline), and a wake-up that comes early is
@@ -195,9 +190,9 @@ impl Driver {
             }
             let event = tokio::select! {
                 biased;
-                n = control.recv(), if control_open => Event::Notice(n),
+                n = inbox.notice(), if control_open => Event::Notice(n),
                 e = next_link_event(&mut self.stream, &mut self.dialing) => e,
-                r = commands.recv(), if commands_open => Event::Request(r),
+                r = inbox.command(), if commands_open => Event::Request(r),
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
@@ -216,7 +211,7 @@ impl Driver {
                         Error::new(ErrorKind::Transport, "session stream ended"),
                     );
                 }
-                Event::Dialed(result) => self.dialed(now, result),
+                Event::Dialed(result) => self.dialed(now, *result),
                 Event::Timer => {
                     fired = true;
                     self.core.tick(now);
@@ -231,14 +226,13 @@ impl Driver {
             self.apply(now);
         }
         self.sentinel.armed = false;
-        // Whatever is still queued in the channels gets the cause.
-        commands.close();
-        control.close();
+        // Whatever is still queued gets the cause.
+        let (commands, notices) = inbox.close();
         let now = Instant::now();
-        while let Ok(r) = commands.try_recv() {
+        for r in commands {
             self.accept(now, *r);
         }
-        while let Ok(n) = control.try_recv() {
+        for n in notices {
             self.notice(now, *n);
         }
         self.apply(now);
@@ -290,7 +284,7 @@ impl Driver {
                 } else if a.session_id != self.core.session_id() {
                     // The server made a session for nobody: stop it.
                     a.conn.send(rq::Request::SessionStop(rq::SessionStop {}));
-                    self.foreign = Some(a.conn);
+                    self.foreign = Some(Box::new(a.conn));
                 }
             }
             Err(err) => self.core.attach_failed(now, &err, rand::random::<f64>()),
@@ -375,7 +369,7 @@ impl Driver {
         match (reply, answer) {
             (ReplyTx::Acquire { reply, name, .. }, Answer::Acquire(result)) => {
                 if let Err(Ok(Some(grant))) = reply.send(result) {
-                    self.core.grant_refused(now, &name, grant.lease);
+                    self.core.grant_refused(now, name, grant.lease);
                 }
             }
             (ReplyTx::Describe(tx), Answer::Describe(result)) => {
@@ -450,7 +444,7 @@ async fn next_link_event(
     if let Some(dial) = dialing {
         let result = dial.as_mut().await;
         *dialing = None;
-        return Event::Dialed(result);
+        return Event::Dialed(Box::new(result));
     }
     std::future::pending().await
 }

@@ -3,13 +3,13 @@
 use std::fmt;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Control, Terminal};
+use super::core::Control;
 use super::driver::{Notice, ReplyTx};
+use super::inbox::Handle;
 use crate::error::{Error, Result};
 
 /// Tokens of a semaphore held by a session.
@@ -51,14 +51,10 @@ pub struct Lease {
     name: Arc<str>,
     count: u64,
     order_id: u64,
-    session_id: u64,
     id: u64,
     token: CancellationToken,
-    control: mpsc::UnboundedSender<Box<Notice>>,
-    /// The session's terminal cause, read when the session task is gone.
-    terminal: Arc<Terminal>,
-    /// The session's caller ids.
-    ids: Arc<AtomicU64>,
+    /// The session: its inbox, id, terminal cause and caller ids.
+    handle: Handle,
     released: bool,
 }
 
@@ -68,46 +64,39 @@ impl fmt::Debug for Lease {
             .field("name", &self.name)
             .field("count", &self.count)
             .field("fencing_token", &self.order_id)
-            .field("session_id", &self.session_id)
+            .field("session_id", &self.session_id())
             .field("lost", &self.is_lost())
             .finish()
     }
 }
 
 impl Lease {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: Arc<str>,
         count: u64,
         order_id: u64,
-        session_id: u64,
         id: u64,
         token: CancellationToken,
-        control: mpsc::UnboundedSender<Box<Notice>>,
-        terminal: Arc<Terminal>,
-        ids: Arc<AtomicU64>,
+        handle: Handle,
     ) -> Self {
         Self {
             name,
             count,
             order_id,
-            session_id,
             id,
             token,
-            control,
-            terminal,
-            ids,
+            handle,
             released: false,
         }
     }
 
     fn next_id(&self) -> u64 {
-        self.ids.fetch_add(1, Ordering::Relaxed)
+        self.handle.next_id()
     }
 
     /// Why the session can no longer answer.
     fn gone(&self) -> Error {
-        self.terminal.cause()
+        self.handle.gone()
     }
 
     /// The semaphore's name.
@@ -122,7 +111,7 @@ impl Lease {
 
     /// The session holding the lease.
     pub fn session_id(&self) -> u64 {
-        self.session_id
+        self.handle.session_id()
     }
 
     /// The fencing token: the server's `order_id` of this ownership. Successive owners of a
@@ -176,8 +165,8 @@ impl Lease {
             },
             reply: ReplyTx::Done(tx),
         };
-        self.control
-            .send(Box::new(notice))
+        self.handle
+            .notice(Box::new(notice))
             .map_err(|_| self.gone())?;
         rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
@@ -207,7 +196,7 @@ impl Lease {
             },
             reply: ReplyTx::Release(tx),
         };
-        let sent = self.control.send(Box::new(notice));
+        let sent = self.handle.notice(Box::new(notice));
         if sent.is_err() {
             return Err(self.gone());
         }
@@ -219,7 +208,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.token.cancel();
         if !self.released {
-            let _ = self.control.send(Box::new(Notice {
+            let _ = self.handle.notice(Box::new(Notice {
                 control: Control::Release {
                     name: std::mem::take(&mut self.name),
                     lease: self.id,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use metrics::{Label, counter, gauge, histogram};
+use metrics::{Key, Label, Level, Metadata, with_recorder};
 
 /// Acquisitions by result (`acquired`, `timed_out`, `cancelled`, `error`).
 pub(crate) const ACQUISITIONS: &str = "ydb_coordination_acquisitions_total";
@@ -27,6 +27,42 @@ pub(crate) const LEASES_LOST: &str = "ydb_coordination_leases_lost_total";
 /// Seconds from sending a request to its answer, by operation.
 pub(crate) const REQUEST_DURATION: &str = "ydb_coordination_request_duration_seconds";
 
+/// Where the metrics come from, as the `metrics` macros would say.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+const fn label(key: &'static str, value: &'static str) -> [Label; 1] {
+    [Label::from_static_parts(key, value)]
+}
+
+/// Every fixed label the metrics use, as static slices: a key built on them allocates
+/// nothing, so an event costs no allocation when no recorder is installed.
+static FIXED: [[Label; 1]; 15] = [
+    label("result", "acquired"),
+    label("result", "timed_out"),
+    label("result", "cancelled"),
+    label("result", "error"),
+    label("cause", "session_expired"),
+    label("cause", "deadline"),
+    label("cause", "closed"),
+    label("op", "acquire"),
+    label("op", "describe"),
+    label("op", "release"),
+    label("op", "create"),
+    label("op", "update"),
+    label("op", "delete"),
+    label("state", "attached"),
+    label("state", "reattaching"),
+];
+
+/// The static slice of one fixed label, if it is one of [`FIXED`].
+fn fixed(key: &str, value: &str) -> Option<&'static [Label]> {
+    FIXED
+        .iter()
+        .find(|l| l[0].key() == key && l[0].value() == value)
+        .map(|l| &l[..])
+}
+
 /// Per-session metric settings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Metrics {
@@ -38,56 +74,89 @@ impl Metrics {
         Self { semaphore_labels }
     }
 
-    fn labels(&self, name: &str, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
-        let mut labels = Vec::with_capacity(2);
-        if let Some((k, v)) = extra {
-            labels.push(Label::new(k, v));
+    /// The key of metric `name` with the label `extra` and, when semaphore labels are on,
+    /// the semaphore's name.
+    fn key(
+        &self,
+        name: &'static str,
+        extra: Option<(&'static str, &'static str)>,
+        semaphore: &str,
+    ) -> Key {
+        let fixed = match extra {
+            None => Some(&[][..]),
+            Some((k, v)) => fixed(k, v),
+        };
+        match fixed {
+            Some(labels) if !self.semaphore_labels => Key::from_static_parts(name, labels),
+            _ => {
+                let mut labels = Vec::with_capacity(2);
+                if let Some((k, v)) = extra {
+                    labels.push(Label::new(k, v));
+                }
+                if self.semaphore_labels {
+                    labels.push(Label::new("semaphore", semaphore.to_string()));
+                }
+                Key::from_parts(name, labels)
+            }
         }
-        if self.semaphore_labels {
-            labels.push(Label::new("semaphore", name.to_string()));
-        }
-        labels
+    }
+
+    fn count(&self, key: Key) {
+        with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
+    }
+
+    fn gauge(&self, key: Key, delta: f64) {
+        with_recorder(|r| r.register_gauge(&key, &METADATA).increment(delta));
+    }
+
+    fn observe(&self, key: Key, value: Duration) {
+        with_recorder(|r| {
+            r.register_histogram(&key, &METADATA)
+                .record(value.as_secs_f64())
+        });
     }
 
     /// An acquire ended: `result` is `acquired`, `timed_out`, `cancelled` or `error`.
     pub(crate) fn acquire_ended(&self, name: &str, result: &'static str, waited: Duration) {
-        counter!(ACQUISITIONS, self.labels(name, Some(("result", result)))).increment(1);
+        self.count(self.key(ACQUISITIONS, Some(("result", result)), name));
         if result == "acquired" {
-            histogram!(ACQUIRE_WAIT, self.labels(name, None)).record(waited.as_secs_f64());
-            gauge!(ACTIVE_LEASES, self.labels(name, None)).increment(1.0);
+            self.observe(self.key(ACQUIRE_WAIT, None, name), waited);
+            self.gauge(self.key(ACTIVE_LEASES, None, name), 1.0);
         }
     }
 
     /// A lease ended after `held`; `lost` names the cause when it was not released.
     pub(crate) fn lease_ended(&self, name: &str, held: Duration, lost: Option<&'static str>) {
-        histogram!(LEASE_HOLD, self.labels(name, None)).record(held.as_secs_f64());
-        gauge!(ACTIVE_LEASES, self.labels(name, None)).decrement(1.0);
+        self.observe(self.key(LEASE_HOLD, None, name), held);
+        self.gauge(self.key(ACTIVE_LEASES, None, name), -1.0);
         if let Some(cause) = lost {
-            counter!(LEASES_LOST, self.labels(name, Some(("cause", cause)))).increment(1);
+            self.count(self.key(LEASES_LOST, Some(("cause", cause)), name));
         }
     }
 
     /// The server queued an acquire (+1) or a queued acquire ended (-1).
     pub(crate) fn queued(&self, name: &str, delta: f64) {
-        gauge!(QUEUED_ACQUIRES, self.labels(name, None)).increment(delta);
+        self.gauge(self.key(QUEUED_ACQUIRES, None, name), delta);
     }
 
     /// The session moved between states (`None`: not counted, e.g. before start or after
     /// the end).
     pub(crate) fn session_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
+        let unlabelled = Self::new(false);
         if let Some(from) = from {
-            gauge!(SESSIONS, "state" => from).decrement(1.0);
+            self.gauge(unlabelled.key(SESSIONS, Some(("state", from)), ""), -1.0);
         }
         if let Some(to) = to {
-            gauge!(SESSIONS, "state" => to).increment(1.0);
+            self.gauge(unlabelled.key(SESSIONS, Some(("state", to)), ""), 1.0);
         }
     }
 
     pub(crate) fn reattached(&self) {
-        counter!(REATTACHES).increment(1);
+        self.count(Key::from_static_name(REATTACHES));
     }
 
     pub(crate) fn request(&self, op: &'static str, took: Duration) {
-        histogram!(REQUEST_DURATION, "op" => op).record(took.as_secs_f64());
+        let unlabelled = Self::new(false);
+        self.observe(unlabelled.key(REQUEST_DURATION, Some(("op", op)), ""), took);
     }
 }

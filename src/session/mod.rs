@@ -2,9 +2,11 @@
 
 pub(crate) mod core;
 pub(crate) mod driver;
+pub(crate) mod inbox;
 mod lease;
 mod mailbox;
 pub(crate) mod metrics;
+mod outbox;
 mod sentinel;
 mod state;
 mod stream;
@@ -13,14 +15,13 @@ mod types;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use futures::Stream;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::{CancellationToken, PollSender};
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
-use self::core::{AcquireCmd, CallerId, Command, Control, Grant, Terminal};
+use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
 use self::driver::{Notice, ReplyTx, Request};
 pub use self::lease::Lease;
 pub use self::state::SessionState;
@@ -65,50 +66,39 @@ pub struct Session {
 
 #[derive(Debug)]
 struct Inner {
-    id: u64,
     path: String,
-    commands: mpsc::Sender<Box<Request>>,
-    control: mpsc::UnboundedSender<Box<Notice>>,
+    /// The inbox, and the session's id, terminal cause and caller ids.
+    handle: inbox::Handle,
     state: watch::Receiver<SessionState>,
     token: CancellationToken,
-    terminal: Arc<Terminal>,
-    /// Caller and subscriber ids, shared with the leases.
-    ids: Arc<AtomicU64>,
 }
 
 impl Inner {
     fn next_id(&self) -> CallerId {
-        self.ids.fetch_add(1, Ordering::Relaxed)
+        self.handle.next_id()
     }
 }
 
 impl Session {
     pub(crate) fn new(
-        id: u64,
         path: String,
-        commands: mpsc::Sender<Box<Request>>,
-        control: mpsc::UnboundedSender<Box<Notice>>,
+        handle: inbox::Handle,
         state: watch::Receiver<SessionState>,
         token: CancellationToken,
-        terminal: Arc<Terminal>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                id,
                 path,
-                commands,
-                control,
+                handle,
                 state,
                 token,
-                terminal,
-                ids: Arc::new(AtomicU64::new(1)),
             }),
         }
     }
 
     /// The server's id of the session.
     pub fn id(&self) -> u64 {
-        self.inner.id
+        self.inner.handle.session_id()
     }
 
     /// The coordination node's path.
@@ -158,7 +148,7 @@ impl Session {
     pub async fn snapshot(&self) -> SessionSnapshot {
         let (tx, rx) = oneshot::channel();
         let ended = || SessionSnapshot {
-            session_id: self.inner.id,
+            session_id: self.inner.handle.session_id(),
             state: self.state(),
             held: Vec::new(),
             waiting: Vec::new(),
@@ -169,7 +159,7 @@ impl Session {
             control: Control::Snapshot { caller },
             reply: ReplyTx::Snapshot(tx),
         };
-        if self.inner.control.send(Box::new(notice)).is_err() {
+        if self.inner.handle.notice(Box::new(notice)).is_err() {
             return ended();
         }
         rx.await.unwrap_or_else(|_| ended())
@@ -177,12 +167,12 @@ impl Session {
 
     /// Why the session ended, once it has.
     pub fn error(&self) -> Option<Error> {
-        self.inner.terminal.get()
+        self.inner.handle.terminal().get()
     }
 
     /// The error for a session that can no longer take requests.
     fn gone(&self) -> Error {
-        self.inner.terminal.cause()
+        self.inner.handle.gone()
     }
 
     /// Sends a command and waits for its answer, inside a debug span named after the
@@ -207,9 +197,8 @@ impl Session {
                 reply: wrap(tx),
             };
             self.inner
-                .commands
-                .send(Box::new(request))
-                .await
+                .handle
+                .command(Box::new(request))
                 .map_err(|_| self.gone())?;
             rx.await.unwrap_or_else(|_| Err(self.gone()))
         };
@@ -343,9 +332,8 @@ impl Session {
             reply: ReplyTx::Watch(tx),
         };
         self.inner
-            .commands
-            .send(Box::new(request))
-            .await
+            .handle
+            .command(Box::new(request))
             .map_err(|_| self.gone())?;
         Ok(WatchStream {
             rx,
@@ -412,7 +400,6 @@ impl Session {
             invalid,
             queued: Some(queued_rx),
             reply: reply_rx,
-            sender: PollSender::new(self.inner.commands.clone()),
             submitted: false,
             done: false,
             span,
@@ -457,7 +444,7 @@ impl Session {
             },
             reply: ReplyTx::Closed(tx),
         };
-        if self.inner.commands.send(Box::new(request)).await.is_ok() {
+        if self.inner.handle.command(Box::new(request)).is_ok() {
             let _ = rx.await;
         }
     }
@@ -467,12 +454,9 @@ impl Session {
             name,
             count,
             grant.order_id,
-            self.inner.id,
             grant.lease,
             grant.token,
-            self.inner.control.clone(),
-            self.inner.terminal.clone(),
-            self.inner.ids.clone(),
+            self.inner.handle.clone(),
         )
     }
 }
@@ -505,7 +489,6 @@ pub struct Acquire {
     // a driver that has not processed the request yet sees nobody is waiting.
     reply: oneshot::Receiver<Result<Option<Grant>>>,
     queued: Option<oneshot::Receiver<()>>,
-    sender: PollSender<Box<Request>>,
     session: Session,
     name: Arc<str>,
     count: u64,
@@ -520,24 +503,19 @@ pub struct Acquire {
 }
 
 impl Acquire {
-    fn poll_submit(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+    /// Hands the command to the session task (once; later calls only repeat the outcome).
+    fn submit(&mut self) -> Result<()> {
         if let Some(err) = &self.invalid {
-            return Poll::Ready(Err(err.clone()));
-        }
-        if self.cmd.is_none() {
-            return Poll::Ready(Ok(()));
-        }
-        if ready!(self.sender.poll_reserve(cx)).is_err() {
-            return Poll::Ready(Err(self.session.gone()));
+            return Err(err.clone());
         }
         let Some(cmd) = self.cmd.take() else {
-            return Poll::Ready(Ok(()));
+            return Ok(());
         };
-        if self.sender.send_item(cmd).is_err() {
-            return Poll::Ready(Err(self.session.gone()));
+        if self.session.inner.handle.command(cmd).is_err() {
+            return Err(self.session.gone());
         }
         self.submitted = true;
-        Poll::Ready(Ok(()))
+        Ok(())
     }
 
     /// Waits until the server queues the request (`true`: someone else holds the tokens) or
@@ -547,10 +525,7 @@ impl Acquire {
     ///
     /// Cancel safe: the acquire stays in progress; await the `Acquire` itself afterwards.
     pub async fn queued(&mut self) -> bool {
-        if std::future::poll_fn(|cx| self.poll_submit(cx))
-            .await
-            .is_err()
-        {
+        if self.submit().is_err() {
             return false;
         }
         match self.queued.as_mut() {
@@ -587,7 +562,7 @@ impl Future for Acquire {
 impl Acquire {
     fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Lease>> {
         let this = self;
-        if let Err(e) = ready!(this.poll_submit(cx)) {
+        if let Err(e) = this.submit() {
             this.done = true;
             return Poll::Ready(Err(e));
         }
@@ -634,7 +609,7 @@ impl Drop for Acquire {
                     },
                     reply: ReplyTx::None,
                 };
-                let _ = self.session.inner.control.send(Box::new(notice));
+                let _ = self.session.inner.handle.notice(Box::new(notice));
             }
         }
     }
@@ -671,7 +646,7 @@ impl Drop for WatchStream {
             },
             reply: ReplyTx::None,
         };
-        let _ = self.session.inner.control.send(Box::new(notice));
+        let _ = self.session.inner.handle.notice(Box::new(notice));
     }
 }
 

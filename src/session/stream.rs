@@ -1,24 +1,19 @@
 //! The session stream: opening one and attaching on it, the same way for a session's first
 //! attach and for every reattach.
 
-use futures::StreamExt;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Streaming;
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 
+use super::outbox::{Outbox, outbox};
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::{
-    self, SessionRequest, SessionResponse, session_request as rq, session_response as rs,
-};
+use crate::proto::{self, SessionResponse, session_request as rq, session_response as rs};
 use crate::transport::{Lane, Transport};
 
 /// A live stream.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    /// Boxed: the channel allocates its first block of slots up front (see
-    /// `super::driver::Request`).
-    pub(super) tx: mpsc::UnboundedSender<Box<SessionRequest>>,
+    pub(super) tx: Outbox,
     pub(super) inbound: Streaming<SessionResponse>,
     pub(super) lane: Lane,
 }
@@ -26,7 +21,7 @@ pub(crate) struct Conn {
 impl Conn {
     pub(super) fn send(&self, r: rq::Request) {
         // A closed request stream shows up as the inbound side ending; nothing to do here.
-        let _ = self.tx.send(Box::new(proto::request(r)));
+        self.tx.send(proto::request(r));
     }
 }
 
@@ -68,12 +63,10 @@ async fn attach_once(
     lane: Lane,
     start: rq::SessionStart,
 ) -> Result<Attached> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let _ = tx.send(Box::new(proto::request(rq::Request::SessionStart(start))));
+    let (tx, rx) = outbox();
+    tx.send(proto::request(rq::Request::SessionStart(start)));
     let sent_at = Instant::now();
-    let request = transport
-        .request(tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|r| *r))
-        .await?;
+    let request = transport.request(rx).await?;
     let mut client = CoordinationServiceClient::new(lane.channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024);
     let mut inbound = client
@@ -111,7 +104,7 @@ async fn attach_once(
             }
             Some(rs::Response::Ping(p)) => {
                 let pong = rq::Request::Pong(rq::PingPong { opaque: p.opaque });
-                let _ = tx.send(Box::new(proto::request(pong)));
+                tx.send(proto::request(pong));
             }
             other => {
                 tracing::debug!(?other, "ignoring a message before session_started");

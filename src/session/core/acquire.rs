@@ -396,7 +396,7 @@ impl SessionCore {
         }
         let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
         if withdraw && sent {
-            self.submit_release(now, name, None);
+            self.submit_release(now, active.cmd.name.clone(), None);
         }
         self.answer(active.cmd.caller, Answer::Acquire(result));
         self.next_in_line(now, name);
@@ -414,14 +414,19 @@ impl SessionCore {
         Some(active)
     }
 
-    pub(super) fn submit_release(&mut self, now: Instant, name: &str, caller: Option<CallerId>) {
+    pub(super) fn submit_release(
+        &mut self,
+        now: Instant,
+        name: Arc<str>,
+        caller: Option<CallerId>,
+    ) {
         let kind = Kind::Release {
-            name: Arc::from(name),
+            name: name.clone(),
             caller,
             resent: false,
         };
         self.submit(now, kind, Replay::Resend, |req_id| {
-            release_request(req_id, name)
+            release_request(req_id, &name)
         });
     }
 
@@ -456,13 +461,13 @@ impl SessionCore {
     pub(super) fn release(
         &mut self,
         now: Instant,
-        name: &str,
+        name: Arc<str>,
         lease: u64,
         caller: Option<CallerId>,
     ) {
         let held = self
             .names
-            .get(name)
+            .get(&*name)
             .and_then(|s| s.holding.as_ref())
             .map(|h| h.lease);
         if held != Some(lease) {
@@ -471,19 +476,19 @@ impl SessionCore {
             }
             return;
         }
-        if let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) {
+        if let Some(h) = self.names.get_mut(&*name).and_then(|s| s.holding.take()) {
             h.token.cancel();
             let held_for = now.saturating_duration_since(h.since);
-            self.metrics.lease_ended(name, held_for, None);
+            self.metrics.lease_ended(&name, held_for, None);
             tracing::debug!(
-                semaphore = name,
+                semaphore = &*name,
                 fencing_token = h.order_id,
                 ?held_for,
                 "released"
             );
         }
-        self.submit_release(now, name, caller);
-        self.next_in_line(now, name);
+        self.submit_release(now, name.clone(), caller);
+        self.next_in_line(now, &name);
     }
 
     pub(super) fn on_release_result(&mut self, now: Instant, r: rs::ReleaseSemaphoreResult) {

@@ -443,7 +443,7 @@ impl SessionCore {
                 name,
                 lease,
                 caller,
-            } => self.release(now, &name, lease, caller),
+            } => self.release(now, name, lease, caller),
             Control::CancelAcquire { name, caller } => self.cancel_acquire(now, &name, caller),
             Control::SetData {
                 name,
@@ -491,7 +491,7 @@ impl SessionCore {
 
     /// The driver could not hand a grant to its caller (it went away at the last moment):
     /// give the semaphore back.
-    pub(crate) fn grant_refused(&mut self, now: Instant, name: &str, lease: u64) {
+    pub(crate) fn grant_refused(&mut self, now: Instant, name: Arc<str>, lease: u64) {
         self.release(now, name, lease, None);
     }
 

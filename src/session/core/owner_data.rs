@@ -152,7 +152,7 @@ impl SessionCore {
             );
         }
         if order_id.is_some() {
-            self.submit_release(now, name, None);
+            self.submit_release(now, Arc::from(name), None);
         }
         let err = Error::new(
             ErrorKind::Aborted,

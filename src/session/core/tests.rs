@@ -394,7 +394,7 @@ fn a_grant_the_caller_no_longer_takes_is_released() {
     let mut h = Harness::new();
     let now = h.at(MS);
     let (lease, token) = h.hold(now, 1, "job", 5);
-    h.core.grant_refused(now, "job", lease);
+    h.core.grant_refused(now, "job".into(), lease);
     h.run(now);
     assert!(token.is_cancelled());
     let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
