@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::core::Ids;
 use super::core::{
     Answer, CallerId, Command, Control, Effect, Grant, SessionCore, SubscriberId, Terminal,
 };
@@ -99,39 +100,6 @@ pub(crate) struct Driver {
 
 /// The capacity of the effects buffer kept between events.
 const EFFECTS_KEPT: usize = 64;
-
-/// Hashing for caller and subscriber ids: small numbers handed out in sequence by the
-/// session, never chosen by a peer, so a multiply spreads them well enough and the
-/// keyed SipHash of the default hasher buys nothing.
-#[derive(Debug, Clone, Copy, Default)]
-struct Ids;
-
-impl std::hash::BuildHasher for Ids {
-    type Hasher = IdHasher;
-
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-#[derive(Debug)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -20,6 +20,7 @@
 //! - `liveness.rs`: the keepalive arithmetic.
 
 mod acquire;
+mod ids;
 mod link;
 mod liveness;
 mod messages;
@@ -37,6 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::acquire::NameState;
+pub(crate) use self::ids::Ids;
 use self::link::Link;
 pub(crate) use self::link::start_message;
 use self::liveness::Liveness;

@@ -5,10 +5,11 @@
 //! unanswered, in the original order, except the requests that are not safe to repeat
 //! (create and delete), which fail with [`ErrorKind::OutcomeUnknown`].
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use tokio::time::Instant;
 
+use super::Ids;
 use crate::error::{Error, ErrorKind};
 use crate::proto::session_request::Request;
 
@@ -36,17 +37,22 @@ pub(crate) struct Entry<K> {
     replay: Replay,
 }
 
-/// Requests in flight in `req_id` order.
+/// The capacity below which the table does not shrink.
+const KEPT: usize = 32;
+
+/// Requests in flight. A hash map: every request is inserted and removed once, often
+/// thousands in flight, and the two walks that need `req_id` order (a replay, the end)
+/// sort first.
 #[derive(Debug)]
 pub(crate) struct PendingTable<K> {
-    entries: BTreeMap<u64, Entry<K>>,
+    entries: HashMap<u64, Entry<K>, Ids>,
     next_req_id: u64,
 }
 
 impl<K> Default for PendingTable<K> {
     fn default() -> Self {
         Self {
-            entries: BTreeMap::new(),
+            entries: HashMap::default(),
             next_req_id: 1,
         }
     }
@@ -103,9 +109,15 @@ impl<K> PendingTable<K> {
         self.entries.get_mut(&req_id)
     }
 
-    /// Removes an answered or abandoned request.
+    /// Removes an answered or abandoned request. A table a burst left mostly empty gives
+    /// back most of its memory.
     pub(crate) fn remove(&mut self, req_id: u64) -> Option<Entry<K>> {
-        self.entries.remove(&req_id)
+        let entry = self.entries.remove(&req_id);
+        let len = self.entries.len();
+        if self.entries.capacity() > KEPT && len < self.entries.capacity() / 4 {
+            self.entries.shrink_to(KEPT.max(len * 2));
+        }
+        entry
     }
 
     /// How many requests are in flight.
@@ -118,7 +130,8 @@ impl<K> PendingTable<K> {
     pub(crate) fn replay(&mut self) -> (Vec<u64>, Vec<(u64, Entry<K>)>) {
         let mut resend = Vec::new();
         let mut removed = Vec::new();
-        let ids: Vec<u64> = self.entries.keys().copied().collect();
+        let mut ids: Vec<u64> = self.entries.keys().copied().collect();
+        ids.sort_unstable();
         for id in ids {
             let Some(entry) = self.entries.get(&id) else {
                 continue;
@@ -137,9 +150,11 @@ impl<K> PendingTable<K> {
         (resend, removed)
     }
 
-    /// Removes every entry (the session ended).
+    /// Removes every entry (the session ended), in `req_id` order.
     pub(crate) fn drain(&mut self) -> Vec<(u64, Entry<K>)> {
-        std::mem::take(&mut self.entries).into_iter().collect()
+        let mut entries: Vec<_> = std::mem::take(&mut self.entries).into_iter().collect();
+        entries.sort_unstable_by_key(|(id, _)| *id);
+        entries
     }
 }
 
@@ -220,5 +235,24 @@ mod tests {
             removed,
             vec![(create, Some(ErrorKind::OutcomeUnknown)), (watch, None)]
         );
+    }
+
+    #[test]
+    fn a_table_emptied_after_a_burst_gives_its_memory_back_and_keeps_the_rest_in_order() {
+        let mut t = PendingTable::default();
+        let ids: Vec<u64> = (0..4096)
+            .map(|_| t.register((), Replay::Resend, describe))
+            .collect();
+        let burst = t.entries.capacity();
+        for id in &ids[..4090] {
+            assert!(t.remove(*id).is_some());
+        }
+        assert!(t.entries.capacity() < burst / 8);
+        assert_eq!(t.len(), 6);
+        let (resend, removed) = t.replay();
+        assert_eq!(resend, ids[4090..]);
+        assert!(removed.is_empty());
+        let drained: Vec<u64> = t.drain().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(drained, ids[4090..]);
     }
 }
