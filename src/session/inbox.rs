@@ -156,23 +156,28 @@ fn pop<T>(queue: &mut VecDeque<T>) -> Option<T> {
 impl Inbox {
     /// The next notice; `None` once every handle is gone and the queue is read.
     pub(crate) fn poll_notice(&self, cx: &mut Context<'_>) -> Poll<Option<Box<Notice>>> {
-        let mut mail = lock(&self.0);
-        if let Some(notice) = pop(&mut mail.notices) {
-            return Poll::Ready(Some(notice));
-        }
-        Self::wait(&mut mail, cx)
+        self.poll_queue(cx, |mail| &mut mail.notices)
     }
 
     /// The next command; `None` once every handle is gone and the queue is read.
     pub(crate) fn poll_command(&self, cx: &mut Context<'_>) -> Poll<Option<Box<Request>>> {
-        let mut mail = lock(&self.0);
-        if let Some(request) = pop(&mut mail.commands) {
-            return Poll::Ready(Some(request));
-        }
-        Self::wait(&mut mail, cx)
+        self.poll_queue(cx, |mail| &mut mail.commands)
     }
 
-    fn wait<T>(mail: &mut Mail, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    /// The next message of one queue. Every message taken counts against the task's tokio
+    /// budget, as a channel's would: a session flooded with mail still yields to the other
+    /// tasks of its worker.
+    fn poll_queue<T>(
+        &self,
+        cx: &mut Context<'_>,
+        queue: fn(&mut Mail) -> &mut VecDeque<T>,
+    ) -> Poll<Option<T>> {
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let mut mail = lock(&self.0);
+        if let Some(item) = pop(queue(&mut mail)) {
+            coop.made_progress();
+            return Poll::Ready(Some(item));
+        }
         if mail.handles == 0 || mail.closed {
             return Poll::Ready(None);
         }
@@ -303,5 +308,28 @@ mod tests {
         assert_eq!(notices.len(), 1);
         assert!(handle.notice(notice(2)).is_err());
         assert!(matches!(inbox.poll_notice(&mut cx()), Poll::Ready(None)));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_flooded_session_task_still_yields_to_the_other_tasks() {
+        let (handle, inbox) = inbox(7, Arc::default());
+        for caller in 0..1000 {
+            assert!(handle.notice(notice(caller)).is_ok());
+        }
+        // The queue ends after the last notice, so the loop below cannot wait for ever.
+        drop(handle);
+        let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = other_ran.clone();
+        tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+        // Every notice is ready at once; only the task budget makes the reader yield.
+        let mut read_before_the_other_task_ran = 0;
+        while let Some(_n) = inbox.notice().await {
+            if other_ran.load(Ordering::SeqCst) {
+                break;
+            }
+            read_before_the_other_task_ran += 1;
+        }
+        assert!(other_ran.load(Ordering::SeqCst));
+        assert!(read_before_the_other_task_ran < 1000);
     }
 }
