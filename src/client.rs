@@ -437,9 +437,9 @@ impl Client {
             attached.sent_at,
             Instant::now(),
         );
-        let driver = driver::Driver::new(core, self.transport.clone(), attached, &io);
+        let driver = driver::Driver::new(core, self.transport.clone(), attached, io);
         let span = tracing::info_span!("coordination_session", session_id, node = %path);
-        tokio::spawn(tracing::Instrument::instrument(driver.run(io), span));
+        tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
         Ok(Session::new(path, handle, state_rx, token))
     }
 }

@@ -232,7 +232,7 @@ pub struct NodeState {
     sessions: HashMap<SessionId, Session>,
     streams: HashMap<StreamId, SessionId>,
     semaphores: HashMap<SemId, Semaphore>,
-    by_name: BTreeMap<String, SemId>,
+    by_name: HashMap<String, SemId>,
     timers: BTreeSet<(Instant, TimerKey)>,
 }
 
@@ -291,7 +291,7 @@ impl NodeState {
             sessions: HashMap::new(),
             streams: HashMap::new(),
             semaphores: HashMap::new(),
-            by_name: BTreeMap::new(),
+            by_name: HashMap::new(),
             timers: BTreeSet::new(),
         }
     }

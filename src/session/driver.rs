@@ -1,7 +1,7 @@
 //! The one task per session: the thin async shell around [`SessionCore`].
 //!
 //! It owns what the core must not: the gRPC stream, the dial in progress, the timer, the
-//! handles' channels and reply senders. Each turn of its loop waits for one event, hands it
+//! handles' inbox and reply senders. Each turn of its loop waits for one event, hands it
 //! to the core with the current time, and carries out the effects the core queued, in
 //! order. Whatever ends the task, a panic included, a [`Sentinel`] fires every token.
 
@@ -60,7 +60,7 @@ pub(crate) struct Notice {
     pub(crate) reply: ReplyTx,
 }
 
-/// The channels and shared cells the driver works with.
+/// The inbox and shared cells the driver works with.
 #[derive(Debug)]
 pub(crate) struct DriverIo {
     pub(crate) inbox: Inbox,
@@ -83,6 +83,9 @@ pub(crate) struct Driver {
     // First field: dropped first on an unwind, so callers whose reply channels close next
     // already read the cause.
     sentinel: Sentinel,
+    /// After the sentinel: on an unwind, callers whose messages are still queued here read
+    /// the cause the sentinel set.
+    inbox: Inbox,
     core: SessionCore,
     transport: Arc<Transport>,
     stream: Option<Conn>,
@@ -116,7 +119,7 @@ impl Driver {
         core: SessionCore,
         transport: Arc<Transport>,
         attached: Attached,
-        io: &DriverIo,
+        io: DriverIo,
     ) -> Self {
         Self {
             sentinel: Sentinel {
@@ -125,6 +128,7 @@ impl Driver {
                 terminal: io.terminal.clone(),
                 armed: true,
             },
+            inbox: io.inbox,
             core,
             transport,
             stream: Some(attached.conn),
@@ -138,8 +142,7 @@ impl Driver {
     }
 
     /// Runs until the session ends.
-    pub(crate) async fn run(mut self, io: DriverIo) {
-        let DriverIo { inbox, .. } = io;
+    pub(crate) async fn run(mut self) {
         let (mut commands_open, mut control_open) = (true, true);
         // One timer for the whole life of the task. Most events move the core's next
         // wake-up later (every answer moves the deadline), and a wake-up that comes early is
@@ -158,9 +161,9 @@ impl Driver {
             }
             let event = tokio::select! {
                 biased;
-                n = inbox.notice(), if control_open => Event::Notice(n),
+                n = self.inbox.notice(), if control_open => Event::Notice(n),
                 e = next_link_event(&mut self.stream, &mut self.dialing) => e,
-                r = inbox.command(), if commands_open => Event::Request(r),
+                r = self.inbox.command(), if commands_open => Event::Request(r),
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
@@ -195,7 +198,7 @@ impl Driver {
         }
         self.sentinel.armed = false;
         // Whatever is still queued gets the cause.
-        let (commands, notices) = inbox.close();
+        let (commands, notices) = self.inbox.close();
         let now = Instant::now();
         for r in commands {
             self.accept(now, *r);

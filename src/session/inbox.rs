@@ -11,9 +11,9 @@
 //! terminal cause and the counter of caller ids, so that a lease carries one pointer for
 //! them all.
 //!
-//! Nothing bounds the queues: a message is a boxed command or notice that its sender would
-//! otherwise keep in its own future, and the session task reads one per turn, between the
-//! stream's messages and the timer.
+//! Nothing bounds the queues: almost every sender then waits for its answer (which spends
+//! its task's tokio budget), and the session task reads one message per turn, between the
+//! stream's messages and the timer, spending its own budget for each.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,10 +144,14 @@ impl Drop for Handle {
     }
 }
 
-/// Takes the first message of `queue`, freeing its buffer once it is empty.
+/// The most slots a drained queue keeps (a slot is one pointer): a session that takes one
+/// message at a time reuses its buffer, and a burst gives back what it grew.
+const KEPT: usize = 8;
+
+/// Takes the first message of `queue`, freeing a large buffer once it is empty.
 fn pop<T>(queue: &mut VecDeque<T>) -> Option<T> {
     let first = queue.pop_front();
-    if queue.is_empty() && queue.capacity() > 0 {
+    if queue.is_empty() && queue.capacity() > KEPT {
         *queue = VecDeque::new();
     }
     first
@@ -181,10 +185,13 @@ impl Inbox {
         if mail.handles == 0 || mail.closed {
             return Poll::Ready(None);
         }
-        match &mail.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => mail.waker = Some(cx.waker().clone()),
-        }
+        // One slot for both queues: the session task is their only reader.
+        let replaced = match &mail.waker {
+            Some(w) if w.will_wake(cx.waker()) => None,
+            _ => mail.waker.replace(cx.waker().clone()),
+        };
+        drop(mail);
+        drop(replaced);
         Poll::Pending
     }
 
@@ -263,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn notices_come_out_in_order_and_the_buffer_is_freed_when_read() {
+    fn notices_come_out_in_order_and_a_large_buffer_is_freed_when_read() {
         let (handle, inbox) = inbox(7, Arc::default());
         for caller in 1..=3 {
             assert!(handle.notice(notice(caller)).is_ok());
@@ -273,6 +280,11 @@ mod tests {
             read.push(caller(&n));
         }
         assert_eq!(read, [Some(1), Some(2), Some(3)]);
+        assert!(lock(&inbox.0).notices.capacity() <= KEPT);
+        for caller in 0..100 {
+            assert!(handle.notice(notice(caller)).is_ok());
+        }
+        while let Poll::Ready(Some(_)) = inbox.poll_notice(&mut cx()) {}
         assert_eq!(lock(&inbox.0).notices.capacity(), 0);
         assert!(inbox.poll_command(&mut cx()).is_pending());
     }

@@ -86,6 +86,10 @@ impl Metrics {
             None => Some(&[][..]),
             Some((k, v)) => fixed(k, v),
         };
+        debug_assert!(
+            fixed.is_some(),
+            "a label value missing from FIXED: {extra:?}"
+        );
         match fixed {
             Some(labels) if !self.semaphore_labels => Key::from_static_parts(name, labels),
             _ => {
@@ -106,7 +110,14 @@ impl Metrics {
     }
 
     fn gauge(&self, key: Key, delta: f64) {
-        with_recorder(|r| r.register_gauge(&key, &METADATA).increment(delta));
+        with_recorder(|r| {
+            let gauge = r.register_gauge(&key, &METADATA);
+            if delta < 0.0 {
+                gauge.decrement(-delta);
+            } else {
+                gauge.increment(delta);
+            }
+        });
     }
 
     fn observe(&self, key: Key, value: Duration) {

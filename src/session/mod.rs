@@ -335,6 +335,9 @@ impl Session {
             .handle
             .command(Box::new(request))
             .map_err(|_| self.gone())?;
+        // Nothing here waits for the session task: spend budget as a channel send would, so
+        // a loop of watches cannot keep its worker from the session task.
+        tokio::task::coop::consume_budget().await;
         Ok(WatchStream {
             rx,
             session: self.clone(),
