@@ -46,7 +46,7 @@ pub(crate) enum ReplyTx {
     None,
 }
 
-/// A command and where its answer goes, sent boxed through the session's inbox.
+/// A command and where its answer goes, sent through the session's inbox.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) command: Command,
@@ -70,8 +70,8 @@ pub(crate) struct DriverIo {
 }
 
 enum Event {
-    Request(Option<Box<Request>>),
-    Notice(Option<Box<Notice>>),
+    Request(Option<Request>),
+    Notice(Option<Notice>),
     Inbound(Option<std::result::Result<SessionResponse, tonic::Status>>),
     /// Boxed: it is rare, and as large as a stream.
     Dialed(Box<Result<Attached>>),
@@ -168,9 +168,9 @@ impl Driver {
             };
             let now = Instant::now();
             match event {
-                Event::Request(Some(r)) => self.accept(now, *r),
+                Event::Request(Some(r)) => self.accept(now, r),
                 Event::Request(None) => commands_open = false,
-                Event::Notice(Some(n)) => self.notice(now, *n),
+                Event::Notice(Some(n)) => self.notice(now, n),
                 Event::Notice(None) => control_open = false,
                 Event::Inbound(Some(Ok(msg))) => self.core.inbound(now, msg),
                 Event::Inbound(Some(Err(status))) => {
@@ -201,10 +201,10 @@ impl Driver {
         let (commands, notices) = self.inbox.close();
         let now = Instant::now();
         for r in commands {
-            self.accept(now, *r);
+            self.accept(now, r);
         }
         for n in notices {
-            self.notice(now, *n);
+            self.notice(now, n);
         }
         self.apply(now);
         self.linger().await;

@@ -3,8 +3,8 @@
 //!
 //! Two tokio channels cost an idle session about 1.6 KB (each allocates its shared state and
 //! a first block of 32 slots up front). This inbox costs one small allocation; its queues
-//! take a buffer only while they hold messages and free it once the session task has read
-//! them. Every [`Handle`] counts: when the last one is dropped the session task sees both
+//! hold the messages themselves (no box each), take a buffer only while they hold messages
+//! and free it once the session task has read them. Every [`Handle`] counts: when the last one is dropped the session task sees both
 //! queues end, which is how it learns that nobody can use the session any more.
 //!
 //! The handles also share, through it, what every one of them needs: the session's id, its
@@ -26,8 +26,8 @@ use crate::error::Error;
 
 #[derive(Debug, Default)]
 struct Mail {
-    commands: VecDeque<Box<Request>>,
-    notices: VecDeque<Box<Notice>>,
+    commands: VecDeque<Request>,
+    notices: VecDeque<Notice>,
     /// The session task, waiting for mail.
     waker: Option<Waker>,
     /// Live handles.
@@ -43,6 +43,10 @@ struct Shared {
     terminal: Arc<Terminal>,
     ids: AtomicU64,
 }
+
+/// The session task is done: it takes no more messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
 
 /// A sender of commands and notices; every clone keeps the session open.
 #[derive(Debug)]
@@ -100,20 +104,22 @@ impl Handle {
         self.0.terminal.cause()
     }
 
-    /// Queues a command; gives it back if the session task is done.
-    pub(crate) fn command(&self, request: Box<Request>) -> Result<(), Box<Request>> {
+    /// Queues a command; drops it if the session task is done.
+    pub(crate) fn command(&self, request: Request) -> Result<(), Closed> {
         self.push(request, |mail| &mut mail.commands)
     }
 
-    /// Queues a notice; gives it back if the session task is done.
-    pub(crate) fn notice(&self, notice: Box<Notice>) -> Result<(), Box<Notice>> {
+    /// Queues a notice; drops it if the session task is done.
+    pub(crate) fn notice(&self, notice: Notice) -> Result<(), Closed> {
         self.push(notice, |mail| &mut mail.notices)
     }
 
-    fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), T> {
+    fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), Closed> {
         let mut mail = lock(&self.0);
         if mail.closed {
-            return Err(item);
+            drop(mail);
+            drop(item);
+            return Err(Closed);
         }
         queue(&mut mail).push_back(item);
         let waker = mail.waker.take();
@@ -144,14 +150,11 @@ impl Drop for Handle {
     }
 }
 
-/// The most slots a drained queue keeps (a slot is one pointer): a session that takes one
-/// message at a time reuses its buffer, and a burst gives back what it grew.
-const KEPT: usize = 8;
-
-/// Takes the first message of `queue`, freeing a large buffer once it is empty.
+/// Takes the first message of `queue`, freeing its buffer once it is empty: an idle session
+/// holds none, and a burst of messages costs one allocation.
 fn pop<T>(queue: &mut VecDeque<T>) -> Option<T> {
     let first = queue.pop_front();
-    if queue.is_empty() && queue.capacity() > KEPT {
+    if queue.is_empty() && queue.capacity() > 0 {
         *queue = VecDeque::new();
     }
     first
@@ -159,12 +162,12 @@ fn pop<T>(queue: &mut VecDeque<T>) -> Option<T> {
 
 impl Inbox {
     /// The next notice; `None` once every handle is gone and the queue is read.
-    pub(crate) fn poll_notice(&self, cx: &mut Context<'_>) -> Poll<Option<Box<Notice>>> {
+    pub(crate) fn poll_notice(&self, cx: &mut Context<'_>) -> Poll<Option<Notice>> {
         self.poll_queue(cx, |mail| &mut mail.notices)
     }
 
     /// The next command; `None` once every handle is gone and the queue is read.
-    pub(crate) fn poll_command(&self, cx: &mut Context<'_>) -> Poll<Option<Box<Request>>> {
+    pub(crate) fn poll_command(&self, cx: &mut Context<'_>) -> Poll<Option<Request>> {
         self.poll_queue(cx, |mail| &mut mail.commands)
     }
 
@@ -200,7 +203,7 @@ impl Inbox {
     /// # Cancel safety
     ///
     /// Cancel safe: a notice is taken only when this returns it.
-    pub(crate) async fn notice(&self) -> Option<Box<Notice>> {
+    pub(crate) async fn notice(&self) -> Option<Notice> {
         std::future::poll_fn(|cx| self.poll_notice(cx)).await
     }
 
@@ -209,13 +212,13 @@ impl Inbox {
     /// # Cancel safety
     ///
     /// Cancel safe: a command is taken only when this returns it.
-    pub(crate) async fn command(&self) -> Option<Box<Request>> {
+    pub(crate) async fn command(&self) -> Option<Request> {
         std::future::poll_fn(|cx| self.poll_command(cx)).await
     }
 
     /// Refuses everything from now on and returns what is still queued, commands first
     /// and notices second, for the session task to answer with the cause.
-    pub(crate) fn close(&self) -> (VecDeque<Box<Request>>, VecDeque<Box<Notice>>) {
+    pub(crate) fn close(&self) -> (VecDeque<Request>, VecDeque<Notice>) {
         let mut mail = lock(&self.0);
         mail.closed = true;
         mail.waker = None;
@@ -243,11 +246,11 @@ mod tests {
     use crate::session::core::Control;
     use crate::session::driver::ReplyTx;
 
-    fn notice(caller: u64) -> Box<Notice> {
-        Box::new(Notice {
+    fn notice(caller: u64) -> Notice {
+        Notice {
             control: Control::Snapshot { caller },
             reply: ReplyTx::None,
-        })
+        }
     }
 
     fn caller(n: &Notice) -> Option<u64> {
@@ -270,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn notices_come_out_in_order_and_a_large_buffer_is_freed_when_read() {
+    fn notices_come_out_in_order_and_the_buffer_is_freed_when_read() {
         let (handle, inbox) = inbox(7, Arc::default());
         for caller in 1..=3 {
             assert!(handle.notice(notice(caller)).is_ok());
@@ -280,11 +283,6 @@ mod tests {
             read.push(caller(&n));
         }
         assert_eq!(read, [Some(1), Some(2), Some(3)]);
-        assert!(lock(&inbox.0).notices.capacity() <= KEPT);
-        for caller in 0..100 {
-            assert!(handle.notice(notice(caller)).is_ok());
-        }
-        while let Poll::Ready(Some(_)) = inbox.poll_notice(&mut cx()) {}
         assert_eq!(lock(&inbox.0).notices.capacity(), 0);
         assert!(inbox.poll_command(&mut cx()).is_pending());
     }

@@ -165,9 +165,7 @@ impl Lease {
             },
             reply: ReplyTx::Done(tx),
         };
-        self.handle
-            .notice(Box::new(notice))
-            .map_err(|_| self.gone())?;
+        self.handle.notice(notice).map_err(|_| self.gone())?;
         rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
@@ -196,7 +194,7 @@ impl Lease {
             },
             reply: ReplyTx::Release(tx),
         };
-        let sent = self.handle.notice(Box::new(notice));
+        let sent = self.handle.notice(notice);
         if sent.is_err() {
             return Err(self.gone());
         }
@@ -208,14 +206,14 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.token.cancel();
         if !self.released {
-            let _ = self.handle.notice(Box::new(Notice {
+            let _ = self.handle.notice(Notice {
                 control: Control::Release {
                     name: std::mem::take(&mut self.name),
                     lease: self.id,
                     caller: None,
                 },
                 reply: ReplyTx::None,
-            }));
+            });
         }
     }
 }

@@ -159,7 +159,7 @@ impl Session {
             control: Control::Snapshot { caller },
             reply: ReplyTx::Snapshot(tx),
         };
-        if self.inner.handle.notice(Box::new(notice)).is_err() {
+        if self.inner.handle.notice(notice).is_err() {
             return ended();
         }
         rx.await.unwrap_or_else(|_| ended())
@@ -198,7 +198,7 @@ impl Session {
             };
             self.inner
                 .handle
-                .command(Box::new(request))
+                .command(request)
                 .map_err(|_| self.gone())?;
             rx.await.unwrap_or_else(|_| Err(self.gone()))
         };
@@ -333,7 +333,7 @@ impl Session {
         };
         self.inner
             .handle
-            .command(Box::new(request))
+            .command(request)
             .map_err(|_| self.gone())?;
         // Nothing here waits for the session task: spend budget as a channel send would, so
         // a loop of watches cannot keep its worker from the session task.
@@ -387,7 +387,7 @@ impl Session {
             name: name.clone(),
             count,
             id,
-            cmd: Some(Box::new(Request {
+            cmd: Some(Request {
                 command: Command::Acquire(AcquireCmd {
                     caller: id,
                     name: name.clone(),
@@ -399,7 +399,7 @@ impl Session {
                     queued: Some(queued_tx),
                     name,
                 },
-            })),
+            }),
             invalid,
             queued: Some(queued_rx),
             reply: reply_rx,
@@ -447,7 +447,7 @@ impl Session {
             },
             reply: ReplyTx::Closed(tx),
         };
-        if self.inner.handle.command(Box::new(request)).is_ok() {
+        if self.inner.handle.command(request).is_ok() {
             let _ = rx.await;
         }
     }
@@ -496,7 +496,7 @@ pub struct Acquire {
     name: Arc<str>,
     count: u64,
     id: u64,
-    cmd: Option<Box<Request>>,
+    cmd: Option<Request>,
     /// Why the options were rejected: every poll answers with it, nothing is sent.
     invalid: Option<Error>,
     submitted: bool,
@@ -612,7 +612,7 @@ impl Drop for Acquire {
                     },
                     reply: ReplyTx::None,
                 };
-                let _ = self.session.inner.handle.notice(Box::new(notice));
+                let _ = self.session.inner.handle.notice(notice);
             }
         }
     }
@@ -649,7 +649,7 @@ impl Drop for WatchStream {
             },
             reply: ReplyTx::None,
         };
-        let _ = self.session.inner.handle.notice(Box::new(notice));
+        let _ = self.session.inner.handle.notice(notice);
     }
 }
 
