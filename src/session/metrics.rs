@@ -63,6 +63,53 @@ fn fixed(key: &str, value: &str) -> Option<&'static [Label]> {
         .map(|l| &l[..])
 }
 
+/// The key of metric `name` with the label `extra` and, if given, the semaphore's name.
+fn key(
+    name: &'static str,
+    extra: Option<(&'static str, &'static str)>,
+    semaphore: Option<&str>,
+) -> Key {
+    let fixed = match extra {
+        None => Some(&[][..]),
+        Some((k, v)) => fixed(k, v),
+    };
+    debug_assert!(
+        fixed.is_some(),
+        "a label value missing from FIXED: {extra:?}"
+    );
+    match (fixed, semaphore) {
+        (Some(labels), None) => Key::from_static_parts(name, labels),
+        _ => {
+            let mut labels = Vec::with_capacity(2);
+            labels.extend(extra.map(|(k, v)| Label::new(k, v)));
+            labels.extend(semaphore.map(|s| Label::new("semaphore", s.to_string())));
+            Key::from_parts(name, labels)
+        }
+    }
+}
+
+fn count(key: Key) {
+    with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
+}
+
+fn gauge(key: Key, delta: f64) {
+    with_recorder(|r| {
+        let gauge = r.register_gauge(&key, &METADATA);
+        if delta < 0.0 {
+            gauge.decrement(-delta);
+        } else {
+            gauge.increment(delta);
+        }
+    });
+}
+
+fn observe(key: Key, value: Duration) {
+    with_recorder(|r| {
+        r.register_histogram(&key, &METADATA)
+            .record(value.as_secs_f64())
+    });
+}
+
 /// Per-session metric settings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Metrics {
@@ -74,100 +121,52 @@ impl Metrics {
         Self { semaphore_labels }
     }
 
-    /// The key of metric `name` with the label `extra` and, when semaphore labels are on,
-    /// the semaphore's name.
-    fn key(
-        &self,
-        name: &'static str,
-        extra: Option<(&'static str, &'static str)>,
-        semaphore: &str,
-    ) -> Key {
-        let fixed = match extra {
-            None => Some(&[][..]),
-            Some((k, v)) => fixed(k, v),
-        };
-        debug_assert!(
-            fixed.is_some(),
-            "a label value missing from FIXED: {extra:?}"
-        );
-        match fixed {
-            Some(labels) if !self.semaphore_labels => Key::from_static_parts(name, labels),
-            _ => {
-                let mut labels = Vec::with_capacity(2);
-                if let Some((k, v)) = extra {
-                    labels.push(Label::new(k, v));
-                }
-                if self.semaphore_labels {
-                    labels.push(Label::new("semaphore", semaphore.to_string()));
-                }
-                Key::from_parts(name, labels)
-            }
-        }
-    }
-
-    fn count(&self, key: Key) {
-        with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
-    }
-
-    fn gauge(&self, key: Key, delta: f64) {
-        with_recorder(|r| {
-            let gauge = r.register_gauge(&key, &METADATA);
-            if delta < 0.0 {
-                gauge.decrement(-delta);
-            } else {
-                gauge.increment(delta);
-            }
-        });
-    }
-
-    fn observe(&self, key: Key, value: Duration) {
-        with_recorder(|r| {
-            r.register_histogram(&key, &METADATA)
-                .record(value.as_secs_f64())
-        });
+    /// The semaphore label's value, when semaphore labels are on.
+    fn semaphore<'a>(&self, name: &'a str) -> Option<&'a str> {
+        self.semaphore_labels.then_some(name)
     }
 
     /// An acquire ended: `result` is `acquired`, `timed_out`, `cancelled` or `error`.
     pub(crate) fn acquire_ended(&self, name: &str, result: &'static str, waited: Duration) {
-        self.count(self.key(ACQUISITIONS, Some(("result", result)), name));
+        let sem = self.semaphore(name);
+        count(key(ACQUISITIONS, Some(("result", result)), sem));
         if result == "acquired" {
-            self.observe(self.key(ACQUIRE_WAIT, None, name), waited);
-            self.gauge(self.key(ACTIVE_LEASES, None, name), 1.0);
+            observe(key(ACQUIRE_WAIT, None, sem), waited);
+            gauge(key(ACTIVE_LEASES, None, sem), 1.0);
         }
     }
 
     /// A lease ended after `held`; `lost` names the cause when it was not released.
     pub(crate) fn lease_ended(&self, name: &str, held: Duration, lost: Option<&'static str>) {
-        self.observe(self.key(LEASE_HOLD, None, name), held);
-        self.gauge(self.key(ACTIVE_LEASES, None, name), -1.0);
+        let sem = self.semaphore(name);
+        observe(key(LEASE_HOLD, None, sem), held);
+        gauge(key(ACTIVE_LEASES, None, sem), -1.0);
         if let Some(cause) = lost {
-            self.count(self.key(LEASES_LOST, Some(("cause", cause)), name));
+            count(key(LEASES_LOST, Some(("cause", cause)), sem));
         }
     }
 
     /// The server queued an acquire (+1) or a queued acquire ended (-1).
     pub(crate) fn queued(&self, name: &str, delta: f64) {
-        self.gauge(self.key(QUEUED_ACQUIRES, None, name), delta);
+        gauge(key(QUEUED_ACQUIRES, None, self.semaphore(name)), delta);
     }
 
     /// The session moved between states (`None`: not counted, e.g. before start or after
     /// the end).
     pub(crate) fn session_state(&self, from: Option<&'static str>, to: Option<&'static str>) {
-        let unlabelled = Self::new(false);
         if let Some(from) = from {
-            self.gauge(unlabelled.key(SESSIONS, Some(("state", from)), ""), -1.0);
+            gauge(key(SESSIONS, Some(("state", from)), None), -1.0);
         }
         if let Some(to) = to {
-            self.gauge(unlabelled.key(SESSIONS, Some(("state", to)), ""), 1.0);
+            gauge(key(SESSIONS, Some(("state", to)), None), 1.0);
         }
     }
 
     pub(crate) fn reattached(&self) {
-        self.count(Key::from_static_name(REATTACHES));
+        count(Key::from_static_name(REATTACHES));
     }
 
     pub(crate) fn request(&self, op: &'static str, took: Duration) {
-        let unlabelled = Self::new(false);
-        self.observe(unlabelled.key(REQUEST_DURATION, Some(("op", op)), ""), took);
+        observe(key(REQUEST_DURATION, Some(("op", op)), None), took);
     }
 }
