@@ -293,18 +293,20 @@ impl Error {
     }
 
     /// Whether the same operation may succeed if tried again later (on this or a new session).
+    /// A TLS handshake the client rejected is not: the same certificate comes back.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.0.kind,
-            ErrorKind::Transport
-                | ErrorKind::Unavailable
-                | ErrorKind::Overloaded
-                | ErrorKind::Timeout
-                | ErrorKind::SessionExpired
-                | ErrorKind::BadSession
-                | ErrorKind::Aborted
-                | ErrorKind::OutcomeUnknown
-        )
+        !self.is_tls_rejection()
+            && matches!(
+                self.0.kind,
+                ErrorKind::Transport
+                    | ErrorKind::Unavailable
+                    | ErrorKind::Overloaded
+                    | ErrorKind::Timeout
+                    | ErrorKind::SessionExpired
+                    | ErrorKind::BadSession
+                    | ErrorKind::Aborted
+                    | ErrorKind::OutcomeUnknown
+            )
     }
 
     /// Whether the error means the session is gone (expired, closed or taken over), so its

@@ -21,21 +21,12 @@ use crate::transport::Transport;
 /// (0-based) failed with `err`, or `None` when trying again cannot help. `unit` is a
 /// uniform random number in `[0, 1)` for the jitter.
 ///
-/// Worth repeating: a transport failure (except a TLS handshake the client rejected: the
-/// same certificate comes back), `UNAVAILABLE`, `OVERLOADED`, `ABORTED`, `UNDETERMINED`
-/// and timeouts. Not: answers that repeat themselves (`NOT_FOUND`, `BAD_REQUEST`,
-/// `UNAUTHORIZED`, `PRECONDITION_FAILED`, internal errors).
+/// Worth repeating: what [`Error::is_retryable`] says may succeed later (a transport
+/// failure other than a rejected TLS handshake, `UNAVAILABLE`, `OVERLOADED`, `ABORTED`,
+/// `UNDETERMINED`, timeouts). Not: answers that repeat themselves (`NOT_FOUND`,
+/// `BAD_REQUEST`, `UNAUTHORIZED`, `PRECONDITION_FAILED`, internal errors).
 pub(crate) fn delay(err: &Error, attempt: u32, backoff: &Backoff, unit: f64) -> Option<Duration> {
-    let again = match err.kind() {
-        ErrorKind::Transport => !err.is_tls_rejection(),
-        ErrorKind::Unavailable
-        | ErrorKind::Overloaded
-        | ErrorKind::Aborted
-        | ErrorKind::OutcomeUnknown
-        | ErrorKind::Timeout => true,
-        _ => false,
-    };
-    again.then(|| backoff.delay(attempt, unit))
+    err.is_retryable().then(|| backoff.delay(attempt, unit))
 }
 
 /// Whether a failure says the endpoint itself is at fault (so another one should be
@@ -47,7 +38,8 @@ pub(crate) fn endpoint_failed(err: &Error) -> bool {
 /// Sends `message` (with the YDB headers) through `call` until it succeeds, fails in a way
 /// [`delay`] does not repeat, or the transport's request timeout (all attempts together)
 /// runs out; each retry waits the crate's default [`Backoff`] and goes to the endpoint then
-/// preferred, so a failing endpoint is left for another. The error is the last attempt's.
+/// preferred, so an endpoint that fails is left for another (one that accepts the call and
+/// never answers uses up what is left of the budget). The error is the last attempt's.
 /// Credentials that cannot give a token fail the call at once: they retry their own
 /// source. A token the server rejects is renewed once ([`Transport::token_rejected`]) and
 /// the call sent again at once.
@@ -68,7 +60,8 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let budget = transport.request_timeout();
-    let deadline = Instant::now() + budget;
+    // `later`: a request timeout of `Duration::MAX` means no limit, not an overflow.
+    let deadline = crate::session::core::later(Instant::now(), budget);
     let backoff = Backoff::default();
     let mut tries = 0u32;
     let mut renewed = false;

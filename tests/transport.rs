@@ -237,7 +237,7 @@ async fn create_alter_and_drop_are_retried_as_the_sdks_do() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_unanswered_attempt_is_abandoned_and_repeated() {
+async fn a_silent_attempt_uses_up_the_budget_and_the_next_call_is_answered() {
     let peer = UnaryPeer::start().await;
     peer.script(DESCRIBE, [Answer::Silent]);
     let client = build(
@@ -249,6 +249,20 @@ async fn an_unanswered_attempt_is_abandoned_and_repeated() {
     // The silent attempt uses up the whole budget: the call times out, the next one works.
     let err = within(client.describe_node(NODE)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
+    within(client.describe_node(NODE)).await.unwrap();
+    assert_eq!(peer.calls(DESCRIBE).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_timeout_of_duration_max_means_no_limit() {
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, [Answer::Grpc(tonic::Code::Unavailable)]);
+    let client = build(
+        Client::builder(peer.connection_string())
+            .discovery(false)
+            .request_timeout(Duration::MAX),
+    )
+    .await;
     within(client.describe_node(NODE)).await.unwrap();
     assert_eq!(peer.calls(DESCRIBE).len(), 2);
 }
