@@ -646,6 +646,25 @@ async fn lock_for_fires_at_the_deadline_and_hands_the_lock_over() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_holder_cancelling_its_bounded_token_keeps_the_lock_until_the_deadline() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let guard = within(a.mutex("job").lock_for(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // The holder stops its own work early.
+    guard.token().cancel();
+    assert!(!guard.is_lost());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(within(b.mutex("job").try_lock()).await.unwrap().is_none());
+    // The lease still ends at its deadline, and `cancelled` waits for that, not the token.
+    within(guard.cancelled()).await;
+    assert!(Instant::now() >= guard.deadline());
+    assert!(guard.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
 async fn lock_for_unlocked_before_the_deadline_releases_normally() {
     let env = Env::new().await;
     let a = env.session().await;

@@ -48,6 +48,9 @@ const LONGEST_BOUND: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 /// ```
 #[derive(Debug)]
 pub struct BoundedLease {
+    /// The lease's own token: it fires at the deadline, on release and on loss.
+    lease_token: CancellationToken,
+    /// Its child, handed to the holder, who may cancel it to stop its own work.
     token: CancellationToken,
     fencing_token: u64,
     session_id: u64,
@@ -66,6 +69,7 @@ impl BoundedLease {
             // A child: a holder that cancels its own token to stop its work ends nothing
             // here; the task watches the lease's token.
             token: lease.token().child_token(),
+            lease_token: lease.token(),
             fencing_token: lease.fencing_token(),
             session_id: lease.session_id(),
             deadline,
@@ -115,18 +119,20 @@ impl BoundedLease {
         self.token.clone()
     }
 
-    /// Waits until the token fires.
+    /// Waits until the lease ends: the deadline passed, it was released, or it may have
+    /// been lost. Cancelling the token from [`token`](Self::token) does not end the wait.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await;
+        self.lease_token.cancelled().await;
     }
 
-    /// Whether the token fired: the deadline passed, or the lease may have been lost.
+    /// Whether the lease ended: the deadline passed, or the lease may have been lost (not:
+    /// the holder cancelled the token from [`token`](Self::token)).
     pub fn is_lost(&self) -> bool {
-        self.token.is_cancelled()
+        self.lease_token.is_cancelled()
     }
 
     /// The fencing token (see [`Lease::fencing_token`]).
