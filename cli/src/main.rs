@@ -912,12 +912,13 @@ async fn emulator(
     database: String,
     nodes: Vec<String>,
 ) -> Result<u8, Failure> {
-    let cannot = |addr: &SocketAddr, err: std::io::Error| {
-        Failure::new(format!("cannot listen on {addr}: {err}"))
+    let cannot = |addr: &SocketAddr, err: std::io::Error| match err.kind() {
+        // A certificate or key that cannot be used says so itself.
+        std::io::ErrorKind::InvalidInput => Failure::new(err.to_string()),
+        _ => Failure::new(format!("cannot listen on {addr}: {err}")),
     };
-    let (first, more) = match listen.split_first() {
-        Some((first, more)) => (*first, more),
-        None => (SocketAddr::from(([127, 0, 0, 1], 2136)), &[][..]),
+    let Some((&first, more)) = listen.split_first() else {
+        return Err(Failure::new("--listen needs at least one address"));
     };
     let mut builder = Emulator::builder().listen(first).database(database);
     if let Some((cert, key)) = tls {

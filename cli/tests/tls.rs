@@ -118,3 +118,24 @@ fn a_missing_tls_file_is_a_one_line_error_naming_it() {
     ]);
     assert_one_line_error(&out, 1, "/nonexistent/cert.pem");
 }
+
+#[test]
+fn an_unusable_certificate_is_a_one_line_error_naming_the_tls_files() {
+    let env = Env::new("tls-unusable");
+    let cert = env.path("cert.pem");
+    let key = env.path("key.pem");
+    std::fs::write(&cert, "not a certificate").unwrap();
+    std::fs::write(&key, "not a key").unwrap();
+    let out = env.run(&[
+        "emulator",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    // The error is about the certificate, not about the address.
+    assert_one_line_error(&out, 1, "TLS");
+    assert!(!stderr(&out).contains("127.0.0.1"), "{}", stderr(&out));
+}

@@ -1439,7 +1439,9 @@ impl NodeState {
 
     /// Names of all semaphores (persistent and ephemeral), sorted.
     pub fn semaphore_names(&self) -> Vec<String> {
-        self.by_name.keys().cloned().collect()
+        let mut names: Vec<String> = self.by_name.keys().cloned().collect();
+        names.sort_unstable();
+        names
     }
 
     /// A semaphore as `describe_semaphore` with owners and waiters would show it.
