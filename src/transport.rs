@@ -16,6 +16,7 @@ use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::{Credentials, LoginCache, Source};
 use crate::endpoints::{EndpointTable, Mark};
+use crate::session::core::later;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::StatusCode;
 
@@ -231,7 +232,7 @@ impl Transport {
     }
 
     /// Runs discovery again every discovery interval, and early when many endpoints failed,
-    /// for as long as the transport is in use. Does nothing when discovery is off.
+    /// until the transport is dropped. Does nothing when discovery is off.
     pub(crate) fn keep_discovering(self: &Arc<Self>) {
         if !self.config.discovery {
             return;
@@ -239,18 +240,24 @@ impl Transport {
         let weak: Weak<Self> = Arc::downgrade(self);
         let wake = self.rediscover.clone();
         let interval = self.config.discovery_interval;
-        // An early discovery comes at most once per gap, so a cluster that is down is not
-        // asked again and again by every client, all at the moment it comes back.
+        // An early discovery comes at most once per gap, so one client does not ask a
+        // cluster that is down again and again.
         let gap = (interval / 6).min(EARLY_DISCOVERY_GAP);
-        // Only a weak reference is held while waiting, so dropping the client ends the task.
+        // Only a weak reference is held while waiting: once the client is dropped, the task
+        // ends at its next wake-up.
         tokio::spawn(async move {
             let mut last: Option<tokio::time::Instant> = None;
+            // The periodic run keeps its own clock: early runs do not postpone it, since only
+            // it gives failed endpoints another turn.
+            let mut next_periodic = later(tokio::time::Instant::now(), interval);
             loop {
                 let periodic = tokio::select! {
-                    () = tokio::time::sleep(interval) => true,
+                    () = tokio::time::sleep_until(next_periodic) => true,
                     () = wake.notified() => false,
                 };
-                if !periodic && let Some(at) = last {
+                if periodic {
+                    next_periodic = later(tokio::time::Instant::now(), interval);
+                } else if let Some(at) = last {
                     tokio::time::sleep_until(at + gap).await;
                 }
                 let Some(transport) = weak.upgrade() else {
