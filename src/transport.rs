@@ -16,9 +16,9 @@ use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::{Credentials, LoginCache, Source};
 use crate::endpoints::{EndpointTable, Mark};
-use crate::session::core::later;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::StatusCode;
+use crate::session::core::later;
 
 /// The value of `x-ydb-sdk-build-info`.
 const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"));
