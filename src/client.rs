@@ -145,10 +145,9 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
         })?;
-        match tokio::time::timeout(self.request_timeout, transport.discover(true)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::info!(%err, "discovery failed; using the given endpoint"),
-            Err(_) => tracing::info!("discovery timed out; using the given endpoint"),
+        // Bounded by the request timeout: discovery is an idempotent call.
+        if let Err(err) = transport.discover(true).await {
+            tracing::info!(%err, "discovery failed; using the given endpoint");
         }
         transport.keep_discovering();
         Ok(Client { transport })
@@ -388,7 +387,7 @@ impl Client {
         let attached = loop {
             // The same start message as every reattach, with session id 0: a new session.
             let start = start_message(&cfg, 0);
-            let lane = self.transport.lane()?;
+            let lane = self.transport.lane();
             let left = deadline.saturating_duration_since(Instant::now());
             let err = match tokio::time::timeout(
                 left,

@@ -66,7 +66,7 @@ where
     let mut tries = 0u32;
     let mut renewed = false;
     loop {
-        let lane = transport.lane()?;
+        let lane = transport.lane();
         // The token is part of the call: a slow or hung token source (a login, an IAM
         // endpoint) counts against the same budget.
         let left = deadline.saturating_duration_since(Instant::now());

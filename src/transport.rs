@@ -164,12 +164,12 @@ impl Transport {
 
     /// The channel to use now: a discovered endpoint that works, round robin; the
     /// connection string's own endpoint when all of them failed (see `endpoints.rs`).
-    pub(crate) fn lane(&self) -> Result<Lane> {
+    pub(crate) fn lane(&self) -> Lane {
         let picked = self.lock().pick();
-        Ok(Lane {
+        Lane {
             channel: picked.conn,
             mark: picked.mark,
-        })
+        }
     }
 
     /// The lane's endpoint failed (it did not answer, refused, or broke a stream): it is
@@ -314,7 +314,7 @@ impl Transport {
     }
 
     async fn login(&self, user: &str, password: &str) -> Result<String> {
-        let lane = self.lane()?;
+        let lane = self.lane();
         let mut client = AuthServiceClient::new(lane.channel);
         let mut request = tonic::Request::new(LoginRequest {
             operation_params: None,

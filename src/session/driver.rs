@@ -321,7 +321,7 @@ impl Driver {
             Effect::Dial { start, limit } => {
                 let transport = self.transport.clone();
                 self.dialing = Some(Box::pin(async move {
-                    let lane = transport.lane()?;
+                    let lane = transport.lane();
                     match tokio::time::timeout(limit, attach(&transport, lane.clone(), start)).await
                     {
                         Ok(result) => result,
