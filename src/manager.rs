@@ -317,6 +317,31 @@ impl SessionManager {
         }
     }
 
+    /// Whether the manager has stopped for good: [`shutdown`](Self::shutdown) was called,
+    /// or it hit a fatal error. From then on [`current`](Self::current) fails at once, and
+    /// every recipe of the manager ends with that error instead of starting over.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// use ydb_coordination::{Client, SessionManager, SessionOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let manager = SessionManager::new(client, "/local/app", SessionOptions::new());
+    /// assert!(!manager.is_stopped());
+    /// manager.shutdown().await;
+    /// assert!(manager.is_stopped());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stop.is_cancelled() || matches!(*self.inner.current.borrow(), Current::Stopped)
+    }
+
     /// The live session right now, if there is one.
     pub fn try_current(&self) -> Option<Session> {
         match &*self.inner.current.borrow() {
@@ -361,6 +386,11 @@ impl SessionManager {
     }
 
     /// Stops replacing sessions and closes the live one (its leases' tokens fire).
+    ///
+    /// Every recipe of the manager then ends with [`ErrorKind::SessionClosed`] instead of
+    /// starting over: an acquire or a call in progress or made later fails with it, a
+    /// stream ([`Held`](crate::recipes::Held), a watch, a subscription, an observer) yields
+    /// it as its last item, and a [`Membership`](crate::recipes::Membership) ends with it.
     ///
     /// # Cancel safety
     ///

@@ -328,7 +328,9 @@ impl Election {
     ///
     /// On a [`SessionManager`](crate::SessionManager) scope the stream carries on across
     /// session loss (an error item, then the leader again as the next session sees it); on a
-    /// session scope it ends with the session's error.
+    /// session scope it ends with the session's error, and once the manager stops with the
+    /// manager's ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a
+    /// shutdown).
     ///
     /// # Examples
     ///

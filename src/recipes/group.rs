@@ -112,7 +112,8 @@ pub enum MembershipState {
         order_id: u64,
     },
     /// No longer a member, and not joining again: left, or the error that ended it (the
-    /// session of a [`Session`](crate::Session) scope was lost; the manager stopped).
+    /// session of a [`Session`](crate::Session) scope was lost; the manager stopped, with
+    /// [`ErrorKind::SessionClosed`] after a shutdown).
     Ended(Option<Error>),
 }
 
@@ -370,7 +371,8 @@ impl Group {
     /// - On a [`SessionManager`](crate::SessionManager) the stream carries on across a session loss without an
     ///   error item: it watches again in the next session and yields the set from there if
     ///   it differs from the last item ([`Member::is_me`] then refers to the new session).
-    ///   On a [`Session`](crate::Session) it ends with the session's error.
+    ///   On a [`Session`](crate::Session) it ends with the session's error, on a stopped
+    ///   manager with the manager's ([`ErrorKind::SessionClosed`] after a shutdown).
     ///
     /// So don't count items: wait for the set you care about.
     ///

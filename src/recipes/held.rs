@@ -18,7 +18,10 @@ use crate::session::Lease;
 /// poll acquires again, in a new session when the old one is gone (on a
 /// [`SessionManager`](crate::SessionManager) scope), and yields a new guard with a strictly
 /// greater fencing token. The old guard's token has always fired before a new guard is
-/// yielded. On a [`Session`](crate::Session) scope the stream ends with the session's error.
+/// yielded. On a [`Session`](crate::Session) scope the stream ends with the session's error;
+/// on a manager scope, once the manager stops, with the manager's
+/// ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown): that
+/// error is the last item, then the stream ends.
 ///
 /// # Examples
 ///

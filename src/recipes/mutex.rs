@@ -102,7 +102,8 @@ impl Mutex {
     ///
     /// Session errors (on a [`Session`](crate::Session) scope: the session was lost while
     /// waiting; a [`SessionManager`](crate::SessionManager) scope retries in the next
-    /// session instead).
+    /// session instead, until the manager stops: then its error,
+    /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown).
     ///
     /// # Cancel safety
     ///

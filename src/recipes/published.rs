@@ -95,7 +95,9 @@ impl Published {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a value over
-    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent); session errors.
+    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent); session errors (on a
+    /// [`SessionManager`](crate::SessionManager): only once it stopped,
+    /// [`ErrorKind::SessionClosed`] after a shutdown).
     ///
     /// # Cancel safety
     ///
@@ -166,7 +168,8 @@ impl Published {
     ///   stream was down is the next item.
     /// - On a [`SessionManager`](crate::SessionManager) the stream carries on across a session loss without an
     ///   error item, and yields the value from the next session if it differs from the last
-    ///   item. On a [`Session`](crate::Session) it ends with the session's error.
+    ///   item. On a [`Session`](crate::Session) it ends with the session's error, on a
+    ///   stopped manager with the manager's ([`ErrorKind::SessionClosed`] after a shutdown).
     ///
     /// See [`Published`] for an example.
     pub fn subscribe(&self) -> ValueStream {

@@ -16,7 +16,9 @@ pub(crate) trait SessionSource: fmt::Debug + Send + Sync + 'static {
     fn session(&self) -> BoxFuture<'_, Result<Session>>;
 
     /// Whether a lost session is replaced, so that work interrupted by the loss is worth
-    /// repeating with the next [`SessionSource::session`].
+    /// repeating with the next [`SessionSource::session`]. `false` once no session will
+    /// come again (a stopped manager): every retry loop then ends with the error it has,
+    /// rather than asking again for a session that fails at once.
     fn renews(&self) -> bool;
 }
 
@@ -36,7 +38,7 @@ impl SessionSource for SessionManager {
     }
 
     fn renews(&self) -> bool {
-        true
+        !self.is_stopped()
     }
 }
 
