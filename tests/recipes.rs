@@ -695,3 +695,38 @@ async fn lock_for_unlocked_before_the_deadline_releases_normally() {
             .is_some()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn publish_onto_a_name_another_recipe_uses_is_refused() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    // A mutex's ephemeral semaphore: the value would go with the lock.
+    let guard = within(a.mutex("m").lock()).await.unwrap();
+    let err = within(b.published("m").publish(b"v")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    // A counted semaphore's (another limit).
+    within(a.create_semaphore("pool", 3, b"")).await.unwrap();
+    let err = within(b.published("pool").publish(b"v")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    assert!(
+        within(b.describe_semaphore("pool", Default::default()))
+            .await
+            .unwrap()
+            .data
+            .is_empty()
+    );
+    // As join and subscribe refuse them.
+    let err = within(b.published("m").subscribe().next())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    drop(guard);
+
+    // A publication of its own is created, then updated.
+    let published = b.published("config");
+    within(published.publish(b"1")).await.unwrap();
+    within(published.publish(b"2")).await.unwrap();
+    assert_eq!(within(a.published("config").get()).await.unwrap(), b"2");
+}

@@ -49,7 +49,7 @@ pub use self::semaphore::{BoundedSemaphorePermit, Semaphore, SemaphorePermit};
 pub(crate) use self::source::Source;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
-use crate::session::Session;
+use crate::session::{SemaphoreDescription, Session};
 
 /// What to make sure of in a session before acquiring.
 #[derive(Debug, Clone, Copy)]
@@ -74,20 +74,26 @@ pub(crate) async fn ensure_semaphore(session: &Session, name: &str, limit: u64) 
             let d = session
                 .describe_semaphore(name, crate::DescribeOptions::new())
                 .await?;
-            if d.limit != limit || d.ephemeral {
-                return Err(Error::new(
-                    ErrorKind::PreconditionFailed,
-                    format!(
-                        "semaphore {name:?} exists with limit {}{}, not {limit}",
-                        d.limit,
-                        if d.ephemeral { " (ephemeral)" } else { "" }
-                    ),
-                ));
-            }
-            Ok(())
+            check_persistent(name, &d, limit)
         }
         Err(e) => Err(e),
     }
+}
+
+/// Refuses the semaphore `name` (described as `d`) unless it is persistent with `limit`: a
+/// recipe does not share its name with another recipe's semaphore.
+pub(crate) fn check_persistent(name: &str, d: &SemaphoreDescription, limit: u64) -> Result<()> {
+    if d.limit != limit || d.ephemeral {
+        return Err(Error::new(
+            ErrorKind::PreconditionFailed,
+            format!(
+                "semaphore {name:?} exists with limit {}{}, not {limit}",
+                d.limit,
+                if d.ephemeral { " (ephemeral)" } else { "" }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The `Session` and `SessionManager` constructors `$fn(name)` of a recipe `$recipe`

@@ -1,7 +1,7 @@
 //! A small value published under a name, and subscribers that follow it.
 
-use super::Source;
 use super::follow::{Following, follow, read};
+use super::{Source, check_persistent};
 use crate::config::{self, DescribeOptions, WatchOptions};
 use crate::error::{ErrorKind, Result};
 use crate::session::{SemaphoreDescription, Session};
@@ -17,10 +17,11 @@ const PUBLISHED_LIMIT: u64 = u64::MAX;
 /// # Representation
 ///
 /// The value is the data of one persistent semaphore named after the publication (created
-/// with the first publish or subscribe; nobody acquires it): a publish is an
-/// `update_semaphore`, a read is a describe, a subscription is a data watch. The data is
-/// what the server stores and notifies about for a semaphore, so a publication costs one
-/// round trip, needs no owner to stay alive (the value outlives every session) and is
+/// with the first publish or subscribe; nobody acquires it): a publish is a describe (the
+/// name must be a publication, not another recipe's semaphore) and an `update_semaphore`,
+/// a read is a describe, a subscription is a data watch. The data is what the server stores
+/// and notifies about for a semaphore, so a publish costs two round trips and a read one, a
+/// publication needs no owner to stay alive (the value outlives every session) and is
 /// visible to any YDB SDK as the semaphore's data. Until something is published the value
 /// is empty; publish a non-empty value if "nothing yet" must be told apart.
 ///
@@ -95,7 +96,10 @@ impl Published {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a value over
-    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent); session errors (on a
+    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent);
+    /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists and is not a
+    /// publication (another recipe's: a mutex's ephemeral one, another limit), which is
+    /// left as it is; session errors (on a
     /// [`SessionManager`](crate::SessionManager): only once it stopped,
     /// [`ErrorKind::SessionClosed`] after a shutdown).
     ///
@@ -113,18 +117,31 @@ impl Published {
         }
     }
 
-    /// One attempt in `session`: an update, or a create when there is nothing to update.
+    /// One attempt in `session`: an update of the publication's semaphore once a describe
+    /// showed it is one, or a create when there is none.
     async fn publish_in(&self, session: &Session, value: &[u8]) -> Result<()> {
         loop {
-            match session.update_semaphore(&self.name, value).await {
+            match session
+                .describe_semaphore(&self.name, DescribeOptions::new())
+                .await
+            {
+                Ok(d) => {
+                    // Not another recipe's semaphore (a mutex's ephemeral one would lose the
+                    // value with the lock).
+                    check_persistent(&self.name, &d, PUBLISHED_LIMIT)?;
+                    match session.update_semaphore(&self.name, value).await {
+                        Err(e) if e.kind() == ErrorKind::NotFound => {}
+                        other => return other,
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
-                other => return other,
+                Err(e) => return Err(e),
             }
             match session
                 .create_semaphore(&self.name, PUBLISHED_LIMIT, value)
                 .await
             {
-                // Made by someone else in between, or perhaps by us: update it.
+                // Made by someone else in between, or perhaps by us: look again.
                 Err(e)
                     if matches!(
                         e.kind(),
