@@ -730,3 +730,93 @@ async fn publish_onto_a_name_another_recipe_uses_is_refused() {
     within(published.publish(b"2")).await.unwrap();
     assert_eq!(within(a.published("config").get()).await.unwrap(), b"2");
 }
+
+/// Asserts that `f` fails with `InvalidArgument`.
+async fn invalid<T: std::fmt::Debug>(
+    f: impl std::future::IntoFuture<Output = ydb_coordination::Result<T>>,
+) {
+    match within(f).await {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidArgument),
+        Ok(v) => panic!("accepted: {v:?}"),
+    }
+}
+
+/// Asserts that `stream` yields `InvalidArgument`, then ends.
+async fn invalid_stream<T: std::fmt::Debug>(
+    mut stream: impl futures::Stream<Item = ydb_coordination::Result<T>> + Unpin,
+) {
+    match within(stream.next()).await {
+        Some(Err(e)) => assert_eq!(e.kind(), ErrorKind::InvalidArgument),
+        other => panic!("not refused: {other:?}"),
+    }
+    assert!(within(stream.next()).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_recipe_verb_refuses_a_name_over_the_limit_before_sending_anything() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let long = "x".repeat(ydb_coordination::MAX_NAME_LEN + 1);
+    let (long, d) = (long.as_str(), Duration::from_secs(1));
+
+    let mutex = s.mutex(long);
+    invalid(mutex.lock()).await;
+    invalid(mutex.try_lock()).await;
+    invalid(mutex.lock_timeout(d)).await;
+    invalid(mutex.lock_for(d)).await;
+    invalid_stream(mutex.hold()).await;
+    let semaphore = s.semaphore(long, 2);
+    invalid(semaphore.acquire(1)).await;
+    invalid(semaphore.try_acquire(1)).await;
+    invalid(semaphore.acquire_timeout(1, d)).await;
+    invalid(semaphore.acquire_for(1, d)).await;
+    invalid_stream(semaphore.hold(1)).await;
+    let rwlock = s.rwlock(long);
+    invalid(rwlock.read()).await;
+    invalid(rwlock.write()).await;
+    invalid(rwlock.try_read()).await;
+    invalid(rwlock.try_write()).await;
+    invalid(rwlock.read_timeout(d)).await;
+    invalid(rwlock.write_timeout(d)).await;
+    invalid(rwlock.read_for(d)).await;
+    invalid(rwlock.write_for(d)).await;
+    invalid_stream(rwlock.hold_read()).await;
+    invalid_stream(rwlock.hold_write()).await;
+    let election = s.election(long);
+    invalid(election.campaign(b"a")).await;
+    invalid(election.try_campaign(b"a")).await;
+    invalid(election.campaign_timeout(b"a", d)).await;
+    invalid(election.leader()).await;
+    invalid(election.candidates()).await;
+    invalid_stream(election.hold(b"a")).await;
+    invalid_stream(election.observe()).await;
+    let group = s.group(long);
+    invalid(group.join(b"a")).await;
+    invalid(group.members()).await;
+    invalid_stream(group.watch()).await;
+    let published = s.published(long);
+    invalid(published.publish(b"v")).await;
+    invalid(published.get()).await;
+    invalid_stream(published.subscribe()).await;
+    let multi = s.multi_lock([long]);
+    invalid(multi.lock()).await;
+    invalid(multi.try_lock()).await;
+    invalid(multi.lock_timeout(d)).await;
+
+    // The same on a manager: refused, not retried.
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    invalid(manager.mutex(long).lock()).await;
+    invalid_stream(manager.mutex(long).hold()).await;
+    invalid(manager.group(long).join(b"a")).await;
+    invalid_stream(manager.published(long).subscribe()).await;
+    if env.emulated() {
+        assert!(env.emulator.semaphore_names("app").is_empty());
+    }
+
+    // A name at the limit is a name like any other.
+    let at = "x".repeat(ydb_coordination::MAX_NAME_LEN);
+    drop(within(s.mutex(&at).lock()).await.unwrap());
+    within(s.published(&at).publish(b"v")).await.unwrap();
+    assert_eq!(within(s.published(&at).get()).await.unwrap(), b"v");
+    manager.shutdown().await;
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::acquiring::optional;
 use super::follow::{Follow, Following, Spec, read};
-use super::{Acquiring, Held, Prepare, Source, guard};
+use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::Result;
 use crate::session::{Lease, SemaphoreDescription};
@@ -144,7 +144,7 @@ impl Election {
             None => options,
         };
         let prepare = Prepare::Semaphore { limit: 1 };
-        Acquiring::new(&self.source, &self.name, options, prepare, finish)
+        acquiring(&self.source, &self.name, options, prepare, finish)
     }
 
     /// Waits to become the leader, with `data` as the leader's value.
@@ -154,8 +154,9 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) when a semaphore of that name exists with another
-    /// limit; session errors.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) when a
+    /// semaphore of that name exists with another limit; session errors.
     ///
     /// # Cancel safety
     ///
@@ -251,7 +252,8 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///
@@ -294,7 +296,8 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///

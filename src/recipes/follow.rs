@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use futures::{Stream, StreamExt};
 
 use super::{Source, ensure_semaphore};
-use crate::config::{DescribeOptions, WatchOptions};
+use crate::config::{self, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{SemaphoreDescription, WatchStream};
 
@@ -25,6 +25,7 @@ pub(crate) async fn read<V>(
     view: View<V>,
     missing: V,
 ) -> Result<V> {
+    config::check_name(name)?;
     let session = source.session().await?;
     match session.describe_semaphore(name, options).await {
         Ok(d) => Ok(view(&d, session.id())),
@@ -95,6 +96,8 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
     }
 
     async fn open(&self) -> Result<(WatchStream, u64)> {
+        // Refused for good (not a session loss): the stream yields it and ends.
+        config::check_name(&self.spec.name)?;
         let session = self.source.session().await?;
         ensure_semaphore(&session, &self.spec.name, self.spec.limit).await?;
         let watch = session

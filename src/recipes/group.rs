@@ -6,7 +6,7 @@ use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
 
 use super::follow::{Following, follow, read};
-use super::{Acquiring, Held, Prepare, Source};
+use super::{Acquiring, Held, Prepare, Source, acquiring};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{Lease, SemaphoreDescription};
@@ -307,7 +307,7 @@ impl Group {
     fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
         let options = AcquireOptions::new().count(1).data(data.to_vec());
         let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
-        Acquiring::new(&self.source, &self.name, options, prepare, |r| {
+        acquiring(&self.source, &self.name, options, prepare, |r| {
             r.map(|lease| MemberLease { lease })
         })
     }
@@ -321,7 +321,8 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for data over the limit; [`ErrorKind::PreconditionFailed`]
+    /// [`ErrorKind::InvalidArgument`] for data or a name over the limit (nothing is sent);
+    /// [`ErrorKind::PreconditionFailed`]
     /// when a semaphore of that name exists and is not a group (another limit, or
     /// ephemeral); session errors (on a [`SessionManager`](crate::SessionManager): only once it stopped).
     ///
@@ -346,7 +347,8 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// [`ErrorKind::InvalidArgument`] for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///

@@ -12,6 +12,11 @@
 //! Every acquire has a plain form, a `try_` form and a `_timeout(d)` form, and returns an
 //! [`Acquiring`] future with [`Acquiring::queued`].
 //!
+//! One rule for names, whichever recipe and verb: a name over
+//! [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes is refused with
+//! [`ErrorKind::InvalidArgument`] before anything is sent (a stream yields that error, then
+//! ends).
+//!
 //! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
 //! `fencing_token()` are available on all of them. A distributed guard can be lost while you
 //! hold it; that is the difference from `tokio::sync::MutexGuard`. The exceptions are the
@@ -47,9 +52,27 @@ pub use self::rwlock::{
 pub use self::semaphore::{BoundedSemaphorePermit, Semaphore, SemaphorePermit};
 
 pub(crate) use self::source::Source;
+use crate::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
 use crate::session::{SemaphoreDescription, Session};
+
+/// A recipe's acquire of `name`, or, for a name over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+/// bytes, one that fails with [`ErrorKind::InvalidArgument`] when awaited, sending nothing:
+/// the name rule every recipe verb applies (the server checks names only on create and
+/// update).
+pub(crate) fn acquiring<T>(
+    source: &Source,
+    name: &str,
+    options: crate::config::AcquireOptions,
+    prepare: Prepare,
+    finish: impl Fn(Result<crate::session::Lease>) -> Result<T> + Send + Sync + 'static,
+) -> Acquiring<T> {
+    match config::check_name(name) {
+        Ok(()) => Acquiring::new(source, name, options, prepare, finish),
+        Err(err) => Acquiring::failed(source, name, err, finish),
+    }
+}
 
 /// What to make sure of in a session before acquiring.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::acquiring::optional;
 use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, guard};
+use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
@@ -90,7 +90,7 @@ impl Mutex {
         if let Some(t) = timeout {
             options = options.timeout(t);
         }
-        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+        acquiring(&self.source, &self.name, options, Prepare::Nothing, finish)
     }
 
     /// Waits for the lock.
@@ -100,7 +100,8 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// Session errors (on a [`Session`](crate::Session) scope: the session was lost while
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a [`Session`](crate::Session) scope: the session was lost while
     /// waiting; a [`SessionManager`](crate::SessionManager) scope retries in the next
     /// session instead, until the manager stops: then its error,
     /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown).

@@ -96,7 +96,8 @@ impl Published {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a value over
-    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes (nothing is sent);
+    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes or a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent);
     /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists and is not a
     /// publication (another recipe's: a mutex's ephemeral one, another limit), which is
     /// left as it is; session errors (on a
@@ -107,6 +108,7 @@ impl Published {
     ///
     /// Dropping the future after it was first polled may leave the value published or not.
     pub async fn publish(&self, value: &[u8]) -> Result<()> {
+        config::check_name(&self.name)?;
         config::check_data(value)?;
         loop {
             let session = self.source.session().await?;
@@ -156,7 +158,8 @@ impl Published {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// [`ErrorKind::InvalidArgument`] for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///

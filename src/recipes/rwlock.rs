@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::acquiring::optional;
 use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, guard};
+use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
@@ -128,7 +128,7 @@ impl RwLock {
         finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Acquiring<T> {
         let options = self.options(write, timeout);
-        Acquiring::new(&self.source, &self.name, options, Prepare::Nothing, finish)
+        acquiring(&self.source, &self.name, options, Prepare::Nothing, finish)
     }
 
     /// Waits for shared access.
@@ -138,7 +138,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///
@@ -151,7 +152,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -164,7 +165,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -177,7 +178,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -209,7 +210,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -247,7 +248,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -283,7 +284,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///
@@ -300,7 +301,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// Session errors.
+    /// As [`RwLock::read`].
     ///
     /// # Cancel safety
     ///

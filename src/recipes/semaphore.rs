@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::acquiring::optional;
 use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, guard};
+use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
@@ -120,7 +120,7 @@ impl Semaphore {
                     None => options,
                 };
                 let prepare = Prepare::Semaphore { limit: self.limit };
-                Acquiring::new(&self.source, &self.name, options, prepare, finish)
+                acquiring(&self.source, &self.name, options, prepare, finish)
             }
             Err(err) => Acquiring::failed(&self.source, &self.name, err, finish),
         }
@@ -133,7 +133,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for `n` of 0 or above the limit;
+    /// [`ErrorKind::InvalidArgument`] for `n` of 0 or above the limit, or a name over
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent);
     /// [`ErrorKind::PreconditionFailed`] when the semaphore exists with another limit;
     /// session errors.
     ///
