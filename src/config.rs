@@ -368,14 +368,24 @@ impl AcquireOptions {
                 "acquire count must be at least 1",
             ));
         }
-        if self.timeout.is_some_and(|t| t > MAX_ACQUIRE_TIMEOUT) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "acquire timeout exceeds one day (use wait_forever)",
-            ));
+        if let Some(timeout) = self.timeout {
+            check_acquire_timeout(timeout)?;
         }
         check_data(&self.data)
     }
+}
+
+/// The one rule for every acquire timeout, of a plain acquire and of every recipe's
+/// `_timeout` verb alike: at most [`MAX_ACQUIRE_TIMEOUT`]; a longer wait is a wait without
+/// a timeout.
+pub(crate) fn check_acquire_timeout(timeout: Duration) -> Result<()> {
+    if timeout > MAX_ACQUIRE_TIMEOUT {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "acquire timeout exceeds one day (wait without a timeout instead)",
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn check_data(data: &[u8]) -> Result<()> {

@@ -207,6 +207,12 @@ impl<T> Acquiring<T> {
         loop {
             match &mut self.state {
                 State::Start => {
+                    // Checked before anything is asked (a semaphore's preparation included),
+                    // on the caller's own timeout, not on what a retry has left of it.
+                    if let Err(err) = self.options.validate() {
+                        self.state = State::Ready(Err(err));
+                        continue;
+                    }
                     if self.deadline.is_none()
                         && let Some(timeout) = self.options.timeout
                     {

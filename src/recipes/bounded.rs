@@ -23,7 +23,12 @@ const LONGEST_BOUND: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 /// fires and the lease is released, even if the holder is still at work and the session
 /// healthy.
 ///
-/// The lease itself lives in a small task started when it was granted, which waits for the
+/// The deadline counts from the grant, not from when the guard was picked up: a guard
+/// awaited long after its grant (say, after [`Acquiring::queued`](super::Acquiring::queued)
+/// saw it) may come back already past its deadline, its token fired and the lease on its
+/// way back to the server.
+///
+/// The lease itself lives in a small task started with the guard, which waits for the
 /// deadline, a release or the guard's drop, so the guard does not dereference to the
 /// [`Lease`]; this has the same accessors. Dropping the guard fires the token at once and
 /// has the task release the lease (nothing is spawned by the drop).
@@ -61,9 +66,15 @@ pub struct BoundedLease {
 }
 
 impl BoundedLease {
-    /// Hands `lease` to a task that fires its token and releases it at `now + bound`.
+    /// Hands `lease` to a task that fires its token and releases it at its grant + `bound`:
+    /// at once if that passed already (the token fires before this returns).
     pub(crate) fn start(lease: Lease, bound: Duration) -> Self {
-        let deadline = Instant::now() + bound.min(LONGEST_BOUND);
+        let deadline = lease.granted_at() + bound.min(LONGEST_BOUND);
+        if deadline <= Instant::now() {
+            // The holder must not see a live guard past its deadline, not even until the
+            // task runs.
+            lease.token().cancel();
+        }
         let (release, asked) = oneshot::channel();
         let bounded = Self {
             // A child: a holder that cancels its own token to stop its work ends nothing
@@ -80,8 +91,9 @@ impl BoundedLease {
     }
 
     /// The task behind the guard: the first of the deadline, a release, the guard's drop
-    /// and the lease's loss ends the lease. (A release asks before it fires the token, and
-    /// the biased order looks at the request first, so the release is answered.)
+    /// and the lease's loss ends the lease. (The biased order looks at the deadline first,
+    /// so a release asked past it answers `false`; then at the request: a release asks
+    /// before it fires the token, so it is answered.)
     async fn bound(
         lease: Lease,
         deadline: Instant,
@@ -90,13 +102,6 @@ impl BoundedLease {
         let lost = lease.token();
         tokio::select! {
             biased;
-            asked = asked => match asked {
-                Ok(reply) => {
-                    let _ = reply.send(lease.release().await);
-                }
-                // The guard was dropped: dropping the lease releases it.
-                Err(_) => drop(lease),
-            },
             () = tokio::time::sleep_until(deadline) => {
                 // The holder learns first, then the server hears.
                 lease.token().cancel();
@@ -106,6 +111,13 @@ impl BoundedLease {
                     Err(e) => tracing::debug!(lock = name, error = %e, "bounded lock ended with its session"),
                 }
             }
+            asked = asked => match asked {
+                Ok(reply) => {
+                    let _ = reply.send(lease.release().await);
+                }
+                // The guard was dropped: dropping the lease releases it.
+                Err(_) => drop(lease),
+            },
             // The lease was lost (its session ended): nothing is left to wait for, and the
             // task must not keep the lease (and its session's channels) until the deadline.
             () = lost.cancelled() => drop(lease),

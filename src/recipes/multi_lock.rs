@@ -22,7 +22,8 @@ use crate::session::{Lease, Session};
 /// other.
 ///
 /// If the locks cannot all be had (the deadline passed, an error), those already taken are
-/// released before the call returns. On a [`SessionManager`] a session lost half-way
+/// released before the call returns: it waits for the server to confirm (at most 2 s in
+/// all), so another session that asks next finds them free. On a [`SessionManager`] a session lost half-way
 /// releases everything (the server does) and starts over in the next session, keeping the
 /// deadline.
 ///
@@ -138,16 +139,23 @@ impl MultiLockGuard {
     /// future only skips the wait.
     pub async fn unlock(mut self) -> Result<bool> {
         self.token.cancel();
-        let releases: Vec<_> = std::mem::take(&mut self.leases)
-            .into_iter()
-            .map(Lease::release)
-            .collect();
-        let mut all = true;
-        for released in futures::future::join_all(releases).await {
-            all &= released?;
-        }
-        Ok(all)
+        release_all(std::mem::take(&mut self.leases)).await
     }
+}
+
+/// How long a multi-lock that gives up waits, in all, for the server to confirm the
+/// releases of the locks it took; past it the releases stay queued on the session.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// Releases every lease at once and waits for the answers: `true` if all were still held.
+/// Every release is requested on the first poll.
+async fn release_all(leases: Vec<Lease>) -> Result<bool> {
+    let releases: Vec<_> = leases.into_iter().map(Lease::release).collect();
+    let mut all = true;
+    for released in futures::future::join_all(releases).await {
+        all &= released?;
+    }
+    Ok(all)
 }
 
 impl Drop for MultiLockGuard {
@@ -224,7 +232,10 @@ impl MultiLock {
     }
 
     /// Waits for every lock until `timeout` from now, one deadline for all of them;
-    /// `None` if it passed (the locks taken by then are released).
+    /// `None` if it passed (the locks taken by then are released, and the call waits for
+    /// the server to confirm, at most 2 s). At most a day, as every acquire
+    /// timeout ([`MAX_ACQUIRE_TIMEOUT`](crate::MAX_ACQUIRE_TIMEOUT)); for longer, use
+    /// [`MultiLock::lock`].
     ///
     /// # Examples
     ///
@@ -250,14 +261,15 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`MultiLock::lock`].
+    /// [`ErrorKind::InvalidArgument`] for a timeout over a day; otherwise as
+    /// [`MultiLock::lock`].
     ///
     /// # Cancel safety
     ///
     /// As [`MultiLock::lock`].
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
-        let deadline = Instant::now().checked_add(timeout);
-        self.take(Some(deadline.unwrap_or_else(far_future))).await
+        config::check_acquire_timeout(timeout)?;
+        self.take(Some(Instant::now() + timeout)).await
     }
 
     /// Takes every lock by `deadline` (`None`: no deadline), in one session, starting over
@@ -273,8 +285,9 @@ impl MultiLock {
         }
     }
 
-    /// One attempt in `session`: each lock in order; `None` when the deadline passes (the
-    /// leases taken so far are dropped, which releases them).
+    /// One attempt in `session`: each lock in order; `None` when the deadline passes. On
+    /// the way out without the guard, the leases taken so far are released and the answers
+    /// awaited (bounded), so the call does not return with a part still held.
     async fn take_in(
         &self,
         session: &Session,
@@ -290,8 +303,23 @@ impl MultiLock {
             }
             match session.acquire(name, options).await {
                 Ok(lease) => leases.push(lease),
-                Err(e) if e.kind() == ErrorKind::Timeout => return Ok(None),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Dropped, the leases would only queue their releases.
+                    if tokio::time::timeout(RELEASE_WAIT, release_all(leases))
+                        .await
+                        .is_err()
+                    {
+                        tracing::debug!(
+                            locks = ?self.names,
+                            "the releases of a multi-lock's parts were not confirmed in time"
+                        );
+                    }
+                    return if e.kind() == ErrorKind::Timeout {
+                        Ok(None)
+                    } else {
+                        Err(e)
+                    };
+                }
             }
         }
         Ok(Some(MultiLockGuard::new(leases)))
@@ -304,11 +332,6 @@ fn canonical<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Vec<String> {
     names.sort();
     names.dedup();
     names
-}
-
-/// A deadline for a timeout too long to add to now: as good as none.
-fn far_future() -> Instant {
-    Instant::now() + config::MAX_ACQUIRE_TIMEOUT
 }
 
 impl Session {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::core::Control;
@@ -53,6 +54,8 @@ pub struct Lease {
     order_id: u64,
     id: u64,
     token: CancellationToken,
+    /// When the session learnt of the grant, however late the holder picked it up.
+    granted_at: Instant,
     /// The session: its inbox, id, terminal cause and caller ids.
     handle: Handle,
     released: bool,
@@ -77,6 +80,7 @@ impl Lease {
         order_id: u64,
         id: u64,
         token: CancellationToken,
+        granted_at: Instant,
         handle: Handle,
     ) -> Self {
         Self {
@@ -85,6 +89,7 @@ impl Lease {
             order_id,
             id,
             token,
+            granted_at,
             handle,
             released: false,
         }
@@ -120,6 +125,11 @@ impl Lease {
     /// resource and have the resource reject anything older than the newest it has seen.
     pub fn fencing_token(&self) -> u64 {
         self.order_id
+    }
+
+    /// When the session learnt of the grant, not when the holder picked the lease up.
+    pub(crate) fn granted_at(&self) -> Instant {
+        self.granted_at
     }
 
     /// A clone of the lease's cancellation token, for `select!` or

@@ -459,6 +459,7 @@ impl Session {
             grant.order_id,
             grant.lease,
             grant.token,
+            grant.granted_at,
             self.inner.handle.clone(),
         )
     }

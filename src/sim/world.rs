@@ -1129,6 +1129,7 @@ impl World {
                 lease,
                 order_id,
                 token,
+                ..
             }))) => {
                 self.ops += 1;
                 let key = (c, self.clients[c].session_no, lease);

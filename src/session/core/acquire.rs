@@ -360,6 +360,7 @@ impl SessionCore {
             lease,
             order_id,
             token,
+            granted_at: now,
         };
         // If the caller went away at the last moment, the driver calls `grant_refused`.
         self.answer(active.cmd.caller, Answer::Acquire(Ok(Some(grant))));

@@ -25,6 +25,8 @@ pub(crate) struct Grant {
     pub(crate) lease: u64,
     pub(crate) order_id: u64,
     pub(crate) token: CancellationToken,
+    /// When the session learnt of the grant (a bound on the lease counts from it).
+    pub(crate) granted_at: Instant,
 }
 
 /// An acquire as sent by a handle.

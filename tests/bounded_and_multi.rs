@@ -1,0 +1,142 @@
+//! Bounded locks count their bound from the grant, and a multi-lock that gives up has
+//! given its parts back when it returns; every `_timeout` verb follows one timeout rule.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use common::{Env, within};
+use tokio::time::Instant;
+use ydb_coordination::recipes::{Acquiring, BoundedLease};
+use ydb_coordination::{ErrorKind, MAX_ACQUIRE_TIMEOUT, SessionOptions};
+
+/// Session A (behind a slow link) multi-locks `[x, y]` while B holds `y`: when
+/// `lock_timeout` gives up, `x` is already free for C, who sits on a fast link.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_that_times_out_has_released_its_parts_when_it_returns() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, slow) = env.behind_proxy().await;
+    let a = within(slow.session(&env.node, SessionOptions::new()))
+        .await
+        .unwrap();
+    let b = env.session().await;
+    let c = env.session().await;
+    let held = within(b.mutex("y").lock()).await.unwrap();
+
+    proxy.net().delay(Duration::from_millis(100));
+    let both = within(
+        a.multi_lock(["x", "y"])
+            .lock_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    assert!(both.is_none());
+    // At once: nothing of A's may still be held.
+    let x = within(c.mutex("x").try_lock()).await.unwrap();
+    assert!(x.is_some(), "x still held after lock_timeout returned None");
+    drop((x, held));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_timeout_verb_refuses_a_timeout_over_one_day() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let too_long = [Duration::MAX, MAX_ACQUIRE_TIMEOUT + Duration::from_secs(1)];
+    for t in too_long {
+        let kind = |r: Result<bool, ydb_coordination::Error>| r.err().map(|e| e.kind());
+        let invalid = Some(ErrorKind::InvalidArgument);
+        let multi = within(s.multi_lock(["x", "y"]).lock_timeout(t)).await;
+        assert_eq!(
+            kind(multi.map(|g| g.is_some())),
+            invalid,
+            "multi-lock {t:?}"
+        );
+        let mutex = within(s.mutex("m").lock_timeout(t)).await;
+        assert_eq!(kind(mutex.map(|g| g.is_some())), invalid, "mutex {t:?}");
+        let sem = within(s.semaphore("pool", 2).acquire_timeout(1, t)).await;
+        assert_eq!(kind(sem.map(|g| g.is_some())), invalid, "semaphore {t:?}");
+        let read = within(s.rwlock("rw").read_timeout(t)).await;
+        assert_eq!(kind(read.map(|g| g.is_some())), invalid, "read {t:?}");
+        let write = within(s.rwlock("rw").write_timeout(t)).await;
+        assert_eq!(kind(write.map(|g| g.is_some())), invalid, "write {t:?}");
+        let lead = within(s.election("e").campaign_timeout(b"a", t)).await;
+        assert_eq!(kind(lead.map(|g| g.is_some())), invalid, "election {t:?}");
+    }
+    // Nothing was asked of the server: no semaphore was made for the refused calls.
+    if env.emulated() {
+        assert!(env.emulator.semaphore_names("app").is_empty());
+    }
+    // One day exactly is allowed, for every verb alike.
+    let multi = within(s.multi_lock(["x", "y"]).lock_timeout(MAX_ACQUIRE_TIMEOUT)).await;
+    assert!(multi.unwrap().is_some());
+    let mutex = within(s.mutex("m").lock_timeout(MAX_ACQUIRE_TIMEOUT)).await;
+    assert!(mutex.unwrap().is_some());
+}
+
+/// `lock_for` on a free lock whose grant `queued()` already saw: the bound runs from the
+/// grant, so a caller that awaits 20 s later gets a guard already past its 10 s deadline.
+#[tokio::test(start_paused = true)]
+async fn lock_for_counts_its_bound_from_the_grant_seen_by_queued() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let bound = Duration::from_secs(10);
+    let asked = Instant::now();
+    let guard = picked_up_late(a.mutex("job").lock_for(bound)).await;
+    assert!(guard.deadline() >= asked + bound);
+    // And the lock is released: another session gets it.
+    let next = within(b.mutex("job").lock()).await.unwrap();
+    assert!(!within(guard.unlock()).await.unwrap());
+    drop(next);
+}
+
+/// The same for a queued request granted while nobody polls it: the bound runs from the
+/// server's grant, not from the await that picks the guard up.
+#[tokio::test(start_paused = true)]
+async fn a_bounded_grant_nobody_polls_counts_from_the_grant() {
+    let env = Env::new().await;
+    let a = env.session().await;
+    let b = env.session().await;
+    let bound = Duration::from_secs(10);
+    let held = within(b.mutex("job").lock()).await.unwrap();
+    let mut acquiring = a.mutex("job").lock_for(bound);
+    assert!(within(acquiring.queued()).await);
+    let released = Instant::now();
+    assert!(within(held.unlock()).await.unwrap());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let guard = within(acquiring).await.unwrap();
+    assert!(guard.deadline() >= released + bound);
+    assert!(guard.deadline() <= released + bound + Duration::from_secs(1));
+    assert!(guard.is_lost(), "the guard outlived its bound");
+    let next = within(b.mutex("job").lock()).await.unwrap();
+    drop((guard, next));
+}
+
+/// Awaits `acquiring`, a bounded acquire of a free lock, 20 s after `queued()` saw its
+/// 10 s grant: the guard must come back past its deadline.
+async fn picked_up_late<G: Deref<Target = BoundedLease>>(mut acquiring: Acquiring<G>) -> G {
+    assert!(!within(acquiring.queued()).await);
+    let granted = Instant::now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let guard = within(acquiring).await.unwrap();
+    assert!(guard.deadline() <= granted + Duration::from_secs(10));
+    assert!(guard.is_lost(), "the guard outlived its bound");
+    guard
+}
+
+/// The bound of a semaphore permit and of read and write guards runs from the grant too.
+#[tokio::test(start_paused = true)]
+async fn acquire_for_read_for_and_write_for_count_from_the_grant() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let bound = Duration::from_secs(10);
+    let permit = picked_up_late(s.semaphore("pool", 2).acquire_for(1, bound)).await;
+    let read = picked_up_late(s.rwlock("rw").read_for(bound)).await;
+    let write = picked_up_late(s.rwlock("rw-2").write_for(bound)).await;
+    drop((permit, read, write));
+}
