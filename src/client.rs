@@ -362,7 +362,8 @@ impl Client {
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`] (no such node), [`ErrorKind::Unauthorized`],
-    /// [`ErrorKind::InvalidArgument`] (options out of range), [`ErrorKind::Transport`] at
+    /// [`ErrorKind::InvalidArgument`] at once (options out of range, a token that is not a
+    /// valid header value, a request the server rejects as malformed), [`ErrorKind::Transport`] at
     /// once when the server's TLS certificate is refused, [`ErrorKind::Timeout`] (no
     /// server answered in time; the error's source is the last failure).
     ///
@@ -402,7 +403,7 @@ impl Client {
             .await
             {
                 Ok(Ok(attached)) => break attached,
-                Ok(Err(err)) if err.ends_session() || err.is_tls_rejection() => return Err(err),
+                Ok(Err(err)) if err.ends_session_start() => return Err(err),
                 Ok(Err(err)) => err,
                 Err(_) => {
                     self.transport.reconnect(&lane);
