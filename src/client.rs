@@ -355,12 +355,15 @@ impl Client {
     }
 
     /// Starts a session on a coordination node, retrying transient failures for up to
-    /// [`SessionOptions::connect_timeout`].
+    /// [`SessionOptions::connect_timeout`]. An attempt waits at most two
+    /// [ping intervals](SessionOptions::ping_interval) for the server's answer, as a reattach
+    /// does; an endpoint that gives none is preferred last and the next one is tried.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`] (no such node), [`ErrorKind::Unauthorized`],
-    /// [`ErrorKind::InvalidArgument`] (options out of range), [`ErrorKind::Transport`] at
+    /// [`ErrorKind::InvalidArgument`] at once (options out of range, a token that is not a
+    /// valid header value, a request the server rejects as malformed), [`ErrorKind::Transport`] at
     /// once when the server's TLS certificate is refused, [`ErrorKind::Timeout`] (no
     /// server answered in time; the error's source is the last failure).
     ///
@@ -376,6 +379,7 @@ impl Client {
             .clone()
             .unwrap_or_else(|| rand::random::<[u8; 16]>().to_vec());
         let deadline = Instant::now() + options.get_connect_timeout();
+        let attempt_limit = options.get_ping_interval().saturating_mul(2);
         let mut attempt = 0u32;
         let mut cfg = CoreConfig {
             path: path.clone(),
@@ -388,19 +392,25 @@ impl Client {
             // The same start message as every reattach, with session id 0: a new session.
             let start = start_message(&cfg, 0);
             let lane = self.transport.lane();
-            let left = deadline.saturating_duration_since(Instant::now());
+            // Each attempt gets what a reattach attempt gets, two ping intervals, so an
+            // endpoint that accepts and never answers is left for the next one (pessimized
+            // below) instead of using up the whole budget.
+            let limit = attempt_limit.min(deadline.saturating_duration_since(Instant::now()));
             let err = match tokio::time::timeout(
-                left,
+                limit,
                 driver::attach(&self.transport, lane.clone(), start),
             )
             .await
             {
                 Ok(Ok(attached)) => break attached,
-                Ok(Err(err)) if err.ends_session() || err.is_tls_rejection() => return Err(err),
+                Ok(Err(err)) if err.ends_session_start() => return Err(err),
                 Ok(Err(err)) => err,
                 Err(_) => {
                     self.transport.reconnect(&lane);
-                    Error::new(ErrorKind::Timeout, "session start timed out")
+                    Error::new(
+                        ErrorKind::Timeout,
+                        format!("session start: no answer from the server within {limit:?}"),
+                    )
                 }
             };
             let delay = cfg.options.backoff.delay(attempt, rand::random::<f64>());

@@ -335,6 +335,15 @@ impl Error {
         )
     }
 
+    /// Whether a session start must end at once instead of trying again: the server's
+    /// verdicts of [`Error::ends_session`], a TLS certificate the client refuses, and a
+    /// request that is invalid as it stands ([`ErrorKind::InvalidArgument`], such as a token
+    /// that is not a valid header value, found before anything is sent): another attempt
+    /// would send the same request and fail the same way.
+    pub(crate) fn ends_session_start(&self) -> bool {
+        self.ends_session() || self.is_tls_rejection() || self.0.kind == ErrorKind::InvalidArgument
+    }
+
     /// Whether the client refused the server's TLS certificate (not trusted, or for another
     /// name): the handshake fails the same way every time, so it is not worth repeating.
     pub(crate) fn is_tls_rejection(&self) -> bool {
@@ -785,10 +794,15 @@ mod tests {
             let err = Error::from_status(status, "x");
             assert_eq!(err.is_retryable(), retryable, "{status:?} retryable");
             assert_eq!(err.ends_session(), ends, "{status:?} ends the session");
+            assert_eq!(err.ends_session_start(), ends, "{status:?} ends a start");
             assert_eq!(err.stops_manager(), stops, "{status:?} stops a manager");
         }
         // Without a server status (a transport failure) nothing is final.
         let err = Error::new(ErrorKind::Transport, "cut");
         assert!(err.is_retryable() && !err.ends_session() && !err.stops_manager());
+        assert!(!err.ends_session_start());
+        // A request the client cannot send as it stands is final before any server is asked.
+        let err = Error::new(ErrorKind::InvalidArgument, "token is not a header value");
+        assert!(!err.is_retryable() && err.ends_session_start() && err.stops_manager());
     }
 }

@@ -280,13 +280,13 @@ impl Transport {
 
     async fn metadata(&self) -> Result<MetadataMap> {
         let mut map = MetadataMap::new();
-        map.insert("x-ydb-database", ascii(self.database())?);
+        map.insert("x-ydb-database", ascii("database path", self.database())?);
         map.insert(
             "x-ydb-sdk-build-info",
             AsciiMetadataValue::from_static(BUILD_INFO),
         );
         if let Some(token) = self.token().await? {
-            map.insert("x-ydb-auth-ticket", ascii(&token)?);
+            map.insert("x-ydb-auth-ticket", ascii("token", &token)?);
         }
         Ok(map)
     }
@@ -323,7 +323,7 @@ impl Transport {
         });
         request
             .metadata_mut()
-            .insert("x-ydb-database", ascii(self.database())?);
+            .insert("x-ydb-database", ascii("database path", self.database())?);
         let response = client
             .login(request)
             .await
@@ -368,11 +368,16 @@ fn make_channel(config: &TransportConfig, uri: &str, tls: bool) -> Result<Channe
     Ok(endpoint.connect_lazy())
 }
 
-fn ascii(value: &str) -> Result<AsciiMetadataValue> {
+/// `value` as a header value; `what` names it in the error. Nothing is sent when this
+/// fails, and no retry can change it.
+fn ascii(what: &str, value: &str) -> Result<AsciiMetadataValue> {
     value.parse().map_err(|e| {
         Error::with_source(
             ErrorKind::InvalidArgument,
-            "header value is not printable ASCII",
+            format!(
+                "the {what} cannot be sent: a header value must be printable ASCII without \
+                 line breaks"
+            ),
             e,
         )
     })

@@ -270,6 +270,36 @@ async fn the_metadata_service_token_is_sent_and_renewed() {
     assert!(requests.iter().all(|r| r.path == path));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_metadata_token_that_lives_for_ever_is_used_and_never_overflows_the_clock() {
+    let metadata = MockHttp::start(|_, _| {
+        Reply::json(serde_json::json!({
+            "access_token": "md-token",
+            "expires_in": u64::MAX,
+            "token_type": "Bearer",
+        }))
+    })
+    .await;
+    let credentials = MetadataCredentials::new()
+        .endpoint(metadata.url("/token"))
+        .unwrap();
+    let emulator = emulator_accepting(&["md-token"]).await;
+    let client = connect(&emulator, Credentials::from(credentials)).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    let session = within(client.session("/local/app", SessionOptions::new()))
+        .await
+        .unwrap();
+    assert_eq!(metadata.count(), 1);
+    // Renewed after an hour at the latest, like any token.
+    tokio::time::sleep(2 * HOUR).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    metadata.answered(2).await;
+    let err = within(session.describe_semaphore("none", Default::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
 #[test]
 fn bad_key_files_name_the_file_and_the_field() {
     let with = |edit: &dyn Fn(&mut serde_json::Value)| {

@@ -8,11 +8,13 @@ mod common;
 mod unary;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::within;
 use tokio::time::Instant;
-use unary::{ALTER, Answer, CREATE, DESCRIBE, DROP, LIST, StatusCode, UnaryPeer};
+use unary::{ALTER, Answer, CREATE, DESCRIBE, DROP, LIST, SESSION, StatusCode, UnaryPeer};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
     Client, ClientBuilder, ErrorKind, MutexGuard, NodeConfig, Session, SessionOptions,
@@ -174,6 +176,69 @@ async fn a_failing_endpoint_is_preferred_last() {
         within(client.describe_node(NODE)).await.unwrap();
         assert_eq!(started.elapsed(), Duration::ZERO, "no retry, no backoff");
     }
+}
+
+/// A TCP listener that accepts every connection and never sends a byte; how many it
+/// accepted.
+async fn mute_listener() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(tcp);
+        }
+    });
+    (addr, accepted)
+}
+
+/// Discovery names `hung` first and a healthy endpoint second: the first session start
+/// lands on `hung`, gives up on it after two ping intervals and starts on the healthy one,
+/// well within the connect budget (the session timeout); the next one goes straight to the
+/// healthy endpoint.
+async fn sessions_start_past(hung: SocketAddr) {
+    let emulator = emulator().await;
+    let healthy = listener(&emulator).await;
+    emulator.advertise(vec![hung, healthy]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    let started = Instant::now();
+    let first = session(&client).await;
+    let took = started.elapsed();
+    // Two ping intervals (2 × 2 s) on the hung endpoint, then a backoff under 50 ms.
+    assert!(took < SESSION_TIMEOUT / 2, "{took:?}");
+    assert!(answers(&first).await);
+    let started = Instant::now();
+    let second = session(&client).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the hung endpoint is preferred last"
+    );
+    assert!(answers(&second).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_starts_past_an_endpoint_that_accepts_and_never_answers() {
+    let (hung, accepted) = mute_listener().await;
+    sessions_start_past(hung).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the hung endpoint was tried once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_starts_past_an_endpoint_that_never_answers_the_stream() {
+    let peer = UnaryPeer::start().await;
+    sessions_start_past(peer.addr()).await;
+    assert_eq!(
+        peer.calls(SESSION).len(),
+        1,
+        "the hung endpoint was tried once"
+    );
 }
 
 // Retries, against a scripted server (discovery off unless the test is about it).

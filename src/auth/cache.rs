@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::Secret;
 use crate::config::Backoff;
 use crate::error::{Error, ErrorKind, Result};
+use crate::session::core::later;
 
 /// A token and how long it lives from the moment it was received.
 pub(crate) struct Fetched {
@@ -50,10 +51,12 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
+    /// Any lifetime a token server sends is taken: one too long for the clock (a hostile
+    /// `u64::MAX` seconds) saturates instead of overflowing.
     pub(crate) fn new(received: Instant, lifetime: Duration) -> Self {
         Self {
-            renew_at: received + (lifetime / 2).min(MAX_RENEW_AFTER),
-            usable_until: received + lifetime.saturating_sub(EXPIRY_MARGIN),
+            renew_at: later(received, (lifetime / 2).min(MAX_RENEW_AFTER)),
+            usable_until: later(received, lifetime.saturating_sub(EXPIRY_MARGIN)),
         }
     }
 }
@@ -292,6 +295,24 @@ mod tests {
         let short = Schedule::new(t0, Duration::from_secs(10));
         assert_eq!(short.renew_at, t0 + Duration::from_secs(5));
         assert_eq!(short.usable_until, t0);
+    }
+
+    #[test]
+    fn lifetimes_too_long_for_the_clock_saturate() {
+        let t0 = Instant::now();
+        for lifetime in [Duration::MAX, Duration::from_secs(u64::MAX)] {
+            let s = Schedule::new(t0, lifetime);
+            assert_eq!(s.renew_at, t0 + MAX_RENEW_AFTER);
+            assert!(s.usable_until > t0 + Duration::from_secs(10 * 365 * 24 * 3600));
+            let mut state = CacheState::default();
+            state.store(t0, fetched(u64::MAX));
+            assert_eq!(state.plan(t0), Plan::Use);
+            assert_eq!(state.begin(t0 + MAX_RENEW_AFTER), Plan::Renew);
+            state.renew_failed(t0 + MAX_RENEW_AFTER);
+            assert_eq!(state.plan(t0 + MAX_RENEW_AFTER), Plan::Use);
+        }
+        let none = Schedule::new(t0, Duration::ZERO);
+        assert_eq!((none.renew_at, none.usable_until), (t0, t0));
     }
 
     #[test]

@@ -269,12 +269,6 @@ impl ServiceAccount {
     }
 
     async fn exchange(&self) -> Result<Fetched> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Answer {
-            iam_token: String,
-            expires_at: String,
-        }
         let jwt = self.jwt()?;
         let body =
             serde_json::to_vec(&serde_json::json!({ "jwt": jwt.expose() })).map_err(|e| {
@@ -289,12 +283,7 @@ impl ServiceAccount {
         .await?;
         let what = format!("the IAM endpoint {}", self.endpoint);
         check_status(&what, &answer)?;
-        let parsed: Answer = parse_answer(&what, &answer, "iamToken and expiresAt")?;
-        let lifetime = lifetime_until(&what, &parsed.expires_at)?;
-        Ok(Fetched {
-            token: Secret::new(parsed.iam_token),
-            lifetime,
-        })
+        iam_answer(&what, &answer.body, SystemTime::now())
     }
 }
 
@@ -372,11 +361,6 @@ impl MetadataCredentials {
 
 impl Metadata {
     async fn ask(&self) -> Result<Fetched> {
-        #[derive(serde::Deserialize)]
-        struct Answer {
-            access_token: String,
-            expires_in: u64,
-        }
         let url = Url::parse(&self.url, "the metadata endpoint")?;
         let answer = http::exchange(
             &url,
@@ -387,11 +371,7 @@ impl Metadata {
         .await?;
         let what = format!("the metadata service {url}");
         check_status(&what, &answer)?;
-        let parsed: Answer = parse_answer(&what, &answer, "access_token and expires_in")?;
-        Ok(Fetched {
-            token: Secret::new(parsed.access_token),
-            lifetime: Duration::from_secs(parsed.expires_in),
-        })
+        metadata_answer(&what, &answer.body)
     }
 }
 
@@ -446,46 +426,108 @@ fn check_status(what: &str, answer: &http::Answer) -> Result<()> {
     ))
 }
 
-/// Decodes the JSON answer. Serde's own message is left out: it may quote the answer.
-fn parse_answer<T: serde::de::DeserializeOwned>(
-    what: &str,
-    answer: &http::Answer,
-    fields: &str,
-) -> Result<T> {
-    serde_json::from_slice(&answer.body).map_err(|e| {
-        Error::new(
-            ErrorKind::Protocol,
-            format!(
-                "{what} answered something other than JSON with {fields} (line {}, column {})",
+// The answers of token servers are read as untrusted input: any field may be missing, of
+// another type, or out of every sensible range, and none of that may panic. A lifetime too long
+// for the clock is taken (the schedule saturates, see `cache.rs`); one already over is refused.
+
+/// IAM's answer: `iamToken`, and `expiresAt` as an RFC 3339 instant (`now` is the wall clock).
+fn iam_answer(what: &str, body: &[u8], now: SystemTime) -> Result<Fetched> {
+    let answer = json_object(what, body)?;
+    let token = token_field(what, &answer, "iamToken")?;
+    let expires_at = match answer.get("expiresAt") {
+        Some(serde_json::Value::String(s)) => s.as_str(),
+        _ => return Err(bad_answer(what, "no expiresAt string")),
+    };
+    let lifetime = lifetime_until(what, expires_at, now)?;
+    Ok(Fetched { token, lifetime })
+}
+
+/// The metadata service's answer: `access_token`, and `expires_in` in seconds (a whole or a
+/// fractional number).
+fn metadata_answer(what: &str, body: &[u8]) -> Result<Fetched> {
+    let answer = json_object(what, body)?;
+    let token = token_field(what, &answer, "access_token")?;
+    let seconds = answer.get("expires_in");
+    let lifetime = match seconds.and_then(serde_json::Value::as_u64) {
+        Some(secs) => Duration::from_secs(secs),
+        None => match seconds.and_then(serde_json::Value::as_f64) {
+            Some(secs) if secs > 0.0 => Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX),
+            Some(_) => return Err(expired(what, "an expires_in of no time left")),
+            None => return Err(bad_answer(what, "no expires_in number")),
+        },
+    };
+    if lifetime.is_zero() {
+        return Err(expired(what, "an expires_in of no time left"));
+    }
+    Ok(Fetched { token, lifetime })
+}
+
+/// The answer as a JSON object. Serde's own message is left out: it may quote the answer.
+fn json_object(what: &str, body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_slice(body) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(bad_answer(what, "JSON that is not an object")),
+        Err(e) => Err(bad_answer(
+            what,
+            &format!(
+                "something other than JSON (line {}, column {})",
                 e.line(),
                 e.column()
             ),
-        )
-    })
+        )),
+    }
 }
 
-/// How long from now until an RFC 3339 instant.
-fn lifetime_until(what: &str, expires_at: &str) -> Result<Duration> {
+/// The token in `name`: a non-empty string that can be sent as a header value.
+fn token_field(
+    what: &str,
+    answer: &serde_json::Map<String, serde_json::Value>,
+    name: &str,
+) -> Result<Secret> {
+    match answer.get(name) {
+        Some(serde_json::Value::String(s))
+            if !s.is_empty() && s.parse::<tonic::metadata::AsciiMetadataValue>().is_ok() =>
+        {
+            Ok(Secret::new(s.clone()))
+        }
+        Some(serde_json::Value::String(_)) => Err(bad_answer(
+            what,
+            &format!("a {name} that is empty or not printable ASCII"),
+        )),
+        _ => Err(bad_answer(what, &format!("no {name} string"))),
+    }
+}
+
+fn bad_answer(what: &str, answer: &str) -> Error {
+    Error::new(ErrorKind::Protocol, format!("{what} answered {answer}"))
+}
+
+fn expired(what: &str, answer: &str) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!("{what} answered a token that expired already ({answer}); check the clock"),
+    )
+}
+
+/// How long from `now` until an RFC 3339 instant.
+fn lifetime_until(what: &str, expires_at: &str, now: SystemTime) -> Result<Duration> {
     let at =
         time::OffsetDateTime::parse(expires_at, &time::format_description::well_known::Rfc3339)
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!("{what} answered an expiresAt that is not an RFC 3339 time"),
-                )
-            })?;
-    let left = at - time::OffsetDateTime::from(SystemTime::now());
+            .map_err(|_| bad_answer(what, "an expiresAt that is not an RFC 3339 time"))?;
+    // A clock out of `time`'s range (years 1 to 9999) has no sensible lifetime to offer.
+    let now = time::OffsetDateTime::UNIX_EPOCH
+        .checked_add(
+            now.duration_since(UNIX_EPOCH)
+                .ok()
+                .and_then(|d| time::Duration::try_from(d).ok())
+                .unwrap_or(time::Duration::ZERO),
+        )
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let left = at - now;
     Duration::try_from(left)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "{what} answered a token that expired already ({expires_at}); check the clock"
-                ),
-            )
-        })
+        .ok_or_else(|| expired(what, expires_at))
 }
 
 #[cfg(test)]
@@ -494,14 +536,143 @@ mod tests {
 
     #[test]
     fn lifetimes_come_from_rfc3339_instants() {
-        let in_an_hour = time::OffsetDateTime::from(SystemTime::now() + Duration::from_secs(3600))
+        let now = SystemTime::now();
+        let in_an_hour = time::OffsetDateTime::from(now + Duration::from_secs(3600))
             .format(&time::format_description::well_known::Rfc3339);
-        let d = in_an_hour.ok().and_then(|s| lifetime_until("x", &s).ok());
-        assert!(d.is_some_and(|d| d > Duration::from_secs(3590) && d <= Duration::from_secs(3600)));
+        let d = in_an_hour
+            .ok()
+            .and_then(|s| lifetime_until("x", &s, now).ok());
+        assert_eq!(d, Some(Duration::from_secs(3600)));
         for bad in ["2001-01-01T00:00:00Z", "tomorrow", ""] {
-            let kind = lifetime_until("x", bad).err().map(|e| e.kind());
+            let kind = lifetime_until("x", bad, now).err().map(|e| e.kind());
             assert_eq!(kind, Some(ErrorKind::Protocol), "{bad}");
         }
+    }
+
+    fn iam(body: serde_json::Value) -> Result<Duration> {
+        let body = body.to_string();
+        iam_answer("x", body.as_bytes(), SystemTime::now()).map(|f| f.lifetime)
+    }
+
+    fn metadata(body: serde_json::Value) -> Result<Duration> {
+        let body = body.to_string();
+        metadata_answer("x", body.as_bytes()).map(|f| f.lifetime)
+    }
+
+    fn kind(r: Result<Duration>) -> Option<ErrorKind> {
+        r.err().map(|e| e.kind())
+    }
+
+    #[test]
+    fn absurd_iam_expiry_times_are_taken_or_refused_without_panicking() {
+        use serde_json::json;
+        let year_9999 =
+            iam(json!({"iamToken": "t", "expiresAt": "9999-12-31T23:59:59.999999999Z"}));
+        assert!(year_9999.is_ok_and(|d| d > Duration::from_secs(7000 * 365 * 24 * 3600)));
+        let offset = iam(json!({"iamToken": "t", "expiresAt": "9999-12-31T23:59:59+23:59"}));
+        assert!(offset.is_ok());
+        for expires_at in [
+            json!("0000-01-01T00:00:00Z"),
+            json!("0001-01-01T00:00:00-23:59"),
+            json!("1970-01-01T00:00:00Z"),
+            json!("+10000-01-01T00:00:00Z"),
+            json!("99999999999999999999-01-01T00:00:00Z"),
+            json!("2100-13-45T99:99:99Z"),
+            json!("2100-01-01T00:00:00"),
+            json!("1e999"),
+            json!(""),
+            json!(u64::MAX),
+            json!(-1),
+            json!(1e308),
+            json!(null),
+            json!(["2100-01-01T00:00:00Z"]),
+        ] {
+            let answer = iam(json!({"iamToken": "t", "expiresAt": expires_at}));
+            assert_eq!(kind(answer), Some(ErrorKind::Protocol), "{expires_at}");
+        }
+    }
+
+    #[test]
+    fn iam_answers_without_their_fields_are_refused() {
+        use serde_json::json;
+        let later = "2100-01-01T00:00:00Z";
+        for body in [
+            json!({"expiresAt": later}),
+            json!({"iamToken": "t"}),
+            json!({"iamToken": 7, "expiresAt": later}),
+            json!({"iamToken": "", "expiresAt": later}),
+            json!({"iamToken": "line\nbreak", "expiresAt": later}),
+            json!({"iamToken": null, "expiresAt": later}),
+            json!([{"iamToken": "t", "expiresAt": later}]),
+            json!("t"),
+            json!(null),
+        ] {
+            assert_eq!(kind(iam(body.clone())), Some(ErrorKind::Protocol), "{body}");
+        }
+        for body in ["", "{", "\u{0}", "{\"iamToken\": \"t\", \"expiresAt\": }"] {
+            let answer = iam_answer("x", body.as_bytes(), SystemTime::now());
+            assert_eq!(
+                answer.err().map(|e| e.kind()),
+                Some(ErrorKind::Protocol),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn metadata_lifetimes_saturate_and_expired_ones_are_refused() {
+        use serde_json::json;
+        let with = |expires_in: serde_json::Value| {
+            metadata(json!({"access_token": "t", "expires_in": expires_in}))
+        };
+        assert_eq!(with(json!(3600)).ok(), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            with(json!(u64::MAX)).ok(),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        assert_eq!(with(json!(1.5)).ok(), Some(Duration::from_millis(1500)));
+        assert_eq!(with(json!(1e308)).ok(), Some(Duration::MAX));
+        assert_eq!(with(json!(f64::MAX)).ok(), Some(Duration::MAX));
+        for expires_in in [
+            json!(0),
+            json!(-1),
+            json!(i64::MIN),
+            json!(-1e308),
+            json!(0.0),
+            json!("3600"),
+            json!(null),
+            json!(true),
+            json!({"seconds": 3600}),
+        ] {
+            assert_eq!(
+                kind(with(expires_in.clone())),
+                Some(ErrorKind::Protocol),
+                "{expires_in}"
+            );
+        }
+        for body in [
+            json!({"expires_in": 3600}),
+            json!({"access_token": "t"}),
+            json!({"access_token": 1, "expires_in": 3600}),
+            json!({"access_token": "", "expires_in": 3600}),
+            json!({"access_token": "t\r\nx-other: 1", "expires_in": 3600}),
+            json!([]),
+        ] {
+            assert_eq!(
+                kind(metadata(body.clone())),
+                Some(ErrorKind::Protocol),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_answer_never_quotes_the_token() {
+        let body = br#"{"access_token": "secret-token", "expires_in": -5}"#;
+        let err = metadata_answer("x", body)
+            .err()
+            .map(|e| format!("{e:#} {e:?}"));
+        assert!(err.is_some_and(|e| !e.contains("secret-token")));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! queues the answers each method gives, one per call (a gRPC error, a YDB status, or no
 //! answer at all), and the server answers success once its queue is empty. Every call is
 //! recorded with the time it arrived, so tests can check how many attempts were made and
-//! how far apart.
+//! how far apart. A session stream is accepted and never answered.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, VecDeque};
@@ -50,6 +50,8 @@ pub const CREATE: &str = "CreateNode";
 pub const ALTER: &str = "AlterNode";
 pub const DROP: &str = "DropNode";
 pub const LIST: &str = "ListEndpoints";
+/// The session stream: accepted (recorded), and never answered.
+pub const SESSION: &str = "Session";
 
 #[derive(Debug, Default)]
 struct Script {
@@ -360,6 +362,11 @@ where
                         req,
                     )
                     .await
+                }
+                "Session" => {
+                    svc.next(SESSION);
+                    // The stream stays open and silent: no headers, no message, no end.
+                    std::future::pending().await
                 }
                 _ => Status::unimplemented("not scripted").into_http(),
             };
