@@ -487,6 +487,7 @@ impl SessionCore {
                 "released"
             );
         }
+        self.unguard(&name);
         self.submit_release(now, name.clone(), caller);
         self.next_in_line(now, &name);
     }
