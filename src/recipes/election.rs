@@ -75,6 +75,15 @@ pub struct Candidate {
 
 /// Being the leader. Dereferences to the [`Lease`]: `token()` fires when leadership ends or
 /// may have been lost. Dropping it resigns.
+///
+/// The election's semaphore is persistent, so it can be force-deleted under the leader
+/// (`delete_semaphore(name, true)`), which the server tells no owner. The leader's session
+/// watches it (a data watch: it does not fire when candidates come and go) and the token
+/// fires within one trip of the server's notice of the delete to this session (a notice
+/// lost with a broken stream: at the reattach, from a describe of the owners). Another
+/// candidate can be granted the semaphore made anew within that window, since its grant
+/// and this notice travel on different streams: the fencing token orders them (the new
+/// leader's is greater), so the protected resource must check it.
 #[derive(Debug)]
 #[must_use = "dropping the leadership resigns"]
 pub struct Leadership {
@@ -144,7 +153,10 @@ impl Election {
             None => options,
         };
         let prepare = Prepare::Semaphore { limit: 1 };
-        acquiring(&self.source, &self.name, options, prepare, finish)
+        // A leadership must end when its semaphore is force-deleted under it.
+        acquiring(&self.source, &self.name, options, prepare, move |r| {
+            finish(r.inspect(Lease::guard))
+        })
     }
 
     /// Waits to become the leader, with `data` as the leader's value.

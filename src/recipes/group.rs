@@ -30,6 +30,17 @@ const GROUP_LIMIT: u64 = u64::MAX;
 /// deletes an ephemeral semaphore with its last owner, and nobody can watch one that does
 /// not exist); it stays on the node when the group empties.
 ///
+/// # A group deleted under its members
+///
+/// Being persistent, the semaphore can be deleted with `delete_semaphore(name, force =
+/// true)` while it has members, and the server tells them nothing. So each member's session
+/// keeps a data watch on it (it fires on a delete or a data update, never when members come
+/// and go: one notification per member per delete, where an owners watch would send N per
+/// join to each of N members), and describes the owners once per join and after each
+/// reattach. The membership leaves [`Joined`](MembershipState::Joined) within one trip of
+/// the server's notice to the member's session (a notice lost with a broken stream: at the
+/// reattach), then joins the group anew, creating it again if nobody has.
+///
 /// # Member identity
 ///
 /// A member is a session: [`Member::session_id`] is its identity, and one session can be a
@@ -307,8 +318,9 @@ impl Group {
     fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
         let options = AcquireOptions::new().count(1).data(data.to_vec());
         let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
+        // A membership must end when the group's semaphore is force-deleted under it.
         acquiring(&self.source, &self.name, options, prepare, |r| {
-            r.map(|lease| MemberLease { lease })
+            r.inspect(Lease::guard).map(|lease| MemberLease { lease })
         })
     }
 

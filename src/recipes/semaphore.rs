@@ -14,6 +14,16 @@ use crate::session::Lease;
 /// once across every session. The persistent semaphore is created on first use; an existing
 /// one with another limit is an error rather than silently shared.
 ///
+/// # A semaphore deleted under its holders
+///
+/// Being persistent, the semaphore can be deleted with `delete_semaphore(name, force =
+/// true)` while permits are held, and the server tells their holders nothing. So the
+/// session of each permit keeps a data watch on it (one notification per permit per delete;
+/// acquires and releases of other holders send none) and describes the owners once per
+/// grant and after each reattach: the permit's token fires within one trip of the server's
+/// notice to its session. Until then another session may already hold a permit of the
+/// re-created semaphore; fencing tokens order the two.
+///
 /// # Examples
 ///
 /// ```
@@ -120,7 +130,10 @@ impl Semaphore {
                     None => options,
                 };
                 let prepare = Prepare::Semaphore { limit: self.limit };
-                acquiring(&self.source, &self.name, options, prepare, finish)
+                // A permit must end when its semaphore is force-deleted under it.
+                acquiring(&self.source, &self.name, options, prepare, move |r| {
+                    finish(r.inspect(Lease::guard))
+                })
             }
             Err(err) => Acquiring::failed(&self.source, &self.name, err, finish),
         }

@@ -400,7 +400,9 @@ fn control_caller(control: &Control) -> Option<CallerId> {
     match control {
         Control::Release { caller, .. } => *caller,
         Control::SetData { caller, .. } | Control::Snapshot { caller } => Some(*caller),
-        Control::CancelAcquire { .. } | Control::Unwatch { .. } => None,
+        Control::CancelAcquire { .. } | Control::Unwatch { .. } | Control::GuardLease { .. } => {
+            None
+        }
     }
 }
 

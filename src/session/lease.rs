@@ -152,6 +152,23 @@ impl Lease {
         self.token.is_cancelled()
     }
 
+    /// Has the session watch the semaphore, so that the token fires as soon as the server
+    /// reports the semaphore deleted (a forced delete removes its owners without a word to
+    /// them), or a description shows this ownership gone, e.g. after a reattach. For the
+    /// recipes whose loss must be seen: the token then fires within one trip of the
+    /// server's notification to this session; the session also describes the semaphore's
+    /// owners once now and after every reattach or data update. Nothing to do for an
+    /// ephemeral semaphore, which cannot be deleted while it has an owner.
+    pub(crate) fn guard(&self) {
+        let _ = self.handle.notice(Notice {
+            control: Control::GuardLease {
+                name: self.name.clone(),
+                lease: self.id,
+            },
+            reply: ReplyTx::None,
+        });
+    }
+
     /// Replaces this owner's data (what describes and watchers see for this owner), keeping
     /// the lease and its fencing token.
     ///

@@ -488,6 +488,7 @@ impl SessionCore {
                 "released"
             );
         }
+        self.unguard(&name);
         self.submit_release(now, name.clone(), caller);
         self.next_in_line(now, &name);
     }

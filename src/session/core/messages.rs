@@ -98,6 +98,12 @@ pub(crate) enum Control {
         name: String,
         subscriber: SubscriberId,
     },
+    /// Watch the semaphore of a held lease, so that the lease ends as soon as the server
+    /// reports the semaphore deleted (it tells no owner of a forced delete).
+    GuardLease {
+        name: Arc<str>,
+        lease: u64,
+    },
     Snapshot {
         caller: CallerId,
     },

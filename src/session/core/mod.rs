@@ -454,6 +454,7 @@ impl SessionCore {
                 caller,
             } => self.set_data(now, name, lease, data, caller),
             Control::Unwatch { name, subscriber } => self.unwatch(&name, subscriber),
+            Control::GuardLease { name, lease } => self.guard_lease(now, &name, lease),
             Control::Snapshot { caller } => {
                 let snapshot = self.snapshot();
                 self.answer(caller, Answer::Snapshot(snapshot));
@@ -480,7 +481,8 @@ impl SessionCore {
             }
             Control::Release { caller: None, .. }
             | Control::CancelAcquire { .. }
-            | Control::Unwatch { .. } => {}
+            | Control::Unwatch { .. }
+            | Control::GuardLease { .. } => {}
         }
     }
 
@@ -737,7 +739,7 @@ impl SessionCore {
                 let order_id = self.own_order_id(ok, &r, false);
                 self.on_set_data_check(now, &name, lease, caller, order_id);
             }
-            Kind::Watch { name } => self.on_watch_described(&name, r),
+            Kind::Watch { name } => self.on_watch_described(now, &name, r),
             Kind::Acquire { .. }
             | Kind::Release { .. }
             | Kind::Plain { .. }

@@ -139,18 +139,7 @@ impl SessionCore {
             self.answer(caller, Answer::Done(Ok(())));
             return;
         }
-        if let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) {
-            h.token.cancel();
-            let held_for = now.saturating_duration_since(h.since);
-            self.metrics
-                .lease_ended(name, held_for, Some("session_expired"));
-            tracing::warn!(
-                semaphore = name,
-                fencing_token = h.order_id,
-                why = "ownership_ended",
-                "lease lost"
-            );
-        }
+        self.end_holding(now, name);
         if order_id.is_some() {
             self.submit_release(now, Arc::from(name), None);
         }
@@ -160,5 +149,34 @@ impl SessionCore {
         );
         self.answer(caller, Answer::Done(Err(err)));
         self.next_in_line(now, name);
+    }
+
+    /// The server no longer has the lease of `name` (the semaphore was deleted, or a
+    /// describe shows another order id or none): it ends here too, its token fires, and the
+    /// acquires waiting behind it locally go on. Nothing is sent: there is nothing to
+    /// release (the caller gives back an ownership taken anew, if any).
+    pub(super) fn ownership_ended(&mut self, now: Instant, name: &str) {
+        if self.end_holding(now, name) {
+            self.next_in_line(now, name);
+        }
+    }
+
+    /// Forgets the holding of `name`, firing its token; whether there was one.
+    fn end_holding(&mut self, now: Instant, name: &str) -> bool {
+        let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) else {
+            return false;
+        };
+        h.token.cancel();
+        let held_for = now.saturating_duration_since(h.since);
+        self.metrics
+            .lease_ended(name, held_for, Some("session_expired"));
+        tracing::warn!(
+            semaphore = name,
+            fencing_token = h.order_id,
+            why = "ownership_ended",
+            "lease lost"
+        );
+        self.unguard(name);
+        true
     }
 }

@@ -2,6 +2,8 @@
 //! fired once by the next change; the core multiplexes it to every local subscriber of
 //! the name and re-arms it after each change and after a reattach.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::pending::Replay;
@@ -19,6 +21,8 @@ pub(super) struct WatchEntry {
     pub(super) req_id: Option<u64>,
     /// The next item follows a reattach.
     pub(super) resynced: bool,
+    /// The held lease of this name that the watch guards (see [`SessionCore::guard_lease`]).
+    pub(super) guards: Option<u64>,
 }
 
 impl SessionCore {
@@ -29,18 +33,58 @@ impl SessionCore {
         name: String,
         opts: WatchOptions,
     ) {
-        let entry = self
-            .watches
-            .entry(name.clone())
+        self.watch_entry(&name).subscribers.push((subscriber, opts));
+        // (Re)arm with the union of every subscriber's wishes; the server keeps one watch
+        // per session and semaphore, and the newest describe replaces it.
+        self.arm_watch(now, &name);
+    }
+
+    fn watch_entry(&mut self, name: &str) -> &mut WatchEntry {
+        self.watches
+            .entry(name.to_string())
             .or_insert_with(|| WatchEntry {
                 subscribers: Vec::new(),
                 req_id: None,
                 resynced: false,
-            });
-        entry.subscribers.push((subscriber, opts));
-        // (Re)arm with the union of every subscriber's wishes; the server keeps one watch
-        // per session and semaphore, and the newest describe replaces it.
-        self.arm_watch(now, &name);
+                guards: None,
+            })
+    }
+
+    /// Guards the held lease `lease` of `name`: the server tells no owner of a forced
+    /// delete, so the session watches the semaphore itself. The watch is a data watch
+    /// (plus whatever local subscribers ask): it fires on a delete and on a data update,
+    /// never on owner or waiter changes, so a group of N guarded members costs one
+    /// notification per member per delete, not N per join. Each description it gets lists
+    /// the owners, and one that no longer shows this session with the lease's order id ends
+    /// the lease: that covers a delete in the moments before the watch was armed, and one
+    /// whose notification was lost with a broken stream (the watch is re-armed after the
+    /// reattach). A delete notification ends it at once.
+    ///
+    /// An ephemeral semaphore cannot be deleted while it has an owner: nothing to guard.
+    pub(super) fn guard_lease(&mut self, now: Instant, name: &str, lease: u64) {
+        let held = self
+            .names
+            .get(name)
+            .and_then(|s| s.holding.as_ref())
+            .is_some_and(|h| h.lease == lease && !h.ephemeral);
+        if !held {
+            return;
+        }
+        self.watch_entry(name).guards = Some(lease);
+        // Armed anew even if a watch is armed: its first description tells whether the
+        // ownership outlived the moments before.
+        self.arm_watch(now, name);
+    }
+
+    /// The lease of `name` ended: the watch guards nothing any more.
+    pub(super) fn unguard(&mut self, name: &str) {
+        let Some(entry) = self.watches.get_mut(name) else {
+            return;
+        };
+        entry.guards = None;
+        if entry.subscribers.is_empty() {
+            self.remove_watch(name);
+        }
     }
 
     /// A subscriber dropped its stream.
@@ -49,7 +93,7 @@ impl SessionCore {
             return;
         };
         entry.subscribers.retain(|(s, _)| *s != subscriber);
-        if entry.subscribers.is_empty() {
+        if entry.subscribers.is_empty() && entry.guards.is_none() {
             // The server's watch fires once more at most; its answer is ignored.
             self.remove_watch(name);
         }
@@ -67,11 +111,12 @@ impl SessionCore {
         let Some(entry) = self.watches.get_mut(name) else {
             return;
         };
+        let guarded = entry.guards.is_some();
         let union = entry.subscribers.iter().fold(
             WatchOptions::new()
-                .data(false)
+                .data(guarded)
                 .owners(false)
-                .describe(DescribeOptions::new()),
+                .describe(DescribeOptions::new().owners(guarded)),
             |acc, (_, o)| WatchOptions {
                 data: acc.data || o.data,
                 owners: acc.owners || o.owners,
@@ -124,11 +169,17 @@ impl SessionCore {
         }
     }
 
-    pub(super) fn on_watch_described(&mut self, name: &str, r: rs::DescribeSemaphoreResult) {
+    pub(super) fn on_watch_described(
+        &mut self,
+        now: Instant,
+        name: &str,
+        r: rs::DescribeSemaphoreResult,
+    ) {
         if self.watches.get(name).and_then(|w| w.req_id) != Some(r.req_id) {
             return; // superseded by a newer arm
         }
         let ok = r.status == StatusCode::Success as i32;
+        self.check_guarded(now, name, ok, &r);
         let item = match (ok, r.semaphore_description) {
             (true, Some(d)) => {
                 let resynced = self
@@ -157,10 +208,50 @@ impl SessionCore {
         self.deliver_watch(name, item);
     }
 
+    /// A guarded lease whose semaphore is gone, or whose description (armed after the
+    /// grant, so newer than it) does not show this session with the lease's order id, ends.
+    fn check_guarded(
+        &mut self,
+        now: Instant,
+        name: &str,
+        ok: bool,
+        r: &rs::DescribeSemaphoreResult,
+    ) {
+        let Some(lease) = self.watches.get(name).and_then(|w| w.guards) else {
+            return;
+        };
+        let Some(held) = self
+            .names
+            .get(name)
+            .and_then(|s| s.holding.as_ref())
+            .filter(|h| h.lease == lease)
+            .map(|h| h.order_id)
+        else {
+            return;
+        };
+        let own = self.own_order_id(ok, r, false);
+        if own == Some(held) || (!ok && r.status != StatusCode::NotFound as i32) {
+            return; // still ours, or the describe failed and shows nothing
+        }
+        self.ownership_ended(now, name);
+        if own.is_some() {
+            // An owner-data update took the semaphore made anew: give it back.
+            self.submit_release(now, Arc::from(name), None);
+        }
+    }
+
     pub(super) fn on_watch_changed(&mut self, now: Instant, c: rs::DescribeSemaphoreChanged) {
-        if let Some(name) = self.watch_reqs.get(&c.req_id).cloned()
-            && (c.data_changed || c.owners_changed)
-        {
+        let Some(name) = self.watch_reqs.get(&c.req_id).cloned() else {
+            return;
+        };
+        if c.data_changed && c.owners_changed {
+            // Only a delete reports both kinds at once (an update reports data, an owner
+            // change owners; YDB `DoDeleteSemaphore`), whatever the watch asked for. The
+            // notice came on this stream after the grant's answer, so the delete came after
+            // the grant: whatever this session held there is gone.
+            self.ownership_ended(now, &name);
+        }
+        if c.data_changed || c.owners_changed {
             self.arm_watch(now, &name);
         }
     }
