@@ -350,7 +350,7 @@ impl SessionManager {
         }
     }
 
-    fn stopped_error(&self) -> Error {
+    pub(crate) fn stopped_error(&self) -> Error {
         self.inner
             .fatal
             .lock()

@@ -194,3 +194,28 @@ fn recipes_in_progress_at_a_shutdown_end_with_it() {
         ends_closed(leaders).await;
     });
 }
+
+#[test]
+fn a_session_lost_as_the_manager_stops_ends_with_the_managers_error() {
+    bounded(|| async {
+        let env = Env::new().await;
+        if !env.emulated() {
+            return;
+        }
+        let manager = manager(&env).await;
+        let other = env.session().await;
+        let _taken = within(other.mutex("m").lock()).await.unwrap();
+        let mut queued = manager.mutex("m").lock();
+        assert!(within(queued.queued()).await);
+
+        // The server expires the session under the queued lock, and the manager is shut
+        // down before the lock is polled again: what the lock saw is a lost session, what
+        // it ends with is the manager's own error.
+        let session = within(manager.current()).await.unwrap();
+        env.emulator.expire_session("app", session.id());
+        let mut states = session.state_changes();
+        within(states.wait_for(|s| s.is_terminal())).await.unwrap();
+        within(manager.shutdown()).await;
+        closed(within(queued).await);
+    });
+}

@@ -8,7 +8,7 @@ use std::task::{Context, Poll, ready};
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{Prepare, Source, ensure_semaphore};
+use super::{Next, Prepare, Source, ensure_semaphore};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{Acquire, Lease, Session};
@@ -184,21 +184,23 @@ impl<T> Acquiring<T> {
             }
             // Answered without queuing: the outcome is there (or the session is gone).
             let result = (&mut **acquire).await;
-            if !self.retry(&result) {
+            if let Some(result) = self.retry(result) {
                 self.state = State::Ready(result);
                 return false;
             }
         }
     }
 
-    /// Whether to make the request again in the next session after `result`.
-    fn retry(&mut self, result: &Result<Lease>) -> bool {
-        match result {
-            Err(e) if e.is_session_lost() && self.source.renews() => {
+    /// After `result`: `None` when the request is made again in the next session, else the
+    /// outcome to end with ([`Source::after_error`]).
+    fn retry(&mut self, result: Result<Lease>) -> Option<Result<Lease>> {
+        match result.map_err(|e| self.source.after_error(e)) {
+            Ok(lease) => Some(Ok(lease)),
+            Err(Next::Retry(_)) => {
                 self.state = State::Start;
-                true
+                None
             }
-            _ => false,
+            Err(Next::End(e)) => Some(Err(e)),
         }
     }
 
@@ -240,8 +242,7 @@ impl<T> Acquiring<T> {
                             State::Acquiring(Box::new(session.acquire(&self.name, options)));
                     }
                     Err(err) => {
-                        let result = Err(err);
-                        if !self.retry(&result) {
+                        if let Some(result) = self.retry(Err(err)) {
                             self.state = State::Ready(result);
                         }
                     }
@@ -268,7 +269,7 @@ impl<T> Future for Acquiring<T> {
                         return Poll::Pending;
                     }
                     Poll::Ready(result) => {
-                        if !this.retry(&result) {
+                        if let Some(result) = this.retry(result) {
                             return Poll::Ready((this.finish)(result));
                         }
                     }

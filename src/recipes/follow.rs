@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
 
-use super::{Source, ensure_semaphore};
+use super::{Next, Source, ensure_semaphore};
 use crate::config::{self, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{SemaphoreDescription, WatchStream};
@@ -149,16 +149,19 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
     /// What to yield after `e` (`None`: nothing, carry on in the next session).
     fn on_error(&mut self, e: Error) -> Option<Result<V>> {
         self.watch = None;
-        if e.is_session_lost() && self.source.renews() {
-            if !self.spec.report_loss {
-                // The next session's first value is compared with the last one yielded.
-                return None;
+        let e = match self.source.after_error(e) {
+            Next::Retry(e) => e,
+            Next::End(e) => {
+                self.done = true;
+                return Some(Err(e));
             }
-            // The next session reports its state again, even if equal to the last.
-            self.last = None;
-            return Some(Err(e));
+        };
+        if !self.spec.report_loss {
+            // The next session's first value is compared with the last one yielded.
+            return None;
         }
-        self.done = true;
+        // The next session reports its state again, even if equal to the last.
+        self.last = None;
         Some(Err(e))
     }
 }

@@ -51,7 +51,7 @@ pub use self::rwlock::{
 };
 pub use self::semaphore::{BoundedSemaphorePermit, Semaphore, SemaphorePermit};
 
-pub(crate) use self::source::Source;
+pub(crate) use self::source::{Next, Source};
 use crate::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Source;
+use super::{Next, Source};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
@@ -279,8 +279,11 @@ impl MultiLock {
         loop {
             let session = self.source.session().await?;
             match self.take_in(&session, deadline).await {
-                Err(e) if e.is_session_lost() && self.source.renews() => continue,
-                other => return other,
+                Err(e) => match self.source.after_error(e) {
+                    Next::Retry(_) => continue,
+                    Next::End(e) => return Err(e),
+                },
+                ok => return ok,
             }
         }
     }

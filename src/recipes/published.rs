@@ -1,7 +1,7 @@
 //! A small value published under a name, and subscribers that follow it.
 
 use super::follow::{Following, follow, read};
-use super::{Source, check_persistent};
+use super::{Next, Source, check_persistent};
 use crate::config::{self, DescribeOptions, WatchOptions};
 use crate::error::{ErrorKind, Result};
 use crate::session::{SemaphoreDescription, Session};
@@ -113,8 +113,11 @@ impl Published {
         loop {
             let session = self.source.session().await?;
             match self.publish_in(&session, value).await {
-                Err(e) if e.is_session_lost() && self.source.renews() => continue,
-                other => return other,
+                Err(e) => match self.source.after_error(e) {
+                    Next::Retry(_) => continue,
+                    Next::End(e) => return Err(e),
+                },
+                ok => return ok,
             }
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::manager::SessionManager;
 use crate::session::Session;
 
@@ -20,6 +20,11 @@ pub(crate) trait SessionSource: fmt::Debug + Send + Sync + 'static {
     /// come again (a stopped manager): every retry loop then ends with the error it has,
     /// rather than asking again for a session that fails at once.
     fn renews(&self) -> bool;
+
+    /// The error of a source that gives no session any more (a stopped manager's: its
+    /// `SessionClosed` after a shutdown, or the fatal error that stopped it); `None` while
+    /// it may give one.
+    fn stopped(&self) -> Option<Error>;
 }
 
 impl SessionSource for Session {
@@ -29,6 +34,10 @@ impl SessionSource for Session {
 
     fn renews(&self) -> bool {
         false
+    }
+
+    fn stopped(&self) -> Option<Error> {
+        None
     }
 }
 
@@ -40,6 +49,20 @@ impl SessionSource for SessionManager {
     fn renews(&self) -> bool {
         !self.is_stopped()
     }
+
+    fn stopped(&self) -> Option<Error> {
+        self.is_stopped().then(|| self.stopped_error())
+    }
+}
+
+/// What a recipe does after an error: see [`Source::after_error`].
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// The session was lost and the source gives another: start the work over there (the
+    /// loss, for a stream that reports it).
+    Retry(Error),
+    /// End with this error.
+    End(Error),
 }
 
 /// A shared [`SessionSource`], the one field through which every recipe reaches the server.
@@ -59,5 +82,19 @@ impl Source {
     /// See [`SessionSource::renews`].
     pub(crate) fn renews(&self) -> bool {
         self.0.renews()
+    }
+
+    /// What to do after `e`, the one rule of every recipe's retry loop: a session lost on a
+    /// source that renews is worth starting over in the next session; any other error ends
+    /// the work, and a session lost on a manager that has stopped ends it with the
+    /// manager's own error, the one [`Source::session`] would now give.
+    pub(crate) fn after_error(&self, e: Error) -> Next {
+        if !e.is_session_lost() {
+            return Next::End(e);
+        }
+        if self.renews() {
+            return Next::Retry(e);
+        }
+        Next::End(self.0.stopped().unwrap_or(e))
     }
 }
