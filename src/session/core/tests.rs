@@ -858,6 +858,26 @@ fn another_watch_describe_failure_keeps_the_guarded_lease() {
 }
 
 #[test]
+fn a_guard_outlives_a_failed_describe_and_is_re_armed_after_a_reattach() {
+    let (mut h, now, lease, token) = holding_persistent();
+    h.watch(now, 10, WatchOptions::owners_changes());
+    let watch = h.arm_guard(now, lease);
+    h.reply(now, describe_failed(watch, StatusCode::Overloaded));
+    assert_eq!(
+        h.watch_items(),
+        vec![(10, true)],
+        "the subscriber's last item"
+    );
+    h.reattach(h.at(S));
+    assert_eq!(
+        flags(&h.armed()),
+        GUARD,
+        "the guard alone is armed again: a delete meanwhile must still end the lease"
+    );
+    assert!(!token.is_cancelled());
+}
+
+#[test]
 fn releasing_a_guarded_lease_drops_its_watch() {
     let (mut h, now, lease, _) = holding_persistent();
     let watch = h.arm_guard(now, lease);
