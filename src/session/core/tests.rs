@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::config::{AcquireOptions, DescribeOptions, SessionOptions};
+use crate::config::{AcquireOptions, DescribeOptions, SessionOptions, WatchOptions};
 use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto, session_request as rq};
 
 const SID: u64 = 7;
@@ -116,7 +116,19 @@ impl Harness {
         name: &str,
         order_id: u64,
     ) -> (u64, CancellationToken) {
-        self.acquire(now, caller, name, lock());
+        self.hold_with(now, caller, name, order_id, lock())
+    }
+
+    /// [`Self::hold`] with the acquire's options.
+    fn hold_with(
+        &mut self,
+        now: Instant,
+        caller: CallerId,
+        name: &str,
+        order_id: u64,
+        opts: AcquireOptions,
+    ) -> (u64, CancellationToken) {
+        self.acquire(now, caller, name, opts);
         self.run(now);
         let ids: Vec<u64> = self.sent().iter().map(|r| req_id(r)).collect();
         let [acquire, describe] = ids[..] else {
@@ -569,6 +581,376 @@ fn a_server_failure_with_a_session_verdict_ends_the_session_with_its_kind() {
     h.run(now);
     assert_eq!(h.core.cause().kind(), ErrorKind::BadSession);
     assert!(h.token.is_cancelled());
+}
+
+// ---- the lease guard -----------------------------------------------------------------------
+
+/// A persistent semaphore: a delete can take it from under its owner.
+fn persistent() -> AcquireOptions {
+    AcquireOptions::shared()
+}
+
+/// The order id of the persistent lease the guard tests hold.
+const ORDER: u64 = 5;
+
+/// A describe's watch and content flags: (watch_data, watch_owners, include_owners,
+/// include_waiters).
+fn flags(d: &rq::DescribeSemaphore) -> (bool, bool, bool, bool) {
+    (
+        d.watch_data,
+        d.watch_owners,
+        d.include_owners,
+        d.include_waiters,
+    )
+}
+
+/// What a guard alone asks for: a data watch, owners described.
+const GUARD: (bool, bool, bool, bool) = (true, false, true, false);
+
+fn changed(req_id: u64, data_changed: bool, owners_changed: bool) -> rs::Response {
+    rs::Response::DescribeSemaphoreChanged(rs::DescribeSemaphoreChanged {
+        req_id,
+        data_changed,
+        owners_changed,
+    })
+}
+
+fn describe_failed(req_id: u64, status: StatusCode) -> rs::Response {
+    rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
+        req_id,
+        status: status as i32,
+        issues: Vec::new(),
+        semaphore_description: None,
+        watch_added: false,
+    })
+}
+
+/// A core whose caller 1 holds the persistent semaphore "job" with order id [`ORDER`] since
+/// 1 ms; that time, the lease id and its token.
+fn holding_persistent() -> (Harness, Instant, u64, CancellationToken) {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    let (lease, token) = h.hold_with(now, 1, "job", ORDER, persistent());
+    (h, now, lease, token)
+}
+
+impl Harness {
+    /// Feeds a server message and collects the effects.
+    fn reply(&mut self, now: Instant, r: rs::Response) -> &[Effect] {
+        self.server(now, r);
+        self.run(now)
+    }
+
+    fn guard(&mut self, now: Instant, name: &str, lease: u64) -> &[Effect] {
+        self.core.control(
+            now,
+            Control::GuardLease {
+                name: name.into(),
+                lease,
+            },
+        );
+        self.run(now)
+    }
+
+    fn watch(&mut self, now: Instant, subscriber: SubscriberId, opts: WatchOptions) {
+        self.core.command(
+            now,
+            Command::Watch {
+                subscriber,
+                name: "job".into(),
+                opts,
+            },
+        );
+        self.run(now);
+    }
+
+    fn release(&mut self, now: Instant, lease: u64) {
+        self.core.control(
+            now,
+            Control::Release {
+                name: "job".into(),
+                lease,
+                caller: None,
+            },
+        );
+        self.run(now);
+    }
+
+    /// The one request the last inputs sent, a describe.
+    fn armed(&self) -> rq::DescribeSemaphore {
+        match self.sent().as_slice() {
+            [rq::Request::DescribeSemaphore(d)] => d.clone(),
+            other => panic!("expected one describe, got {other:?}"),
+        }
+    }
+
+    fn kinds(&self) -> Vec<&'static str> {
+        self.sent().iter().map(|r| kind_of(r)).collect()
+    }
+
+    /// The watch items delivered by the last inputs, as (subscriber, is it an error).
+    fn watch_items(&self) -> Vec<(SubscriberId, bool)> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Watch(s, item) => Some((*s, item.is_err())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Guards the held lease of "job"; the req_id of the describe that arms the watch.
+    fn arm_guard(&mut self, now: Instant, lease: u64) -> u64 {
+        self.guard(now, "job", lease);
+        self.armed().req_id
+    }
+
+    /// [`Self::arm_guard`], its describe answered as still ours.
+    fn guarded(&mut self, now: Instant, lease: u64) -> u64 {
+        let watch = self.arm_guard(now, lease);
+        self.server(now, described(watch, &[(SID, ORDER)]));
+        self.run(now);
+        watch
+    }
+
+    /// Loses the stream at `lost` and attaches again a second later.
+    fn reattach(&mut self, lost: Instant) -> Instant {
+        self.core
+            .stream_lost(lost, &Error::new(ErrorKind::Transport, "cut"));
+        self.core.tick(lost);
+        self.run(lost);
+        let back = lost + S;
+        assert!(self.core.attached(back, SID, back));
+        self.run(back);
+        back
+    }
+}
+
+#[test]
+fn guarding_a_held_persistent_lease_arms_one_data_watch_that_describes_the_owners() {
+    let (mut h, now, lease, _) = holding_persistent();
+    h.guard(now, "job", lease);
+    let d = h.armed();
+    assert_eq!(d.name, "job");
+    assert_eq!(flags(&d), GUARD);
+}
+
+#[test]
+fn guarding_an_ephemeral_lease_or_one_not_held_sends_nothing() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    let (ephemeral, _) = h.hold(now, 1, "job", ORDER);
+    assert!(
+        h.guard(now, "job", ephemeral).is_empty(),
+        "an ephemeral semaphore is not deleted under its owner"
+    );
+    let (lease, _) = h.hold_with(now, 2, "other", 6, persistent());
+    assert!(h.guard(now, "other", lease + 1).is_empty(), "another lease");
+    assert!(h.guard(now, "missing", lease).is_empty(), "another name");
+    h.core.control(
+        now,
+        Control::Release {
+            name: "other".into(),
+            lease,
+            caller: None,
+        },
+    );
+    h.run(now);
+    assert!(h.guard(now, "other", lease).is_empty(), "a released lease");
+    assert!(h.core.watches.is_empty());
+}
+
+#[test]
+fn a_delete_notice_ends_the_guarded_lease_at_once() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.guarded(now, lease);
+    assert!(h.effects.is_empty() && !token.is_cancelled());
+    let later = h.at(S);
+    h.reply(later, changed(watch, true, true));
+    assert!(token.is_cancelled());
+    assert!(
+        h.sent().is_empty(),
+        "nothing to give back, nothing left to guard"
+    );
+    assert!(
+        h.core.is_empty(),
+        "the guard's watch is gone with the lease"
+    );
+}
+
+#[test]
+fn a_delete_notice_ends_the_guarded_lease_and_re_arms_a_subscribers_watch() {
+    let (mut h, now, lease, token) = holding_persistent();
+    h.watch(now, 10, WatchOptions::owners_changes());
+    let watch = h.guarded(now, lease);
+    assert_eq!(h.watch_items(), vec![(10, false)]);
+    let later = h.at(S);
+    h.reply(later, changed(watch, true, true));
+    assert!(token.is_cancelled());
+    assert_eq!(
+        flags(&h.armed()),
+        (false, true, true, false),
+        "re-armed with the subscriber's options alone"
+    );
+}
+
+#[test]
+fn a_data_notice_keeps_the_guarded_lease_and_re_arms_its_watch() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.guarded(now, lease);
+    let later = h.at(S);
+    h.reply(later, changed(watch, true, false));
+    assert!(!token.is_cancelled(), "an update is no delete");
+    let again = h.armed();
+    assert_eq!(flags(&again), GUARD);
+    assert!(
+        h.reply(later, described(again.req_id, &[(SID, ORDER)]))
+            .is_empty()
+    );
+    assert!(!token.is_cancelled());
+}
+
+#[test]
+fn a_watch_description_without_this_session_ends_the_guarded_lease() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.acquire(now, 2, "job", persistent());
+    assert!(h.run(now).is_empty(), "caller 2 waits locally");
+    h.reply(now, described(watch, &[(99, ORDER)]));
+    assert!(token.is_cancelled());
+    assert_eq!(
+        h.kinds(),
+        vec!["acquire", "describe"],
+        "no release; the local waiter goes on"
+    );
+    assert!(!h.core.watches.contains_key("job"));
+}
+
+#[test]
+fn a_watch_description_with_another_order_id_of_ours_ends_the_lease_and_gives_it_back() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    // Deleted and made anew, then taken by this session again (an owner-data update).
+    h.reply(now, described(watch, &[(SID, ORDER + 1)]));
+    assert!(token.is_cancelled());
+    assert_eq!(h.kinds(), vec!["release"]);
+}
+
+#[test]
+fn a_not_found_watch_describe_ends_the_guarded_lease() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.reply(now, describe_failed(watch, StatusCode::NotFound));
+    assert!(token.is_cancelled());
+    assert!(h.sent().is_empty());
+    assert!(h.core.is_empty());
+}
+
+#[test]
+fn another_watch_describe_failure_keeps_the_guarded_lease() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.reply(now, describe_failed(watch, StatusCode::Overloaded));
+    assert!(!token.is_cancelled(), "a failed describe shows nothing");
+    assert!(h.sent().is_empty(), "no retry without a wait");
+    h.release(now, lease);
+    assert_eq!(h.kinds(), vec!["release"], "still held");
+}
+
+#[test]
+fn a_guard_outlives_a_failed_describe_and_is_re_armed_after_a_reattach() {
+    let (mut h, now, lease, token) = holding_persistent();
+    h.watch(now, 10, WatchOptions::owners_changes());
+    let watch = h.arm_guard(now, lease);
+    h.reply(now, describe_failed(watch, StatusCode::Overloaded));
+    assert_eq!(
+        h.watch_items(),
+        vec![(10, true)],
+        "the subscriber's last item"
+    );
+    h.reattach(h.at(S));
+    assert_eq!(
+        flags(&h.armed()),
+        GUARD,
+        "the guard alone is armed again: a delete meanwhile must still end the lease"
+    );
+    assert!(!token.is_cancelled());
+}
+
+#[test]
+fn releasing_a_guarded_lease_drops_its_watch() {
+    let (mut h, now, lease, _) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.release(now, lease);
+    assert_eq!(h.kinds(), vec!["release"]);
+    assert!(h.core.watches.is_empty() && h.core.watch_reqs.is_empty());
+    let release = req_id(h.sent()[0]);
+    assert!(
+        h.reply(now, described(watch, &[(SID, ORDER)])).is_empty(),
+        "the late description is for nobody"
+    );
+    h.reply(now, released(release));
+    assert!(h.core.is_empty());
+}
+
+#[test]
+fn releasing_a_guarded_lease_keeps_a_subscribers_watch_with_its_options() {
+    let (mut h, now, lease, _) = holding_persistent();
+    let opts = WatchOptions::owners_changes();
+    h.watch(now, 10, opts);
+    let watch = h.guarded(now, lease);
+    h.release(now, lease);
+    assert_eq!(h.kinds(), vec!["release"], "the armed watch stays as it is");
+    let entry = &h.core.watches["job"];
+    assert_eq!(entry.guards, None);
+    assert_eq!(entry.subscribers, vec![(10, opts)]);
+    let later = h.at(S);
+    h.reply(later, changed(watch, false, true));
+    assert_eq!(flags(&h.armed()), (false, true, true, false));
+}
+
+#[test]
+fn a_subscriber_and_a_guard_share_one_server_watch() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let opts = WatchOptions::owners_changes().describe(DescribeOptions::new().waiters(true));
+    h.watch(now, 10, opts);
+    let first = h.armed();
+    assert_eq!(flags(&first), (false, true, false, true));
+    h.guard(now, "job", lease);
+    let second = h.armed();
+    assert_eq!(flags(&second), (true, true, true, true), "the union");
+    assert_eq!(h.core.watch_reqs.len(), 1);
+    assert_eq!(h.core.pending.len(), 1, "one describe in flight");
+    assert!(
+        h.reply(now, described(first.req_id, &[(SID, ORDER)]))
+            .is_empty(),
+        "the replaced describe is for nobody"
+    );
+    h.reply(now, described(second.req_id, &[(SID, ORDER)]));
+    assert_eq!(h.watch_items(), vec![(10, false)]);
+    assert!(!token.is_cancelled());
+}
+
+#[test]
+fn a_subscriber_joining_a_guarded_watch_re_arms_it_with_the_union() {
+    let (mut h, now, lease, _) = holding_persistent();
+    h.guard(now, "job", lease);
+    h.watch(now, 10, WatchOptions::owners_changes());
+    assert_eq!(flags(&h.armed()), (true, true, true, false));
+    assert_eq!(h.core.watch_reqs.len(), 1);
+    assert_eq!(h.core.pending.len(), 1);
+}
+
+#[test]
+fn a_guarded_watch_is_re_armed_after_a_reattach() {
+    let (mut h, now, lease, token) = holding_persistent();
+    h.guarded(now, lease);
+    let back = h.reattach(h.at(S));
+    let d = h.armed();
+    assert_eq!(flags(&d), GUARD);
+    // The semaphore was deleted while the stream was down: its notice was lost with it.
+    h.reply(back, describe_failed(d.req_id, StatusCode::NotFound));
+    assert!(token.is_cancelled());
 }
 
 // ---- invariants, over random schedules -----------------------------------------------------

@@ -155,17 +155,27 @@ impl SessionCore {
         }
     }
 
-    /// Hands an item to every subscriber of `name`; an error item ends the watch.
+    /// Hands an item to every subscriber of `name`; an error item ends their streams. A
+    /// guard outlives it, unarmed until the next reattach re-arms it (arming again at once
+    /// could loop on a server that keeps failing).
     pub(super) fn deliver_watch(&mut self, name: &str, item: Result<WatchUpdate>) {
-        let Some(entry) = self.watches.get(name) else {
+        let Some(entry) = self.watches.get_mut(name) else {
             return;
         };
         let end = item.is_err();
         for (subscriber, _) in &entry.subscribers {
             self.out.push(Effect::Watch(*subscriber, item.clone()));
         }
-        if end {
+        if !end {
+            return;
+        }
+        if entry.guards.is_none() {
             self.remove_watch(name);
+            return;
+        }
+        entry.subscribers.clear();
+        if let Some(old) = entry.req_id.take() {
+            self.watch_reqs.remove(&old);
         }
     }
 
