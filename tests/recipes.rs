@@ -716,6 +716,12 @@ async fn publish_onto_a_name_another_recipe_uses_is_refused() {
             .data
             .is_empty()
     );
+    // A group's, which has the limit of a publication, and members.
+    let _member = within(a.group("workers").join(b"a")).await.unwrap();
+    let err = within(b.published("workers").publish(b"v"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
     // As join and subscribe refuse them.
     let err = within(b.published("m").subscribe().next())
         .await

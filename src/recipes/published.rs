@@ -3,7 +3,7 @@
 use super::follow::{Following, follow, read};
 use super::{Next, Source, check_persistent};
 use crate::config::{self, DescribeOptions, WatchOptions};
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::session::{SemaphoreDescription, Session};
 
 /// The publication semaphore's limit (nobody acquires it).
@@ -99,7 +99,7 @@ impl Published {
     /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes or a name over
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent);
     /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists and is not a
-    /// publication (another recipe's: a mutex's ephemeral one, another limit), which is
+    /// publication (another recipe's: a mutex's ephemeral one, another limit, one with owners such as a group's), which is
     /// left as it is; session errors (on a
     /// [`SessionManager`](crate::SessionManager): only once it stopped,
     /// [`ErrorKind::SessionClosed`] after a shutdown).
@@ -126,14 +126,26 @@ impl Published {
     /// showed it is one, or a create when there is none.
     async fn publish_in(&self, session: &Session, value: &[u8]) -> Result<()> {
         loop {
+            // The owners too: a publication has none (nobody acquires it), a group has its
+            // members, on a semaphore of the same limit. Listing them costs nothing for a
+            // publication; only a publish onto another recipe's name pays for it.
             match session
-                .describe_semaphore(&self.name, DescribeOptions::new())
+                .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
                 .await
             {
                 Ok(d) => {
                     // Not another recipe's semaphore (a mutex's ephemeral one would lose the
-                    // value with the lock).
+                    // value with the lock, a group's would be a value nobody reads).
                     check_persistent(&self.name, &d, PUBLISHED_LIMIT)?;
+                    if !d.owners.is_empty() {
+                        return Err(Error::new(
+                            ErrorKind::PreconditionFailed,
+                            format!(
+                                "semaphore {:?} is held (a group's, or another recipe's), so it is not a publication; publish under another name",
+                                self.name
+                            ),
+                        ));
+                    }
                     match session.update_semaphore(&self.name, value).await {
                         Err(e) if e.kind() == ErrorKind::NotFound => {}
                         other => return other,
