@@ -436,7 +436,7 @@ fn iam_answer(what: &str, body: &[u8], now: SystemTime) -> Result<Fetched> {
     let token = token_field(what, &answer, "iamToken")?;
     let expires_at = match answer.get("expiresAt") {
         Some(serde_json::Value::String(s)) => s.as_str(),
-        _ => return Err(bad_answer(what, "no expiresAt string")),
+        _ => return Err(bad_answer(what, "without an expiresAt string")),
     };
     let lifetime = lifetime_until(what, expires_at, now)?;
     Ok(Fetched { token, lifetime })
@@ -453,7 +453,7 @@ fn metadata_answer(what: &str, body: &[u8]) -> Result<Fetched> {
         None => match seconds.and_then(serde_json::Value::as_f64) {
             Some(secs) if secs > 0.0 => Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX),
             Some(_) => return Err(expired(what, "an expires_in of no time left")),
-            None => return Err(bad_answer(what, "no expires_in number")),
+            None => return Err(bad_answer(what, "without an expires_in number")),
         },
     };
     if lifetime.is_zero() {
@@ -466,11 +466,11 @@ fn metadata_answer(what: &str, body: &[u8]) -> Result<Fetched> {
 fn json_object(what: &str, body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>> {
     match serde_json::from_slice(body) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
-        Ok(_) => Err(bad_answer(what, "JSON that is not an object")),
+        Ok(_) => Err(bad_answer(what, "with JSON that is not an object")),
         Err(e) => Err(bad_answer(
             what,
             &format!(
-                "something other than JSON (line {}, column {})",
+                "with something other than JSON (line {}, column {})",
                 e.line(),
                 e.column()
             ),
@@ -492,14 +492,20 @@ fn token_field(
         }
         Some(serde_json::Value::String(_)) => Err(bad_answer(
             what,
-            &format!("a {name} that is empty or not printable ASCII"),
+            &format!("with a {name} that is empty or not printable ASCII"),
         )),
-        _ => Err(bad_answer(what, &format!("no {name} string"))),
+        _ => Err(bad_answer(what, &format!("without a {name} string"))),
     }
 }
 
+/// `answer` says what was wrong ("without an expires_in number").
 fn bad_answer(what: &str, answer: &str) -> Error {
-    Error::new(ErrorKind::Protocol, format!("{what} answered {answer}"))
+    Error::new(
+        ErrorKind::Protocol,
+        format!(
+            "{what} answered {answer}, which is not a token answer; check that the credentials point at the right token service"
+        ),
+    )
 }
 
 fn expired(what: &str, answer: &str) -> Error {
@@ -513,7 +519,7 @@ fn expired(what: &str, answer: &str) -> Error {
 fn lifetime_until(what: &str, expires_at: &str, now: SystemTime) -> Result<Duration> {
     let at =
         time::OffsetDateTime::parse(expires_at, &time::format_description::well_known::Rfc3339)
-            .map_err(|_| bad_answer(what, "an expiresAt that is not an RFC 3339 time"))?;
+            .map_err(|_| bad_answer(what, "with an expiresAt that is not an RFC 3339 time"))?;
     // A clock out of `time`'s range (years 1 to 9999) has no sensible lifetime to offer.
     let now = time::OffsetDateTime::UNIX_EPOCH
         .checked_add(
