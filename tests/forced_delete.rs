@@ -207,3 +207,40 @@ async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_ne
     );
     assert!(!a.token().is_cancelled(), "the session itself lives on");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_queued_in_the_same_session_is_granted_after_a_force_delete() {
+    let env = Env::new().await;
+    let holder = env.session().await;
+    let admin = env.session().await;
+    let first = within(holder.semaphore("api", 5).acquire(2)).await.unwrap();
+    let second = tokio::spawn({
+        let holder = holder.clone();
+        async move { holder.semaphore("api", 5).acquire(2).await }
+    });
+    // The second waits in the session, behind the first lease of the same name.
+    within(async {
+        while !holder
+            .snapshot()
+            .await
+            .waiting
+            .iter()
+            .any(|w| w.name == "api")
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+
+    // Deleted and not made anew: the second acquire, started by the end of the first
+    // lease, meets no semaphore at all, the case a remake by another session races with.
+    within(admin.delete_semaphore("api", true)).await.unwrap();
+    within(first.cancelled()).await;
+    let second = within(second).await.unwrap();
+    let permit = second.expect("the recipe makes its semaphore again and acquires it");
+    assert!(!permit.is_lost());
+    let d = within(admin.describe_semaphore("api", Default::default()))
+        .await
+        .unwrap();
+    assert_eq!((d.limit, d.count), (5, 2));
+}
