@@ -160,3 +160,87 @@ async fn a_permit_of_a_force_deleted_semaphore_is_lost() {
         .unwrap();
     assert!(all.is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_new_one() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, client) = env.behind_proxy().await;
+    let a = within(client.session(&env.node, Default::default()))
+        .await
+        .unwrap();
+    let b = env.session().await;
+    let admin = env.session().await;
+    let leadership = within(a.election("leader").campaign(b"a")).await.unwrap();
+    // The guard's watch is armed and described before anything else happens.
+    within(a.describe_semaphore("leader", Default::default()))
+        .await
+        .unwrap();
+
+    // A's proclaim (an owner-data re-acquire) reaches the server after the semaphore was
+    // deleted and made anew, so it takes the new one; the delete's notice reaches A first.
+    proxy.net().stall();
+    let proclaim = tokio::spawn(async move {
+        let result = leadership.proclaim(b"a2").await;
+        (leadership, result)
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    within(admin.delete_semaphore("leader", true))
+        .await
+        .unwrap();
+    within(admin.create_semaphore("leader", 1, b""))
+        .await
+        .unwrap();
+    proxy.net().resume();
+    let (leadership, result) = within(proclaim).await.unwrap();
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Aborted);
+    assert!(leadership.is_lost());
+
+    // A gave the new semaphore back: the next candidate is not blocked by a session that
+    // no longer leads.
+    let next = tokio::time::timeout(SOON, b.election("leader").campaign(b"b")).await;
+    assert!(
+        next.is_ok(),
+        "A's session kept the re-made election semaphore"
+    );
+    assert!(!a.token().is_cancelled(), "the session itself lives on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_queued_in_the_same_session_is_granted_after_a_force_delete() {
+    let env = Env::new().await;
+    let holder = env.session().await;
+    let admin = env.session().await;
+    let first = within(holder.semaphore("api", 5).acquire(2)).await.unwrap();
+    let second = tokio::spawn({
+        let holder = holder.clone();
+        async move { holder.semaphore("api", 5).acquire(2).await }
+    });
+    // The second waits in the session, behind the first lease of the same name.
+    within(async {
+        while !holder
+            .snapshot()
+            .await
+            .waiting
+            .iter()
+            .any(|w| w.name == "api")
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+
+    // Deleted and not made anew: the second acquire, started by the end of the first
+    // lease, meets no semaphore at all, the case a remake by another session races with.
+    within(admin.delete_semaphore("api", true)).await.unwrap();
+    within(first.cancelled()).await;
+    let second = within(second).await.unwrap();
+    let permit = second.expect("the recipe makes its semaphore again and acquires it");
+    assert!(!permit.is_lost());
+    let d = within(admin.describe_semaphore("api", Default::default()))
+        .await
+        .unwrap();
+    assert_eq!((d.limit, d.count), (5, 2));
+}

@@ -22,6 +22,11 @@ use crate::session::{Acquire, Lease, Session};
 /// Await it, or first ask [`Acquiring::queued`] whether it has to wait behind someone else.
 /// On a [`SessionManager`](crate::SessionManager) a session lost while waiting is replaced
 /// and the request made again in the new session (a `_timeout` form keeps its deadline).
+/// A recipe that makes its semaphore on first use ([`Semaphore`](super::Semaphore),
+/// [`Election`](super::Election), [`Group`](super::Group)) makes it again when the acquire
+/// finds it gone (force-deleted meanwhile, as when the lease ahead of it in the same
+/// session ended that way), three times at most; after that the acquire ends with
+/// [`ErrorKind::NotFound`].
 ///
 /// # Examples
 ///
@@ -58,9 +63,15 @@ pub struct Acquiring<T> {
     prepare: Prepare,
     /// When a `_timeout` form gives up, set at the first poll.
     deadline: Option<Instant>,
+    /// How many times the semaphore was found gone and made again.
+    remakes: u8,
     state: State,
     finish: Finish<T>,
 }
+
+/// How many times one acquire makes its semaphore again after finding it gone: more means
+/// someone keeps deleting it, which the caller should hear of.
+pub(crate) const REMAKES: u8 = 3;
 
 /// Makes the future's output from the session's answer (the guard around the lease).
 type Finish<T> = Box<dyn Fn(Result<Lease>) -> Result<T> + Send + Sync>;
@@ -117,6 +128,7 @@ impl<T> Acquiring<T> {
             options,
             prepare,
             deadline: None,
+            remakes: 0,
             state: State::Start,
             finish: Box::new(finish),
         }
@@ -191,9 +203,21 @@ impl<T> Acquiring<T> {
         }
     }
 
-    /// After `result`: `None` when the request is made again in the next session, else the
-    /// outcome to end with ([`Source::after_error`]).
+    /// After `result`: `None` when the request is made again (in the next session, or
+    /// after making anew a semaphore found gone), else the outcome to end with
+    /// ([`Source::after_error`]). A new attempt awaits the preparation (a round trip at
+    /// least) before it acquires.
     fn retry(&mut self, result: Result<Lease>) -> Option<Result<Lease>> {
+        if let Err(e) = &result
+            && e.kind() == ErrorKind::NotFound
+            && matches!(self.prepare, Prepare::Semaphore { .. })
+            && self.remakes < REMAKES
+        {
+            self.remakes += 1;
+            tracing::debug!(semaphore = self.name, "semaphore gone; making it again");
+            self.state = State::Start;
+            return None;
+        }
         match result.map_err(|e| self.source.after_error(e)) {
             Ok(lease) => Some(Ok(lease)),
             Err(Next::Retry(_)) => {

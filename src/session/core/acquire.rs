@@ -488,7 +488,7 @@ impl SessionCore {
                 "released"
             );
         }
-        self.unguard(&name);
+        self.unguard(now, &name);
         self.submit_release(now, name.clone(), caller);
         self.next_in_line(now, &name);
     }

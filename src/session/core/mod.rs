@@ -93,6 +93,8 @@ enum Kind {
         caller: Option<CallerId>,
         name: String,
         lease: u64,
+        /// The lease's order id.
+        order_id: u64,
     },
     Watch {
         name: String,
@@ -735,9 +737,10 @@ impl SessionCore {
                 caller,
                 name,
                 lease,
+                order_id: fencing,
             } => {
                 let order_id = self.own_order_id(ok, &r, false);
-                self.on_set_data_check(now, &name, lease, caller, order_id);
+                self.on_set_data_check(now, &name, lease, fencing, caller, order_id);
             }
             Kind::Watch { name } => self.on_watch_described(now, &name, r),
             Kind::Acquire { .. }

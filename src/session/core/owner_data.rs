@@ -30,8 +30,8 @@ impl SessionCore {
             .get(&*name)
             .and_then(|s| s.holding.as_ref())
             .filter(|h| h.lease == lease)
-            .map(|h| (h.count, h.ephemeral));
-        let Some((count, ephemeral)) = held else {
+            .map(|h| (h.count, h.ephemeral, h.order_id));
+        let Some((count, ephemeral, order_id)) = held else {
             self.answer(caller, Answer::Done(Err(not_held(&name))));
             return;
         };
@@ -59,6 +59,7 @@ impl SessionCore {
             caller: None,
             name: name.clone(),
             lease,
+            order_id,
         };
         let check = self.pending.register(kind, Replay::Resend, |req_id| {
             owners_describe(req_id, name, false)
@@ -111,14 +112,20 @@ impl SessionCore {
         }
     }
 
-    /// The describe behind an owner-data update: the same order id means the same
-    /// ownership; any other means the old one ended and the update took the semaphore anew,
-    /// which is given back, and the lease ends.
+    /// The describe behind an owner-data update of the lease `lease` (fencing token
+    /// `fencing`): the same order id means the same ownership; any other means the old one
+    /// ended and the update took the semaphore anew, which is given back, and the lease
+    /// ends. The update may find the lease already ended here (a delete notice came first):
+    /// what it took is given back all the same, or the session would own the semaphore with
+    /// no local holder, until it ends. Not if an acquire of the name was written after the
+    /// update (the lease's end started the next local waiter): the server takes it as a
+    /// re-acquire of what the update took, and a release would take that from it.
     pub(super) fn on_set_data_check(
         &mut self,
         now: Instant,
         name: &str,
         lease: u64,
+        fencing: u64,
         caller: Option<CallerId>,
         order_id: Option<u64>,
     ) {
@@ -129,18 +136,22 @@ impl SessionCore {
             .names
             .get(name)
             .and_then(|s| s.holding.as_ref())
-            .filter(|h| h.lease == lease)
-            .map(|h| h.order_id);
-        let Some(held) = held else {
-            self.answer(caller, Answer::Done(Err(not_held(name))));
-            return;
-        };
-        if order_id == Some(held) {
-            self.answer(caller, Answer::Done(Ok(())));
+            .is_some_and(|h| h.lease == lease);
+        if order_id == Some(fencing) {
+            // Still the lease's ownership; if the lease was released meanwhile, its release
+            // (written behind this describe) gives it back.
+            let result = if held { Ok(()) } else { Err(not_held(name)) };
+            self.answer(caller, Answer::Done(result));
             return;
         }
-        self.end_holding(now, name);
-        if order_id.is_some() {
+        if held {
+            self.end_holding(now, name);
+        }
+        let taken_over = self
+            .names
+            .get(name)
+            .is_some_and(|s| s.holding.is_some() || s.active.is_some());
+        if order_id.is_some() && !taken_over {
             self.submit_release(now, Arc::from(name), None);
         }
         let err = Error::new(
@@ -162,7 +173,7 @@ impl SessionCore {
     }
 
     /// Forgets the holding of `name`, firing its token; whether there was one.
-    fn end_holding(&mut self, now: Instant, name: &str) -> bool {
+    pub(super) fn end_holding(&mut self, now: Instant, name: &str) -> bool {
         let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) else {
             return false;
         };
@@ -176,7 +187,7 @@ impl SessionCore {
             why = "ownership_ended",
             "lease lost"
         );
-        self.unguard(name);
+        self.unguard(now, name);
         true
     }
 }

@@ -814,8 +814,7 @@ fn a_data_notice_keeps_the_guarded_lease_and_re_arms_its_watch() {
 fn a_watch_description_without_this_session_ends_the_guarded_lease() {
     let (mut h, now, lease, token) = holding_persistent();
     let watch = h.arm_guard(now, lease);
-    h.acquire(now, 2, "job", persistent());
-    assert!(h.run(now).is_empty(), "caller 2 waits locally");
+    h.wait_locally(now, 2);
     h.reply(now, described(watch, &[(99, ORDER)]));
     assert!(token.is_cancelled());
     assert_eq!(
@@ -894,22 +893,6 @@ fn releasing_a_guarded_lease_drops_its_watch() {
 }
 
 #[test]
-fn releasing_a_guarded_lease_keeps_a_subscribers_watch_with_its_options() {
-    let (mut h, now, lease, _) = holding_persistent();
-    let opts = WatchOptions::owners_changes();
-    h.watch(now, 10, opts);
-    let watch = h.guarded(now, lease);
-    h.release(now, lease);
-    assert_eq!(h.kinds(), vec!["release"], "the armed watch stays as it is");
-    let entry = &h.core.watches["job"];
-    assert_eq!(entry.guards, None);
-    assert_eq!(entry.subscribers, vec![(10, opts)]);
-    let later = h.at(S);
-    h.reply(later, changed(watch, false, true));
-    assert_eq!(flags(&h.armed()), (false, true, true, false));
-}
-
-#[test]
 fn a_subscriber_and_a_guard_share_one_server_watch() {
     let (mut h, now, lease, token) = holding_persistent();
     let opts = WatchOptions::owners_changes().describe(DescribeOptions::new().waiters(true));
@@ -951,6 +934,177 @@ fn a_guarded_watch_is_re_armed_after_a_reattach() {
     // The semaphore was deleted while the stream was down: its notice was lost with it.
     h.reply(back, describe_failed(d.req_id, StatusCode::NotFound));
     assert!(token.is_cancelled());
+}
+
+impl Harness {
+    /// Caller `caller` acquires "job" too, and waits locally behind the lease held.
+    fn wait_locally(&mut self, now: Instant, caller: CallerId) {
+        self.acquire(now, caller, "job", persistent());
+        assert!(self.run(now).is_empty(), "caller {caller} waits locally");
+    }
+
+    /// Asks caller `caller` to set the owner data of the lease of "job"; the req_ids of the
+    /// re-acquire and of the describe behind it.
+    fn set_data(&mut self, now: Instant, lease: u64, caller: CallerId) -> (u64, u64) {
+        self.core.control(
+            now,
+            Control::SetData {
+                name: "job".into(),
+                lease,
+                data: b"new".to_vec(),
+                caller,
+            },
+        );
+        self.run(now);
+        let ids: Vec<u64> = self.sent().iter().map(|r| req_id(r)).collect();
+        let [update, check] = ids[..] else {
+            panic!(
+                "expected a re-acquire and a describe, got {:?}",
+                self.effects
+            );
+        };
+        (update, check)
+    }
+
+    /// What `caller` was answered by the last inputs with a plain result.
+    fn done(&self, caller: CallerId) -> Option<Result<(), ErrorKind>> {
+        self.answers().into_iter().find_map(|(c, a)| match a {
+            Answer::Done(r) if c == caller => Some(r.as_ref().map(|_| ()).map_err(Error::kind)),
+            _ => None,
+        })
+    }
+}
+
+/// A describe answer of an armed watch (`watch_added`), listing `owners`.
+fn watch_described(req_id: u64, owners: &[(u64, u64)]) -> rs::Response {
+    let mut r = described(req_id, owners);
+    if let rs::Response::DescribeSemaphoreResult(d) = &mut r {
+        d.watch_added = true;
+    }
+    r
+}
+
+#[test]
+fn an_owner_data_update_that_takes_the_semaphore_made_anew_after_a_delete_notice_gives_it_back() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.guarded(now, lease);
+    let (update, check) = h.set_data(now, lease, 20);
+    // The delete came first (its notice ends the lease), then the semaphore was made anew
+    // and the re-acquire took it.
+    h.reply(now, changed(watch, true, true));
+    assert!(token.is_cancelled());
+    h.server(now, acquired(update, true));
+    h.reply(now, described(check, &[(SID, ORDER + 1)]));
+    assert_eq!(
+        h.kinds(),
+        vec!["release"],
+        "the session owns a semaphore no local lease holds: given back"
+    );
+    assert_eq!(h.done(20), Some(Err(ErrorKind::Aborted)));
+}
+
+#[test]
+fn an_owner_data_update_taken_over_by_the_next_local_acquire_is_not_given_back() {
+    let (mut h, now, lease, _) = holding_persistent();
+    let watch = h.guarded(now, lease);
+    let (update, check) = h.set_data(now, lease, 20);
+    h.wait_locally(now, 2);
+    h.reply(now, changed(watch, true, true));
+    assert_eq!(h.kinds(), vec!["acquire", "describe"], "caller 2 goes on");
+    h.server(now, acquired(update, true));
+    h.reply(now, described(check, &[(SID, ORDER + 1)]));
+    assert!(
+        h.sent().is_empty(),
+        "the acquire written after the update takes its ownership over; a release would \
+         take it from caller 2"
+    );
+    assert_eq!(h.done(20), Some(Err(ErrorKind::Aborted)));
+}
+
+#[test]
+fn an_owner_data_update_racing_a_release_of_its_lease_sends_no_second_release() {
+    let (mut h, now, lease, _) = holding_persistent();
+    let (update, check) = h.set_data(now, lease, 20);
+    h.release(now, lease);
+    assert_eq!(h.kinds(), vec!["release"]);
+    h.server(now, acquired(update, true));
+    h.reply(now, described(check, &[(SID, ORDER)]));
+    assert!(h.sent().is_empty(), "the release on its way does the work");
+    assert_eq!(h.done(20), Some(Err(ErrorKind::Aborted)));
+}
+
+#[test]
+fn a_watch_description_with_another_order_id_of_ours_releases_before_the_next_local_acquire() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.wait_locally(now, 2);
+    h.reply(now, described(watch, &[(SID, ORDER + 1)]));
+    assert!(token.is_cancelled());
+    assert_eq!(
+        h.kinds(),
+        vec!["release", "acquire", "describe"],
+        "a release behind caller 2's acquire would supersede it on the server"
+    );
+}
+
+#[test]
+fn a_guarded_watch_the_server_did_not_add_is_armed_again_at_the_next_ping() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    // Still ours, but no watch: a delete would go unnoticed.
+    h.reply(now, described(watch, &[(SID, ORDER)]));
+    assert!(h.sent().is_empty(), "not at once: no loop on such a server");
+    let ping = h.at(3 * S);
+    h.core.tick(ping);
+    h.run(ping);
+    assert_eq!(h.kinds(), vec!["ping", "describe"]);
+    let again = match h.sent()[1] {
+        rq::Request::DescribeSemaphore(d) => d.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(flags(&again), GUARD);
+    h.reply(ping, watch_described(again.req_id, &[(SID, ORDER)]));
+    let next = h.at(6 * S);
+    h.core.tick(next);
+    h.run(next);
+    assert_eq!(h.kinds(), vec!["ping"], "armed now: nothing more to ask");
+    assert!(!token.is_cancelled());
+}
+
+#[test]
+fn releasing_a_guarded_lease_re_arms_a_subscribers_watch_with_its_own_options() {
+    let (mut h, now, lease, _) = holding_persistent();
+    h.watch(now, 10, WatchOptions::owners_changes());
+    h.guarded(now, lease);
+    h.release(now, lease);
+    let sent = h.sent();
+    let [
+        rq::Request::DescribeSemaphore(d),
+        rq::Request::ReleaseSemaphore(_),
+    ] = sent[..]
+    else {
+        panic!("expected a describe and the release, got {sent:?}");
+    };
+    assert_eq!(
+        flags(d),
+        (false, true, true, false),
+        "no data watch the subscriber did not ask for"
+    );
+    assert_eq!(h.core.watch_reqs.len(), 1);
+}
+
+#[test]
+fn releasing_a_guarded_lease_whose_subscriber_asked_for_as_much_keeps_the_watch() {
+    let (mut h, now, lease, _) = holding_persistent();
+    let opts = WatchOptions::data_changes().describe(DescribeOptions::new().owners(true));
+    h.watch(now, 10, opts);
+    h.guarded(now, lease);
+    h.release(now, lease);
+    assert_eq!(
+        h.kinds(),
+        vec!["release"],
+        "the armed watch is what it asks for"
+    );
 }
 
 // ---- invariants, over random schedules -----------------------------------------------------

@@ -23,6 +23,9 @@ pub(super) struct WatchEntry {
     pub(super) resynced: bool,
     /// The held lease of this name that the watch guards (see [`SessionCore::guard_lease`]).
     pub(super) guards: Option<u64>,
+    /// The server answered the guard's describe without adding its watch: armed again at
+    /// the next ping (see [`SessionCore::rearm_unadded_guards`]).
+    pub(super) unadded: bool,
 }
 
 impl SessionCore {
@@ -47,6 +50,7 @@ impl SessionCore {
                 req_id: None,
                 resynced: false,
                 guards: None,
+                unadded: false,
             })
     }
 
@@ -76,14 +80,21 @@ impl SessionCore {
         self.arm_watch(now, name);
     }
 
-    /// The lease of `name` ended: the watch guards nothing any more.
-    pub(super) fn unguard(&mut self, name: &str) {
+    /// The lease of `name` ended: the watch guards nothing any more. A watch armed for the
+    /// guard and subscribers too is armed again with the subscribers' own options when the
+    /// guard asked for more (a data watch, the owners described): one describe, rather than
+    /// subscribers woken by changes and sent owners they did not ask for.
+    pub(super) fn unguard(&mut self, now: Instant, name: &str) {
         let Some(entry) = self.watches.get_mut(name) else {
             return;
         };
+        let guarded = union(entry);
         entry.guards = None;
+        entry.unadded = false;
         if entry.subscribers.is_empty() {
             self.remove_watch(name);
+        } else if entry.req_id.is_some() && union(entry) != guarded {
+            self.arm_watch(now, name);
         }
     }
 
@@ -111,21 +122,8 @@ impl SessionCore {
         let Some(entry) = self.watches.get_mut(name) else {
             return;
         };
-        let guarded = entry.guards.is_some();
-        let union = entry.subscribers.iter().fold(
-            WatchOptions::new()
-                .data(guarded)
-                .owners(false)
-                .describe(DescribeOptions::new().owners(guarded)),
-            |acc, (_, o)| WatchOptions {
-                data: acc.data || o.data,
-                owners: acc.owners || o.owners,
-                describe: DescribeOptions {
-                    owners: acc.describe.owners || o.describe.owners,
-                    waiters: acc.describe.waiters || o.describe.waiters,
-                },
-            },
-        );
+        let union = union(entry);
+        entry.unadded = false;
         if let Some(old) = entry.req_id.take() {
             // A describe of the replaced watch still unanswered is answered for nobody.
             self.watch_reqs.remove(&old);
@@ -190,16 +188,15 @@ impl SessionCore {
         }
         let ok = r.status == StatusCode::Success as i32;
         self.check_guarded(now, name, ok, &r);
+        if ok && !r.watch_added {
+            self.watch_not_added(name, r.req_id);
+        }
         let item = match (ok, r.semaphore_description) {
             (true, Some(d)) => {
                 let resynced = self
                     .watches
                     .get_mut(name)
                     .is_some_and(|w| std::mem::take(&mut w.resynced));
-                if !r.watch_added {
-                    // Nothing armed: try again on the next change we cause or see.
-                    tracing::debug!(name, "watch not added");
-                }
                 Ok(WatchUpdate {
                     description: d.into(),
                     resynced,
@@ -243,10 +240,51 @@ impl SessionCore {
         if own == Some(held) || (!ok && r.status != StatusCode::NotFound as i32) {
             return; // still ours, or the describe failed and shows nothing
         }
-        self.ownership_ended(now, name);
+        self.end_holding(now, name);
         if own.is_some() {
-            // An owner-data update took the semaphore made anew: give it back.
+            // An owner-data update took the semaphore made anew: give it back, before the
+            // next local waiter's acquire (a release after it would supersede it).
             self.submit_release(now, Arc::from(name), None);
+        }
+        self.next_in_line(now, name);
+    }
+
+    /// A describe `req_id` of the watch of `name` succeeded, and the server added no watch.
+    /// YDB adds one for every watching describe of a semaphore that exists, so this is a
+    /// server that does not keep the protocol. A subscriber's watch waits for the next
+    /// change this session causes or sees; a guard cannot (no delete would be told), so it
+    /// is armed again at the next ping, one describe per ping interval while the server
+    /// keeps refusing, and each description still checks the ownership.
+    fn watch_not_added(&mut self, name: &str, req_id: u64) {
+        let Some(entry) = self
+            .watches
+            .get_mut(name)
+            .filter(|w| w.req_id == Some(req_id))
+        else {
+            return;
+        };
+        if entry.guards.is_none() {
+            tracing::debug!(name, "watch not added");
+            return;
+        }
+        tracing::warn!(
+            name,
+            "the server added no watch for the lease guard; asking again at the next ping"
+        );
+        // The req_id stays known: a notice under it, should one come after all, still counts.
+        entry.unadded = true;
+    }
+
+    /// At a ping: arms again every guard the server answered without adding its watch.
+    pub(super) fn rearm_unadded_guards(&mut self, now: Instant) {
+        let names: Vec<String> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| w.unadded)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.arm_watch(now, &name);
         }
     }
 
@@ -254,6 +292,14 @@ impl SessionCore {
         let Some(name) = self.watch_reqs.get(&c.req_id).cloned() else {
             return;
         };
+        if !c.data_changed && !c.owners_changed {
+            return;
+        }
+        // The server's watch fired and is gone.
+        self.watch_reqs.remove(&c.req_id);
+        if let Some(w) = self.watches.get_mut(&name) {
+            w.req_id = None;
+        }
         if c.data_changed && c.owners_changed {
             // Only a delete reports both kinds at once (an update reports data, an owner
             // change owners; YDB `DoDeleteSemaphore`), whatever the watch asked for. The
@@ -261,9 +307,7 @@ impl SessionCore {
             // the grant: whatever this session held there is gone.
             self.ownership_ended(now, &name);
         }
-        if c.data_changed || c.owners_changed {
-            self.arm_watch(now, &name);
-        }
+        self.arm_watch(now, &name);
     }
 
     /// After a reattach every watch is armed again; its next item is flagged `resynced`.
@@ -279,4 +323,24 @@ impl SessionCore {
             self.arm_watch(now, &name);
         }
     }
+}
+
+/// What the server's watch of `entry` asks for: the union of every subscriber's wishes, and
+/// the guard's (a data watch, the owners described).
+fn union(entry: &WatchEntry) -> WatchOptions {
+    let guarded = entry.guards.is_some();
+    entry.subscribers.iter().fold(
+        WatchOptions::new()
+            .data(guarded)
+            .owners(false)
+            .describe(DescribeOptions::new().owners(guarded)),
+        |acc, (_, o)| WatchOptions {
+            data: acc.data || o.data,
+            owners: acc.owners || o.owners,
+            describe: DescribeOptions {
+                owners: acc.describe.owners || o.describe.owners,
+                waiters: acc.describe.waiters || o.describe.waiters,
+            },
+        },
+    )
 }
