@@ -3,8 +3,13 @@
 //!
 //! The followers rely only on what [`Published::subscribe`] promises: each item is the value
 //! as of some moment, a slow follower skips values, never the last, and never reads an older
-//! value after a newer one. So they wait for the version they care about instead of counting
-//! items.
+//! value after a newer one. So they wait for a version at least as new as the one they care
+//! about instead of counting items.
+//!
+//! The writers rely only on what a leadership promises: while its token has not fired, nobody
+//! else leads. A leader can lose it (a process starved of CPU for a few seconds cannot show
+//! the server it is alive); then it stops writing and campaigns again, and each new leader
+//! carries on from the value it finds.
 //!
 //! Every wait that depends on the server is bounded, so a bug ends the example with an error
 //! naming the step instead of a hang.
@@ -37,32 +42,70 @@ fn version(value: &[u8]) -> Result<u32, BoxError> {
     Ok(n.parse()?)
 }
 
-/// Publishes versions `from..=to` as the leader, each only while the leadership holds.
-async fn publish(
-    who: &str,
-    manager: &SessionManager,
-    leadership: &Leadership,
-    from: u32,
-    to: u32,
-) -> Result<(), BoxError> {
+/// Leads, then publishes versions up to `to`, carrying on from the value it finds, each only
+/// while the leadership holds. Returns once `to` is published, still leading.
+///
+/// A leadership can be lost on the way: a process starved of CPU for a few seconds (a loaded
+/// machine) cannot prove to the server that it is alive, its leadership token fires and
+/// someone else may lead. The writer then stops writing at once and campaigns again
+/// ([`Election::hold`]); when it leads again it reads the value anew, as any new leader does.
+///
+/// [`Election::hold`]: ydb_coordination::recipes::Election::hold
+async fn write(who: &str, manager: &SessionManager, to: u32) -> Result<Leadership, BoxError> {
     let config = manager.published("config");
-    for n in from..=to {
-        let value = format!("v{n} replicas={n}");
-        let publish = config.publish(value.as_bytes());
-        match bounded("a publish", leadership.token().run_until_cancelled(publish)).await? {
-            Some(done) => done?,
-            None => return Err(format!("{who} lost the leadership while publishing").into()),
+    let mut campaign = manager.election("config-writer").hold(who.as_bytes());
+    'lead: loop {
+        let leadership = bounded(&format!("{who} to lead"), campaign.next())
+            .await?
+            .ok_or("the campaign ended")??;
+        let found = match bounded("the current value", config.get()).await? {
+            Ok(value) => version(&value)?,
+            // Its session ended, and the leadership with it.
+            Err(e) if e.is_session_lost() => {
+                println!("{who} lost the leadership before reading the value");
+                continue 'lead;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        println!("{who} leads, finds v{found}");
+        for n in found + 1..=to {
+            let value = format!("v{n} replicas={n}");
+            let publish = config.publish(value.as_bytes());
+            match bounded("a publish", leadership.token().run_until_cancelled(publish)).await? {
+                Some(done) => done?,
+                None => {
+                    println!("{who} lost the leadership before v{n} was published");
+                    continue 'lead;
+                }
+            }
         }
+        println!("{who} published up to v{to}");
+        return Ok(leadership);
     }
-    println!("{who} published v{from}..=v{to}");
+}
+
+/// Steps down. A leadership already lost, or a session that ended meanwhile, leaves nothing
+/// to undo: the server releases what an ended session held.
+async fn step_down(who: &str, leadership: Leadership) -> Result<(), BoxError> {
+    match bounded(&format!("{who} to resign"), leadership.resign()).await? {
+        Ok(true) => println!("{who} steps down"),
+        Ok(false) => println!("{who} had lost the leadership already"),
+        Err(e) if e.is_session_lost() => println!("{who}'s session ended before it stepped down"),
+        Err(e) => return Err(e.into()),
+    }
     Ok(())
 }
 
-/// Reads `values` until version `want`; checks that versions never go back. Returns the
-/// versions read.
-async fn follow(who: &str, values: &mut ValueStream, want: u32) -> Result<Vec<u32>, BoxError> {
-    let mut seen: Vec<u32> = Vec::new();
-    loop {
+/// Reads `values` until a version of at least `want`, adding each to `seen`; checks that
+/// versions never go back. A version may be skipped (a slow reader reads the newest), so it
+/// waits for "at least", not for `want` itself.
+async fn follow(
+    who: &str,
+    values: &mut ValueStream,
+    seen: &mut Vec<u32>,
+    want: u32,
+) -> Result<(), BoxError> {
+    while seen.last().is_none_or(|&last| last < want) {
         let value = bounded("the next configuration", values.next())
             .await?
             .ok_or_else(|| format!("{who}: the stream ended"))??;
@@ -71,11 +114,9 @@ async fn follow(who: &str, values: &mut ValueStream, want: u32) -> Result<Vec<u3
             return Err(format!("{who} read v{v} after {seen:?}").into());
         }
         seen.push(v);
-        if v == want {
-            println!("{who} converged on v{want} (read {seen:?})");
-            return Ok(seen);
-        }
     }
+    println!("{who} reached v{want} (read {seen:?})");
+    Ok(())
 }
 
 #[tokio::main]
@@ -100,41 +141,31 @@ async fn main() -> Result<(), BoxError> {
 
     // Two candidates; the leader is the only writer.
     let (alpha, bravo) = (manager(), manager());
-    let lead_alpha = bounded(
-        "alpha to lead",
-        alpha.election("config-writer").campaign(b"alpha"),
-    )
-    .await??;
-    println!("alpha leads and publishes");
-    let bravo_campaign = tokio::spawn({
-        let bravo = bravo.clone();
-        async move { bravo.election("config-writer").campaign(b"bravo").await }
-    });
-    publish("alpha", &alpha, &lead_alpha, 1, 5).await?;
+    let lead_alpha = write("alpha", &alpha, 5).await?;
 
     let mut tasks = Vec::new();
     for (i, mut values) in streams.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
             let who = format!("follower-{i}");
-            follow(&who, &mut values, 5).await?;
-            follow(&who, &mut values, 8).await?;
+            let mut seen = Vec::new();
+            follow(&who, &mut values, &mut seen, 5).await?;
+            follow(&who, &mut values, &mut seen, 8).await?;
             Ok::<_, BoxError>(())
         }));
     }
 
-    println!("alpha steps down");
-    bounded("alpha to resign", lead_alpha.resign()).await??;
-    let lead_bravo = bounded("bravo to lead", bravo_campaign).await???;
-    // The new leader carries on from the value it finds.
-    let now = bounded("the current value", bravo.published("config").get()).await??;
-    let next = version(&now)? + 1;
-    println!("bravo leads, finds v{}, publishes", next - 1);
-    publish("bravo", &bravo, &lead_bravo, next, 8).await?;
+    // Bravo queues behind alpha; the new leader carries on from the value it finds.
+    let bravo_writes = tokio::spawn({
+        let bravo = bravo.clone();
+        async move { write("bravo", &bravo, 8).await }
+    });
+    step_down("alpha", lead_alpha).await?;
+    let lead_bravo = bounded("bravo to publish", bravo_writes).await???;
 
     for task in tasks {
         bounded("a follower to converge", task).await???;
     }
-    bounded("bravo to resign", lead_bravo.resign()).await??;
+    step_down("bravo", lead_bravo).await?;
     for m in followers.iter().chain([&alpha, &bravo]) {
         bounded("a manager to shut down", m.shutdown()).await?;
     }

@@ -89,7 +89,10 @@ async fn main() -> Result<(), BoxError> {
     let setup = bounded("the setup", common::setup("election"))
         .await?
         .map_err(|e| e.to_string())?;
-    let opts = SessionOptions::new().timeout(Duration::from_secs(3));
+    // The default session timeout (10 s). A process dies here by having its session expired
+    // (or closed) at once, so nothing waits for a timeout; a short one would only let a
+    // process starved of CPU for a couple of seconds lose its own session midway.
+    let opts = SessionOptions::new();
     let session = |what| bounded(what, setup.client.session(&setup.node, opts.clone()));
 
     let observer = session("the observer's session").await??;

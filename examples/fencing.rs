@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use ydb_coordination::SessionOptions;
 
@@ -35,7 +34,11 @@ impl Storage {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let setup = common::setup("fencing").await?;
     let storage = Storage::default();
-    let opts = SessionOptions::new().timeout(Duration::from_secs(2));
+    // The default session timeout (10 s). The slow worker's session is expired (or closed)
+    // at once below, so nothing waits for a timeout; a short one would only let the fast
+    // worker, on a machine that starves it of CPU for a couple of seconds, lose its session
+    // too.
+    let opts = SessionOptions::new();
 
     let slow = setup.client.session(&setup.node, opts.clone()).await?;
     let slow_guard = slow.mutex("ledger").lock().await?;

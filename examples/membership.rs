@@ -15,8 +15,6 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::time::Duration;
-
 use futures::StreamExt;
 use tokio::sync::oneshot;
 use ydb_coordination::recipes::MemberStream;
@@ -55,7 +53,10 @@ async fn main() -> Result<(), BoxError> {
     let setup = bounded("the setup", common::setup("membership"))
         .await?
         .map_err(|e| e.to_string())?;
-    let opts = SessionOptions::new().timeout(Duration::from_secs(3));
+    // The default session timeout (10 s). A process dies here by having its session expired
+    // (or closed) at once, so nothing waits for a timeout; a short one would only let a
+    // process starved of CPU for a couple of seconds lose its own session midway.
+    let opts = SessionOptions::new();
     let all = ["worker-1", "worker-2", "worker-3"];
 
     let mut sessions = Vec::new();

@@ -5,60 +5,24 @@
 //! to the core with the current time, and carries out the effects the core queued, in
 //! order. Whatever ends the task, a panic included, a [`Sentinel`] fires every token.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::core::Ids;
-use super::core::{
-    Answer, CallerId, Command, Control, Effect, Grant, SessionCore, SubscriberId, Terminal,
-};
+use super::core::{Effect, SessionCore, Terminal};
 use super::inbox::Inbox;
-use super::mailbox;
+use super::replies::Replies;
+pub(crate) use super::replies::{Notice, ReplyTx, Request};
 use super::sentinel::Sentinel;
 use super::state::SessionState;
 pub(crate) use super::stream::{Attached, Conn, attach};
-use super::types::{SemaphoreDescription, SessionSnapshot};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{SessionResponse, session_request as rq, session_response as rs};
 use crate::transport::Transport;
-
-/// Where the answer to one command goes.
-#[derive(Debug)]
-pub(crate) enum ReplyTx {
-    Acquire {
-        reply: oneshot::Sender<Result<Option<Grant>>>,
-        queued: Option<oneshot::Sender<()>>,
-        name: Arc<str>,
-    },
-    Describe(oneshot::Sender<Result<SemaphoreDescription>>),
-    Done(oneshot::Sender<Result<()>>),
-    Release(oneshot::Sender<Result<bool>>),
-    Snapshot(oneshot::Sender<SessionSnapshot>),
-    Closed(oneshot::Sender<()>),
-    Watch(mailbox::Sender),
-    /// Nobody waits for an answer (a release from `Drop`).
-    None,
-}
-
-/// A command and where its answer goes, sent through the session's inbox.
-#[derive(Debug)]
-pub(crate) struct Request {
-    pub(crate) command: Command,
-    pub(crate) reply: ReplyTx,
-}
-
-/// A control message and where its answer goes (also sent from `Drop` impls).
-#[derive(Debug)]
-pub(crate) struct Notice {
-    pub(crate) control: Control,
-    pub(crate) reply: ReplyTx,
-}
 
 /// The inbox and shared cells the driver works with.
 #[derive(Debug)]
@@ -94,8 +58,7 @@ pub(crate) struct Driver {
     /// confirms it stopped that session (dropping it at once would reset the stream before
     /// the stop is written).
     foreign: Option<Box<Conn>>,
-    replies: HashMap<CallerId, ReplyTx, Ids>,
-    subscribers: HashMap<SubscriberId, mailbox::Sender, Ids>,
+    replies: Replies,
     state: watch::Sender<SessionState>,
     /// The buffer the core's effects are carried out from (kept, with its capacity).
     effects: Vec<Effect>,
@@ -108,7 +71,7 @@ impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
             .field("session_id", &self.core.session_id())
-            .field("waiting", &self.replies.len())
+            .field("waiting", &self.replies.waiting())
             .finish_non_exhaustive()
     }
 }
@@ -134,8 +97,7 @@ impl Driver {
             stream: Some(attached.conn),
             dialing: None,
             foreign: None,
-            replies: HashMap::default(),
-            subscribers: HashMap::default(),
+            replies: Replies::default(),
             state: io.state.clone(),
             effects: Vec::new(),
         }
@@ -211,32 +173,14 @@ impl Driver {
     }
 
     fn accept(&mut self, now: Instant, request: Request) {
-        if let (Command::Acquire(_), ReplyTx::Acquire { reply, .. }) =
-            (&request.command, &request.reply)
-            && reply.is_closed()
-        {
-            return; // the caller gave up before the request was read
+        if let Some(command) = self.replies.request(request) {
+            self.core.command(now, command);
         }
-        match (&request.command, request.reply) {
-            (Command::Watch { subscriber, .. }, ReplyTx::Watch(tx)) => {
-                self.subscribers.insert(*subscriber, tx);
-            }
-            (command, reply) => {
-                if let Some(caller) = caller_of(command) {
-                    self.replies.insert(caller, reply);
-                }
-            }
-        }
-        self.core.command(now, request.command);
     }
 
     fn notice(&mut self, now: Instant, notice: Notice) {
-        if let Some(caller) = control_caller(&notice.control)
-            && !matches!(notice.reply, ReplyTx::None)
-        {
-            self.replies.insert(caller, notice.reply);
-        }
-        self.core.control(now, notice.control);
+        let control = self.replies.notice(notice);
+        self.core.control(now, control);
     }
 
     /// The stream broke: it is dropped here, and the core decides what follows.
@@ -287,27 +231,13 @@ impl Driver {
                 }
             }
             Effect::Answer(caller, answer) => {
-                if let Some(reply) = self.replies.remove(&caller) {
-                    self.deliver(now, reply, answer);
+                // A grant nobody takes any more goes back.
+                if let Some((name, lease)) = self.replies.answer(caller, answer) {
+                    self.core.grant_refused(now, name, lease);
                 }
             }
-            Effect::Queued(caller) => {
-                if let Some(ReplyTx::Acquire { queued, .. }) = self.replies.get_mut(&caller)
-                    && let Some(q) = queued.take()
-                {
-                    let _ = q.send(());
-                }
-            }
-            Effect::Watch(subscriber, item) => {
-                let last = item.is_err();
-                let open = self
-                    .subscribers
-                    .get(&subscriber)
-                    .is_some_and(|tx| tx.put(item));
-                if last || !open {
-                    self.subscribers.remove(&subscriber);
-                }
-            }
+            Effect::Queued(caller) => self.replies.queued(caller),
+            Effect::Watch(subscriber, item) => self.replies.watch(subscriber, item),
             Effect::State(state) => {
                 let _ = self.state.send_replace(state);
             }
@@ -335,36 +265,6 @@ impl Driver {
         }
     }
 
-    /// Hands an answer to its caller; a grant nobody takes any more goes back.
-    fn deliver(&mut self, now: Instant, reply: ReplyTx, answer: Answer) {
-        match (reply, answer) {
-            (ReplyTx::Acquire { reply, name, .. }, Answer::Acquire(result)) => {
-                if let Err(Ok(Some(grant))) = reply.send(result) {
-                    self.core.grant_refused(now, name, grant.lease);
-                }
-            }
-            (ReplyTx::Describe(tx), Answer::Describe(result)) => {
-                let _ = tx.send(result);
-            }
-            (ReplyTx::Done(tx), Answer::Done(result)) => {
-                let _ = tx.send(result);
-            }
-            (ReplyTx::Release(tx), Answer::Release(result)) => {
-                let _ = tx.send(result);
-            }
-            (ReplyTx::Snapshot(tx), Answer::Snapshot(snapshot)) => {
-                let _ = tx.send(snapshot);
-            }
-            (ReplyTx::Closed(tx), Answer::Closed) => {
-                let _ = tx.send(());
-            }
-            // A mismatch is a bug; dropping the sender makes the caller read the cause.
-            (reply, answer) => {
-                tracing::error!(?reply, ?answer, "answer of the wrong kind for a caller");
-            }
-        }
-    }
-
     /// After the end: wait (within the stop timeout) for the server to confirm it stopped
     /// a session a reattach got by mistake.
     async fn linger(&mut self) {
@@ -379,30 +279,6 @@ impl Driver {
             }
         };
         let _ = tokio::time::timeout(self.core.stop_timeout(), stopped).await;
-    }
-}
-
-/// The caller a command answers.
-fn caller_of(command: &Command) -> Option<CallerId> {
-    match command {
-        Command::Acquire(a) => Some(a.caller),
-        Command::Describe { caller, .. }
-        | Command::Create { caller, .. }
-        | Command::Update { caller, .. }
-        | Command::Delete { caller, .. }
-        | Command::Close { caller } => Some(*caller),
-        Command::Watch { .. } => None,
-    }
-}
-
-/// The caller a control message answers.
-fn control_caller(control: &Control) -> Option<CallerId> {
-    match control {
-        Control::Release { caller, .. } => *caller,
-        Control::SetData { caller, .. } | Control::Snapshot { caller } => Some(*caller),
-        Control::CancelAcquire { .. } | Control::Unwatch { .. } | Control::GuardLease { .. } => {
-            None
-        }
     }
 }
 

@@ -7,6 +7,7 @@ mod lease;
 mod mailbox;
 pub(crate) mod metrics;
 mod outbox;
+mod replies;
 mod sentinel;
 mod state;
 mod stream;

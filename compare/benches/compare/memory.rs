@@ -10,7 +10,8 @@
 //! client's part (the library under test) and the emulator's part separately.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,6 +28,9 @@ pub(crate) const ADDR_VAR: &str = "COMPARE_CONNECTION";
 const SERVER_PID_VAR: &str = "COMPARE_SERVER_PID";
 const KIND_VAR: &str = "COMPARE_KIND";
 pub(crate) const N_VAR: &str = "COMPARE_N";
+/// Set (and inherited by the server children): a server child that never answers, to check
+/// that its row fails within [`ANSWER_LIMIT`] instead of hanging the run.
+const SILENT_VAR: &str = "COMPARE_SILENT_SERVER";
 pub(crate) const NODE: &str = "/local/mem";
 
 /// Which library and what to create.
@@ -111,10 +115,49 @@ impl Drop for Reaped {
 /// How long a child process may take before it is killed and its row reported as failed.
 const CHILD_LIMIT: Duration = Duration::from_secs(180);
 
+/// How long a server child may take to answer (its address once started, its CPU time when
+/// asked) before its row is reported as failed. It answers at once when it works: the bound
+/// is only there so that one that never answers cannot hang the run.
+const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+
+/// The lines a child writes to its stdout, read on a thread of their own so that waiting for
+/// one has a deadline. The thread ends when the child's stdout closes (it exits or is
+/// killed), or once nobody takes the lines any more.
+struct Lines(mpsc::Receiver<std::io::Result<String>>);
+
+impl Lines {
+    fn new(out: ChildStdout) -> R<Self> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("server-child-stdout".into())
+            .spawn(move || {
+                for line in BufReader::new(out).lines() {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self(rx))
+    }
+
+    /// The next line, within [`ANSWER_LIMIT`]; `what` names the answer awaited.
+    fn next(&self, what: &str) -> R<String> {
+        match self.0.recv_timeout(ANSWER_LIMIT) {
+            Ok(line) => Ok(line?),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(format!("the server child gave no {what} within {ANSWER_LIMIT:?}").into())
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(format!("the server child closed its output before giving its {what}").into())
+            }
+        }
+    }
+}
+
 /// An emulator in a fresh child process of this binary.
 pub(crate) struct ServerChild {
     child: Reaped,
-    lines: BufReader<std::process::ChildStdout>,
+    lines: Lines,
     /// Its connection string.
     pub(crate) connection: String,
 }
@@ -131,9 +174,8 @@ impl ServerChild {
                 .spawn()?,
         );
         let stdout = child.0.stdout.take().ok_or("server child has no stdout")?;
-        let mut lines = BufReader::new(stdout);
-        let mut line = String::new();
-        lines.read_line(&mut line)?;
+        let lines = Lines::new(stdout)?;
+        let line = lines.next("address")?;
         let connection = line
             .trim()
             .strip_prefix("LISTENING ")
@@ -160,8 +202,7 @@ impl ServerChild {
             .ok_or("server child has no stdin")?;
         writeln!(stdin, "cpu")?;
         stdin.flush()?;
-        let mut line = String::new();
-        self.lines.read_line(&mut line)?;
+        let line = self.lines.next("CPU time")?;
         let nanos: u64 = line
             .trim()
             .strip_prefix("CPU ")
@@ -241,6 +282,13 @@ pub(crate) fn child(role: &str) -> R<()> {
         .enable_all()
         .build()?;
     match role {
+        "server" if std::env::var_os(SILENT_VAR).is_some() => {
+            // Never answers: the parent must give up on it within its bound.
+            for line in std::io::stdin().lines() {
+                line?;
+            }
+            Ok(())
+        }
         "server" => {
             let emulator = rt.block_on(Emulator::builder().node(NODE).start())?;
             let mut stdout = std::io::stdout();
