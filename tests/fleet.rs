@@ -502,3 +502,60 @@ async fn following_streams_on_a_missing_node_end_with_its_error() {
     let err = within(manager.multi_lock(["a"]).lock()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
+
+#[tokio::test(start_paused = true)]
+async fn reads_on_a_manager_carry_on_in_the_next_session_after_a_loss() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, client) = env.behind_proxy().await;
+    let manager = client.session_manager(&env.node, SessionOptions::new());
+    let first = within(manager.current()).await.unwrap();
+    within(manager.published("config").publish(b"v1"))
+        .await
+        .unwrap();
+
+    // Each read is sent, then its session is lost before the answer: the server expires
+    // it while the stream is stalled, and the reattach is told so.
+    let reads: Vec<(
+        &str,
+        tokio::task::JoinHandle<Result<bool, ydb_coordination::Error>>,
+    )> = {
+        let m = manager.clone();
+        let published =
+            tokio::spawn(async move { Ok(m.published("config").get().await? == b"v1") });
+        let m = manager.clone();
+        let members = tokio::spawn(async move { Ok(m.group("g").members().await?.is_empty()) });
+        let m = manager.clone();
+        let leader = tokio::spawn(async move { Ok(m.election("e").leader().await?.is_none()) });
+        let m = manager.clone();
+        let candidates =
+            tokio::spawn(async move { Ok(m.election("e").candidates().await?.is_empty()) });
+        proxy.net().stall();
+        vec![
+            ("get", published),
+            ("members", members),
+            ("leader", leader),
+            ("candidates", candidates),
+        ]
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(env.emulator.expire_session("app", first.id()));
+    proxy.net().cut();
+    proxy.net().resume();
+
+    for (what, read) in reads {
+        let answer = within(read).await.unwrap();
+        assert!(
+            answer.unwrap_or_else(|e| panic!("{what}: {:?}", e.kind())),
+            "{what}"
+        );
+    }
+    let next = within(manager.current()).await.unwrap();
+    assert_ne!(
+        next.id(),
+        first.id(),
+        "the reads were answered in a new session"
+    );
+}

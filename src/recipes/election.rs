@@ -265,7 +265,9 @@ impl Election {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
+    /// instead, until the manager stops).
     ///
     /// # Cancel safety
     ///
@@ -309,7 +311,9 @@ impl Election {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
+    /// instead, until the manager stops).
     ///
     /// # Cancel safety
     ///

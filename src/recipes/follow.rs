@@ -16,8 +16,9 @@ use crate::session::{SemaphoreDescription, WatchStream};
 /// Turns a description, seen from the session `me`, into the value a stream yields.
 pub(crate) type View<V> = fn(&SemaphoreDescription, u64) -> V;
 
-/// The semaphore `name` as `view` sees it now, from one describe in the source's session;
-/// `missing` when it does not exist.
+/// The semaphore `name` as `view` sees it now, from one describe in the source's session
+/// (made again in the next session after a loss, on a source that renews); `missing` when
+/// it does not exist.
 pub(crate) async fn read<V>(
     source: &Source,
     name: &str,
@@ -26,11 +27,17 @@ pub(crate) async fn read<V>(
     missing: V,
 ) -> Result<V> {
     config::check_name(name)?;
-    let session = source.session().await?;
-    match session.describe_semaphore(name, options).await {
-        Ok(d) => Ok(view(&d, session.id())),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(missing),
-        Err(e) => Err(e),
+    loop {
+        // Each attempt awaits a session from the source (a manager's next one after a loss).
+        let session = source.session().await?;
+        match session.describe_semaphore(name, options).await {
+            Ok(d) => return Ok(view(&d, session.id())),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(missing),
+            Err(e) => match source.after_error(e) {
+                Next::Retry(_) => continue,
+                Next::End(e) => return Err(e),
+            },
+        }
     }
 }
 

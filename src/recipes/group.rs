@@ -360,7 +360,9 @@ impl Group {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
+    /// instead, until the manager stops).
     ///
     /// # Cancel safety
     ///
