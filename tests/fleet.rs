@@ -559,3 +559,36 @@ async fn reads_on_a_manager_carry_on_in_the_next_session_after_a_loss() {
         "the reads were answered in a new session"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_recipe_whose_semaphore_is_gone_after_a_create_of_unknown_outcome_creates_it_again() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (proxy, client) = env.behind_proxy().await;
+    let session = within(client.session(&env.node, SessionOptions::new()))
+        .await
+        .unwrap();
+    let admin = env.session().await;
+    // The create's answer is lost with the connection, so its outcome is unknown after the
+    // reattach; it did happen, but another session deletes the semaphore before the
+    // describe that follows, which finds nothing.
+    proxy.net().delay(Duration::from_secs(1));
+    let s = session.clone();
+    let first = tokio::spawn(async move {
+        let mut members = s.group("pool").watch();
+        members.next().await
+    });
+    // The create has reached the server (after 1 s), its answer is on its way back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    within(admin.delete_semaphore("pool", true)).await.unwrap();
+    proxy.net().cut();
+    proxy.net().delay(Duration::ZERO);
+    let members = within(first).await.unwrap().unwrap().unwrap();
+    assert!(members.is_empty());
+    let d = within(session.describe_semaphore("pool", Default::default()))
+        .await
+        .unwrap();
+    assert_eq!(d.limit, u64::MAX);
+}

@@ -86,21 +86,38 @@ pub(crate) enum Prepare {
 /// Creates a persistent semaphore with `limit` unless it exists; an existing one must have
 /// the same limit.
 pub(crate) async fn ensure_semaphore(session: &Session, name: &str, limit: u64) -> Result<()> {
-    match session.create_semaphore(name, limit, b"").await {
-        Ok(()) => Ok(()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
-            ) =>
-        {
-            let d = session
-                .describe_semaphore(name, crate::DescribeOptions::new())
-                .await?;
-            check_persistent(name, &d, limit)
+    // A create whose outcome is unknown (its stream broke) may not have happened, and one
+    // that found the semaphore may see it deleted before the describe: either way the
+    // describe finds nothing, and the create is made again, each time after a round trip.
+    const ATTEMPTS: usize = 3;
+    let mut missing = None;
+    for _ in 0..ATTEMPTS {
+        match session.create_semaphore(name, limit, b"").await {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
+                ) =>
+            {
+                match session
+                    .describe_semaphore(name, crate::DescribeOptions::new())
+                    .await
+                {
+                    Ok(d) => return check_persistent(name, &d, limit),
+                    Err(e) if e.kind() == ErrorKind::NotFound => missing = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => Err(e),
     }
+    Err(missing.unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::NotFound,
+            format!("semaphore {name:?} could not be created; it is deleted as it is made"),
+        )
+    }))
 }
 
 /// Refuses the semaphore `name` (described as `d`) unless it is persistent with `limit`: a
