@@ -391,27 +391,21 @@ impl Client {
         let attached = loop {
             // The same start message as every reattach, with session id 0: a new session.
             let start = start_message(&cfg, 0);
-            let lane = self.transport.lane();
-            // Each attempt gets what a reattach attempt gets, two ping intervals, so an
-            // endpoint that accepts and never answers is left for the next one (pessimized
-            // below) instead of using up the whole budget.
-            let limit = attempt_limit.min(deadline.saturating_duration_since(Instant::now()));
-            let err = match tokio::time::timeout(
-                limit,
-                driver::attach(&self.transport, lane.clone(), start),
-            )
-            .await
-            {
+            // The server has what a reattach attempt has to answer, two ping intervals, so
+            // an endpoint that accepts and never answers is left for the next one (the
+            // attach pessimizes it) instead of using up the whole budget; the attempt as a
+            // whole, slow credentials included, stays within the budget.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attach =
+                driver::attach(&self.transport, self.transport.lane(), start, attempt_limit);
+            let err = match tokio::time::timeout(left, attach).await {
                 Ok(Ok(attached)) => break attached,
                 Ok(Err(err)) if err.ends_session_start() => return Err(err),
                 Ok(Err(err)) => err,
-                Err(_) => {
-                    self.transport.reconnect(&lane);
-                    Error::new(
-                        ErrorKind::Timeout,
-                        format!("session start: no answer from the server within {limit:?}"),
-                    )
-                }
+                Err(_) => Error::new(
+                    ErrorKind::Timeout,
+                    "the session start used up the connect budget before the server answered",
+                ),
             };
             let delay = cfg.options.backoff.delay(attempt, rand::random::<f64>());
             attempt += 1;

@@ -623,3 +623,33 @@ async fn secrets_never_show_in_debug_logs_or_errors() {
     assert!(!shown.contains(key_line));
     assert!(!shown.contains("eyJ"), "a JWT was shown");
 }
+
+/// A provider whose every token takes `delay` to come (a slow token service, no cache).
+#[derive(Debug)]
+struct Slow {
+    delay: Duration,
+}
+
+impl TokenProvider for Slow {
+    fn token(&self) -> TokenFuture<'_> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            Ok(Some("slow-token".to_string()))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_slower_than_an_attach_attempt_does_not_fail_the_session_start() {
+    let emulator = within(Emulator::builder().node("/local/app").start())
+        .await
+        .unwrap();
+    // Longer than the two ping intervals (4 s) the server has to answer an attach.
+    let credentials = Credentials::provider(Slow {
+        delay: Duration::from_secs(5),
+    });
+    let client = common::client_with(emulator.connection_string(), false, credentials).await;
+    let options = SessionOptions::new().connect_timeout(Duration::from_secs(20));
+    let session = within(client.session("/local/app", options)).await.unwrap();
+    assert!(!session.state().is_terminal());
+}

@@ -251,15 +251,7 @@ impl Driver {
             Effect::Dial { start, limit } => {
                 let transport = self.transport.clone();
                 self.dialing = Some(Box::pin(async move {
-                    let lane = transport.lane();
-                    match tokio::time::timeout(limit, attach(&transport, lane.clone(), start)).await
-                    {
-                        Ok(result) => result,
-                        Err(_) => {
-                            transport.reconnect(&lane);
-                            Err(Error::new(ErrorKind::Timeout, "reattach attempt timed out"))
-                        }
-                    }
+                    attach(&transport, transport.lane(), start, limit).await
                 }));
             }
         }

@@ -1,11 +1,13 @@
 //! The session stream: opening one and attaching on it, the same way for a session's first
 //! attach and for every reattach.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 use tonic::Streaming;
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 
-use super::outbox::{Outbox, outbox};
+use super::outbox::{Outbox, OutboxStream, outbox};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{self, SessionResponse, session_request as rq, session_response as rs};
 use crate::transport::{Lane, Transport};
@@ -37,16 +39,22 @@ pub(crate) struct Attached {
 /// (`session_id` 0 creates a session) and for every reattach. The credentials are asked for
 /// the token at every attempt; when the server rejects it, they are told so and the attach is
 /// tried once more with a fresh token before the rejection is reported.
+///
+/// The server has `limit` to answer each attempt, counted once the token is there: an
+/// endpoint that accepts and never answers costs that much and is left for the next one
+/// (a [`ErrorKind::Timeout`] without a status), while slow credentials, which are no fault
+/// of the endpoint, are bounded by their own timeouts.
 pub(crate) async fn attach(
     transport: &Transport,
     lane: Lane,
     start: rq::SessionStart,
+    limit: Duration,
 ) -> Result<Attached> {
-    let result = match attach_once(transport, lane.clone(), start.clone()).await {
+    let result = match attach_once(transport, lane.clone(), start.clone(), limit).await {
         Err(err) if err.kind() == ErrorKind::Unauthorized => {
             tracing::debug!(%err, "token rejected at attach; retrying with a fresh one");
             transport.token_rejected().await;
-            attach_once(transport, lane.clone(), start).await
+            attach_once(transport, lane.clone(), start, limit).await
         }
         other => other,
     };
@@ -62,11 +70,31 @@ async fn attach_once(
     transport: &Transport,
     lane: Lane,
     start: rq::SessionStart,
+    limit: Duration,
 ) -> Result<Attached> {
     let (tx, rx) = outbox();
     tx.send(proto::request(rq::Request::SessionStart(start)));
     let sent_at = Instant::now();
     let request = transport.request(rx).await?;
+    tokio::time::timeout(limit, started(lane, tx, request, sent_at))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the server gave no answer to the session start within {limit:?}; another endpoint is tried next"
+                ),
+            ))
+        })
+}
+
+/// Sends the start on a new stream and waits for the session to start.
+async fn started(
+    lane: Lane,
+    tx: Outbox,
+    request: tonic::Request<OutboxStream>,
+    sent_at: Instant,
+) -> Result<Attached> {
     let mut client = CoordinationServiceClient::new(lane.channel.clone())
         .max_decoding_message_size(64 * 1024 * 1024);
     let mut inbound = client
