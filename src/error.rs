@@ -336,12 +336,19 @@ impl Error {
     }
 
     /// Whether a session start must end at once instead of trying again: the server's
-    /// verdicts of [`Error::ends_session`], a TLS certificate the client refuses, and a
-    /// request that is invalid as it stands ([`ErrorKind::InvalidArgument`], such as a token
-    /// that is not a valid header value, found before anything is sent): another attempt
-    /// would send the same request and fail the same way.
+    /// verdicts of [`Error::ends_session`], a TLS certificate the client refuses, a token
+    /// rejected by the gRPC layer ([`ErrorKind::Unauthorized`] without a YDB status: the
+    /// attach has already renewed it once), and a request that is invalid as it stands
+    /// ([`ErrorKind::InvalidArgument`], such as a token that is not a valid header value,
+    /// found before anything is sent): another attempt would send the same request and fail
+    /// the same way.
     pub(crate) fn ends_session_start(&self) -> bool {
-        self.ends_session() || self.is_tls_rejection() || self.0.kind == ErrorKind::InvalidArgument
+        self.ends_session()
+            || self.is_tls_rejection()
+            || matches!(
+                self.0.kind,
+                ErrorKind::InvalidArgument | ErrorKind::Unauthorized
+            )
     }
 
     /// Whether the client refused the server's TLS certificate (not trusted, or for another
@@ -804,5 +811,8 @@ mod tests {
         // A request the client cannot send as it stands is final before any server is asked.
         let err = Error::new(ErrorKind::InvalidArgument, "token is not a header value");
         assert!(!err.is_retryable() && err.ends_session_start() && err.stops_manager());
+        // A token the gRPC layer rejects (after the attach renewed it once) is final too.
+        let err = Error::from_grpc(tonic::Status::unauthenticated("bad token"), "session");
+        assert!(!err.ends_session() && err.ends_session_start() && err.stops_manager());
     }
 }

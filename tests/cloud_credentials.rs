@@ -487,10 +487,18 @@ async fn a_token_rejected_at_session_start_is_renewed_once_on_the_emulator() {
         Credentials::token("tok-0"),
     )
     .await;
+    let started = tokio::time::Instant::now();
     let err = within(stuck.session("/local/app", SessionOptions::new()))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized);
+    // At once, not after the connect budget (10 s): a renewed token that is rejected again
+    // is rejected for good.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]

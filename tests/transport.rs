@@ -400,3 +400,28 @@ async fn discovery_is_retried_and_its_endpoints_are_used() {
     let session = session(&client).await;
     assert!(answers(&session).await);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_session_start_whose_renewed_token_is_rejected_again_fails_at_once() {
+    let peer = UnaryPeer::start().await;
+    // The gRPC layer rejects the token (as YDB's does), and the renewed one too.
+    peer.script(
+        SESSION,
+        [
+            Answer::Grpc(tonic::Code::Unauthenticated),
+            Answer::Grpc(tonic::Code::Unauthenticated),
+        ],
+    );
+    let client = scripted_client(&peer).await;
+    let started = Instant::now();
+    let options = SessionOptions::new().connect_timeout(Duration::from_secs(10));
+    let err = within(client.session(NODE, options)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // One attempt: the token, then a renewed one.
+    assert_eq!(peer.calls(SESSION).len(), 2);
+}

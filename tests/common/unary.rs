@@ -2,7 +2,7 @@
 //! queues the answers each method gives, one per call (a gRPC error, a YDB status, or no
 //! answer at all), and the server answers success once its queue is empty. Every call is
 //! recorded with the time it arrived, so tests can check how many attempts were made and
-//! how far apart. A session stream is accepted and never answered.
+//! how far apart. A session stream is accepted and never answered, or fails with a scripted gRPC status.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, VecDeque};
@@ -50,7 +50,8 @@ pub const CREATE: &str = "CreateNode";
 pub const ALTER: &str = "AlterNode";
 pub const DROP: &str = "DropNode";
 pub const LIST: &str = "ListEndpoints";
-/// The session stream: accepted (recorded), and never answered.
+/// The session stream: accepted (recorded), and never answered, unless a gRPC failure is
+/// scripted for it.
 pub const SESSION: &str = "Session";
 
 #[derive(Debug, Default)]
@@ -363,11 +364,13 @@ where
                     )
                     .await
                 }
-                "Session" => {
-                    svc.next(SESSION);
-                    // The stream stays open and silent: no headers, no message, no end.
-                    std::future::pending().await
-                }
+                "Session" => match svc.next(SESSION) {
+                    // A scripted gRPC failure ends the stream at once.
+                    Some(Err(status)) => status.into_http(),
+                    // Otherwise the stream stays open and silent: no headers, no message,
+                    // no end.
+                    _ => std::future::pending().await,
+                },
                 _ => Status::unimplemented("not scripted").into_http(),
             };
             Ok(resp)
