@@ -125,6 +125,7 @@
 
 mod auth;
 mod client;
+mod clock;
 mod config;
 mod endpoints;
 mod error;

@@ -61,7 +61,7 @@ where
 {
     let budget = transport.request_timeout();
     // `later`: a request timeout of `Duration::MAX` means no limit, not an overflow.
-    let deadline = crate::session::core::later(Instant::now(), budget);
+    let deadline = crate::clock::later(Instant::now(), budget);
     let backoff = Backoff::default();
     let mut tries = 0u32;
     let mut renewed = false;

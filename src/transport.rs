@@ -15,10 +15,10 @@ use ydb_grpc::ydb_proto::discovery::{ListEndpointsRequest, ListEndpointsResult};
 use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::{Credentials, LoginCache, Source};
+use crate::clock::later;
 use crate::endpoints::{EndpointTable, Mark};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::StatusCode;
-use crate::session::core::later;
 
 /// The value of `x-ydb-sdk-build-info`.
 const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"));

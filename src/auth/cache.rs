@@ -15,9 +15,9 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::Secret;
+use crate::clock::later;
 use crate::config::Backoff;
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::core::later;
 
 /// A token and how long it lives from the moment it was received.
 pub(crate) struct Fetched {

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::pending::Replay;
-use super::{AcquireCmd, Answer, CallerId, Effect, Grant, Kind, SessionCore, later, millis};
+use super::{AcquireCmd, Answer, CallerId, Effect, Grant, Kind, SessionCore, millis};
+use crate::clock::later;
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};

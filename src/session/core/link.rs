@@ -4,7 +4,8 @@
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
-use super::{CallerId, Effect, Kind, SessionCore, closed, later, millis};
+use super::{CallerId, Effect, Kind, SessionCore, closed, millis};
+use crate::clock::later;
 use crate::error::{Error, ErrorKind};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};
 use crate::session::state::SessionState;

@@ -910,12 +910,6 @@ pub(crate) fn closed() -> Error {
     Error::new(ErrorKind::SessionClosed, "the session is closed")
 }
 
-/// `now + d`, saturating far in the future instead of overflowing on huge durations.
-pub(crate) fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 24 * 3600))
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
