@@ -110,7 +110,6 @@ impl SessionCore {
                     }
                     self.live.on_ping_sent(now);
                     self.send_raw(rq::Request::Ping(rq::PingPong { opaque }));
-                    self.rearm_unadded_guards(now);
                 }
             }
             Link::Down {

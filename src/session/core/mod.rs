@@ -163,6 +163,10 @@ pub(crate) struct SessionCore {
     names: BTreeMap<Arc<str>, NameState>,
     /// Local-queue deadlines: (deadline, caller) -> name.
     queue_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
+    /// When to arm again the lease guards left unarmed (a failed describe, a watch the
+    /// server did not add): one ping interval after the first of them, whatever traffic
+    /// the stream carries meanwhile.
+    guard_rearm_at: Option<Instant>,
     /// Deadlines of acquires the server is working on, which the client enforces itself
     /// when the server's answer cannot come: (deadline, caller) -> name.
     active_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
@@ -219,6 +223,7 @@ impl SessionCore {
             pending: PendingTable::default(),
             names: BTreeMap::new(),
             queue_deadlines: BTreeMap::new(),
+            guard_rearm_at: None,
             active_deadlines: BTreeMap::new(),
             watches: BTreeMap::new(),
             watch_reqs: BTreeMap::new(),
@@ -281,6 +286,9 @@ impl SessionCore {
         if let Some(((at, _), _)) = self.queue_deadlines.first_key_value() {
             wake = wake.min(*at);
         }
+        if let Some(at) = self.guard_rearm_at {
+            wake = wake.min(at);
+        }
         if let Some((at, _)) = &self.closing {
             wake = wake.min(*at);
         }
@@ -311,6 +319,10 @@ impl SessionCore {
         }
         self.expire_queued(now);
         self.expire_unanswered_acquires(now);
+        if self.guard_rearm_at.is_some_and(|at| at <= now) {
+            self.guard_rearm_at = None;
+            self.rearm_unadded_guards(now);
+        }
         self.tick_link(now);
     }
 
@@ -739,7 +751,12 @@ impl SessionCore {
                 lease,
                 order_id: fencing,
             } => {
-                let order_id = self.own_order_id(ok, &r, false);
+                // A describe that failed (not NOT_FOUND) shows nothing either way.
+                let order_id = if ok || r.status == StatusCode::NotFound as i32 {
+                    Some(self.own_order_id(ok, &r, false))
+                } else {
+                    None
+                };
                 self.on_set_data_check(now, &name, lease, fencing, caller, order_id);
             }
             Kind::Watch { name } => self.on_watch_described(now, &name, r),
@@ -788,7 +805,7 @@ impl SessionCore {
                     self.answer(caller, Answer::Done(Err(err)));
                 }
             }
-            Kind::Watch { name } => self.deliver_watch(&name, Err(err)),
+            Kind::Watch { name } => self.deliver_watch(now, &name, Err(err)),
         }
     }
 

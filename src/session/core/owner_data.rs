@@ -120,6 +120,11 @@ impl SessionCore {
     /// no local holder, until it ends. Not if an acquire of the name was written after the
     /// update (the lease's end started the next local waiter): the server takes it as a
     /// re-acquire of what the update took, and a release would take that from it.
+    ///
+    /// `order_id` is this session's order id as the describe shows it (`Some(None)`: not an
+    /// owner), or `None` when the describe failed and shows nothing: the ownership cannot be
+    /// told to be the lease's, so the lease ends, and what the update may hold is given back
+    /// (a release of what the session does not own changes nothing).
     pub(super) fn on_set_data_check(
         &mut self,
         now: Instant,
@@ -127,7 +132,7 @@ impl SessionCore {
         lease: u64,
         fencing: u64,
         caller: Option<CallerId>,
-        order_id: Option<u64>,
+        order_id: Option<Option<u64>>,
     ) {
         let Some(caller) = caller else {
             return; // the update itself failed and was answered
@@ -137,7 +142,7 @@ impl SessionCore {
             .get(name)
             .and_then(|s| s.holding.as_ref())
             .is_some_and(|h| h.lease == lease);
-        if order_id == Some(fencing) {
+        if order_id == Some(Some(fencing)) {
             // Still the lease's ownership; if the lease was released meanwhile, its release
             // (written behind this describe) gives it back.
             let result = if held { Ok(()) } else { Err(not_held(name)) };
@@ -151,7 +156,8 @@ impl SessionCore {
             .names
             .get(name)
             .is_some_and(|s| s.holding.is_some() || s.active.is_some());
-        if order_id.is_some() && !taken_over {
+        // Owned anew, or perhaps (the describe failed).
+        if order_id != Some(None) && !taken_over {
             self.submit_release(now, Arc::from(name), None);
         }
         let err = Error::new(

@@ -1048,7 +1048,7 @@ fn a_watch_description_with_another_order_id_of_ours_releases_before_the_next_lo
 }
 
 #[test]
-fn a_guarded_watch_the_server_did_not_add_is_armed_again_at_the_next_ping() {
+fn a_guarded_watch_the_server_did_not_add_is_armed_again_a_ping_interval_later() {
     let (mut h, now, lease, token) = holding_persistent();
     let watch = h.arm_guard(now, lease);
     // Still ours, but no watch: a delete would go unnoticed.
@@ -1057,8 +1057,8 @@ fn a_guarded_watch_the_server_did_not_add_is_armed_again_at_the_next_ping() {
     let ping = h.at(3 * S);
     h.core.tick(ping);
     h.run(ping);
-    assert_eq!(h.kinds(), vec!["ping", "describe"]);
-    let again = match h.sent()[1] {
+    assert_eq!(h.kinds(), vec!["describe", "ping"]);
+    let again = match h.sent()[0] {
         rq::Request::DescribeSemaphore(d) => d.clone(),
         other => panic!("{other:?}"),
     };
@@ -1069,6 +1069,49 @@ fn a_guarded_watch_the_server_did_not_add_is_armed_again_at_the_next_ping() {
     h.run(next);
     assert_eq!(h.kinds(), vec!["ping"], "armed now: nothing more to ask");
     assert!(!token.is_cancelled());
+}
+
+#[test]
+fn an_owner_data_check_that_fails_ends_the_lease_and_gives_back_what_the_update_took() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let (update, check) = h.set_data(now, lease, 20);
+    h.server(now, acquired(update, true));
+    // The describe cannot tell whose ownership the update kept: the lease ends, and the
+    // session must not be left owning the semaphore with no local holder.
+    h.reply(now, describe_failed(check, StatusCode::Overloaded));
+    assert!(token.is_cancelled());
+    assert_eq!(h.kinds(), vec!["release"]);
+    assert_eq!(h.done(20), Some(Err(ErrorKind::Aborted)));
+}
+
+#[test]
+fn a_guard_whose_describe_failed_is_armed_again_a_ping_interval_later_on_a_busy_stream() {
+    let (mut h, now, lease, token) = holding_persistent();
+    let watch = h.arm_guard(now, lease);
+    h.reply(now, describe_failed(watch, StatusCode::Overloaded));
+    assert!(
+        h.sent().is_empty(),
+        "not at once: no stream of describes to a failing server"
+    );
+    // The server keeps talking (its pings), so no ping of ours is ever due.
+    for step in 1..=5u32 {
+        let at = h.at(step * S / 2);
+        h.server(
+            at,
+            rs::Response::Ping(rs::PingPong {
+                opaque: u64::from(step),
+            }),
+        );
+        h.core.tick(at);
+        h.run(at);
+        let kinds = h.kinds();
+        if kinds.contains(&"describe") {
+            assert!(at >= h.at(2 * S), "armed again only after a ping interval");
+            assert!(!token.is_cancelled());
+            return;
+        }
+    }
+    panic!("the guard was never armed again while the stream was busy");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::pending::Replay;
 use super::{Effect, Kind, SessionCore, SubscriberId};
+use crate::clock::later;
 use crate::config::{DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};
@@ -154,9 +155,8 @@ impl SessionCore {
     }
 
     /// Hands an item to every subscriber of `name`; an error item ends their streams. A
-    /// guard outlives it, unarmed until the next reattach re-arms it (arming again at once
-    /// could loop on a server that keeps failing).
-    pub(super) fn deliver_watch(&mut self, name: &str, item: Result<WatchUpdate>) {
+    /// guard outlives it, unarmed for a ping interval (see [`SessionCore::leave_unarmed`]).
+    pub(super) fn deliver_watch(&mut self, now: Instant, name: &str, item: Result<WatchUpdate>) {
         let Some(entry) = self.watches.get_mut(name) else {
             return;
         };
@@ -175,6 +175,7 @@ impl SessionCore {
         if let Some(old) = entry.req_id.take() {
             self.watch_reqs.remove(&old);
         }
+        self.leave_unarmed(now, name);
     }
 
     pub(super) fn on_watch_described(
@@ -189,7 +190,7 @@ impl SessionCore {
         let ok = r.status == StatusCode::Success as i32;
         self.check_guarded(now, name, ok, &r);
         if ok && !r.watch_added {
-            self.watch_not_added(name, r.req_id);
+            self.watch_not_added(now, name, r.req_id);
         }
         let item = match (ok, r.semaphore_description) {
             (true, Some(d)) => {
@@ -212,7 +213,7 @@ impl SessionCore {
                 &format!("watch semaphore {name:?}"),
             )),
         };
-        self.deliver_watch(name, item);
+        self.deliver_watch(now, name, item);
     }
 
     /// A guarded lease whose semaphore is gone, or whose description (armed after the
@@ -253,9 +254,9 @@ impl SessionCore {
     /// YDB adds one for every watching describe of a semaphore that exists, so this is a
     /// server that does not keep the protocol. A subscriber's watch waits for the next
     /// change this session causes or sees; a guard cannot (no delete would be told), so it
-    /// is armed again at the next ping, one describe per ping interval while the server
+    /// is armed again a ping interval later, one describe per ping interval while the server
     /// keeps refusing, and each description still checks the ownership.
-    fn watch_not_added(&mut self, name: &str, req_id: u64) {
+    fn watch_not_added(&mut self, now: Instant, name: &str, req_id: u64) {
         let Some(entry) = self
             .watches
             .get_mut(name)
@@ -269,13 +270,25 @@ impl SessionCore {
         }
         tracing::warn!(
             name,
-            "the server added no watch for the lease guard; asking again at the next ping"
+            "the server added no watch for the lease guard; asking again in a ping interval"
         );
         // The req_id stays known: a notice under it, should one come after all, still counts.
-        entry.unadded = true;
+        self.leave_unarmed(now, name);
     }
 
-    /// At a ping: arms again every guard the server answered without adding its watch.
+    /// Leaves the guard of `name` unarmed for now: it is armed again one ping interval
+    /// from the first guard so left (not at once, which against a server that keeps
+    /// failing would be a stream of describes), or at the next reattach if that comes
+    /// first.
+    fn leave_unarmed(&mut self, now: Instant, name: &str) {
+        if let Some(entry) = self.watches.get_mut(name) {
+            entry.unadded = true;
+            let at = later(now, self.cfg.options.get_ping_interval());
+            self.guard_rearm_at.get_or_insert(at);
+        }
+    }
+
+    /// Arms again every guard left unarmed (see [`SessionCore::leave_unarmed`]).
     pub(super) fn rearm_unadded_guards(&mut self, now: Instant) {
         let names: Vec<String> = self
             .watches
