@@ -404,7 +404,7 @@ impl Client {
                 Ok(Err(err)) => err,
                 Err(_) => Error::new(
                     ErrorKind::Timeout,
-                    "the session start used up the connect budget before the server answered",
+                    "the session start did not finish within the connect budget",
                 ),
             };
             let delay = cfg.options.backoff.delay(attempt, rand::random::<f64>());

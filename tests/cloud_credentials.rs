@@ -652,12 +652,82 @@ async fn a_token_slower_than_an_attach_attempt_does_not_fail_the_session_start()
     let emulator = within(Emulator::builder().node("/local/app").start())
         .await
         .unwrap();
-    // Longer than the two ping intervals (4 s) the server has to answer an attach.
+    // Longer than the two ping intervals (2 s) the server has to answer an attach, and
+    // longer than the session timeout less its margin (4.5 s): the session's deadline
+    // counts from when the start could be written, not from when the token was asked for.
     let credentials = Credentials::provider(Slow {
-        delay: Duration::from_secs(5),
+        delay: Duration::from_secs(6),
     });
     let client = common::client_with(emulator.connection_string(), false, credentials).await;
-    let options = SessionOptions::new().connect_timeout(Duration::from_secs(20));
+    let options = SessionOptions::new()
+        .timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(20));
     let session = within(client.session("/local/app", options)).await.unwrap();
+    // A few ping intervals on, the session and a lock in it are alive.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!session.state().is_terminal());
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+    assert!(!guard.is_lost());
+}
+
+/// A provider whose `hang`-th token (counting from 1) never comes; the others come at once.
+#[derive(Debug)]
+struct HangsOnce {
+    hang: u64,
+    asked: AtomicU64,
+}
+
+impl TokenProvider for HangsOnce {
+    fn token(&self) -> TokenFuture<'_> {
+        let n = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let hang = n == self.hang;
+        Box::pin(async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(Some("tok".to_string()))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_that_never_comes_costs_a_reattach_attempt_not_the_session() {
+    let emulator = within(Emulator::builder().node("/local/app").start())
+        .await
+        .unwrap();
+    let proxy = within(ydb_coordination::emulator::FaultProxy::start(
+        emulator.local_addr(),
+    ))
+    .await
+    .unwrap();
+    // The first token starts the session; the second, for the reattach, never comes.
+    let provider = Arc::new(HangsOnce {
+        hang: 2,
+        asked: AtomicU64::new(0),
+    });
+    let client = within(
+        Client::builder(proxy.connection_string(emulator.database()))
+            .discovery(false)
+            .credentials(Credentials::provider(provider.clone()))
+            .request_timeout(Duration::from_secs(2))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let session = within(client.session("/local/app", SessionOptions::new()))
+        .await
+        .unwrap();
+    let guard = within(session.mutex("m").lock()).await.unwrap();
+    proxy.net().cut();
+    // The first reattach gives up on its token after the request timeout (2 s); the next
+    // one gets a token and reattaches, well within the session timeout (10 s).
+    let mut states = session.state_changes();
+    within(states.wait_for(|s| matches!(s, ydb_coordination::SessionState::Reattaching { .. })))
+        .await
+        .unwrap();
+    within(states.wait_for(|s| matches!(s, ydb_coordination::SessionState::Attached { .. })))
+        .await
+        .unwrap();
+    assert!(!guard.is_lost(), "the lock survived the reattach");
+    assert!(provider.asked.load(Ordering::SeqCst) >= 3);
 }

@@ -42,40 +42,64 @@ pub(crate) struct Attached {
 ///
 /// The server has `limit` to answer each attempt, counted once the token is there: an
 /// endpoint that accepts and never answers costs that much and is left for the next one
-/// (a [`ErrorKind::Timeout`] without a status), while slow credentials, which are no fault
-/// of the endpoint, are bounded by their own timeouts.
+/// (a [`ErrorKind::Timeout`] without a status). The credentials have the transport's
+/// request timeout to give the token, as for a unary call; a token that does not come is no
+/// fault of the endpoint, which is not blamed for it.
 pub(crate) async fn attach(
     transport: &Transport,
     lane: Lane,
     start: rq::SessionStart,
     limit: Duration,
 ) -> Result<Attached> {
-    let result = match attach_once(transport, lane.clone(), start.clone(), limit).await {
-        Err(err) if err.kind() == ErrorKind::Unauthorized => {
-            tracing::debug!(%err, "token rejected at attach; retrying with a fresh one");
-            transport.token_rejected().await;
-            attach_once(transport, lane.clone(), start, limit).await
+    let mut renewed = false;
+    loop {
+        let (tx, request) = start_request(transport, start.clone()).await?;
+        let result = attach_once(lane.clone(), tx, request, limit).await;
+        match &result {
+            Err(err) if err.kind() == ErrorKind::Unauthorized && !renewed => {
+                tracing::debug!(%err, "token rejected at attach; retrying with a fresh one");
+                renewed = true;
+                transport.token_rejected().await;
+                continue;
+            }
+            Err(err) if crate::retry::endpoint_failed(err) => transport.reconnect(&lane),
+            // Attached, or the server answered with a failure status: the endpoint works.
+            _ => transport.answered(&lane),
         }
-        other => other,
-    };
-    match &result {
-        Err(err) if crate::retry::endpoint_failed(err) => transport.reconnect(&lane),
-        // Attached, or the server answered with a failure status: the endpoint works.
-        _ => transport.answered(&lane),
+        return result;
     }
-    result
 }
 
-async fn attach_once(
+/// The start message in a request with the headers, the token included (waited for at most
+/// the transport's request timeout).
+async fn start_request(
     transport: &Transport,
-    lane: Lane,
     start: rq::SessionStart,
-    limit: Duration,
-) -> Result<Attached> {
+) -> Result<(Outbox, tonic::Request<OutboxStream>)> {
     let (tx, rx) = outbox();
     tx.send(proto::request(rq::Request::SessionStart(start)));
+    let budget = transport.request_timeout();
+    match tokio::time::timeout(budget, transport.request(rx)).await {
+        Ok(request) => Ok((tx, request?)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the credentials gave no token within the request timeout of {budget:?}; check the token service"
+            ),
+        )),
+    }
+}
+
+/// One attempt with a request whose token is there; the server has `limit` to answer.
+async fn attach_once(
+    lane: Lane,
+    tx: Outbox,
+    request: tonic::Request<OutboxStream>,
+    limit: Duration,
+) -> Result<Attached> {
+    // Taken once the token is there and before the start is written: no later than the
+    // server could have seen it, which is what the lease deadline counts from.
     let sent_at = Instant::now();
-    let request = transport.request(rx).await?;
     tokio::time::timeout(limit, started(lane, tx, request, sent_at))
         .await
         .unwrap_or_else(|_| {
