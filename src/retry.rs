@@ -70,15 +70,9 @@ where
         // The token is part of the call: a slow or hung token source (a login, an IAM
         // endpoint) counts against the same budget.
         let left = deadline.saturating_duration_since(Instant::now());
-        let request = match tokio::time::timeout(left, transport.request(message.clone())).await {
-            Ok(request) => request?,
-            Err(_) => {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!("{what}: no token within the request timeout of {budget:?}"),
-                ));
-            }
-        };
+        let request = transport
+            .request_within(message.clone(), left, what)
+            .await?;
         let left = deadline.saturating_duration_since(Instant::now());
         let err = match tokio::time::timeout(left, call(lane.channel.clone(), request)).await {
             Ok(Ok(value)) => {

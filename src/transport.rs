@@ -278,6 +278,26 @@ impl Transport {
         Ok(request)
     }
 
+    /// As [`Transport::request`], waiting at most `wait` for the token: a slow or hung token
+    /// source (a login, an IAM endpoint) fails the call with [`ErrorKind::Timeout`], no
+    /// fault of any endpoint.
+    pub(crate) async fn request_within<T>(
+        &self,
+        message: T,
+        wait: Duration,
+        what: &str,
+    ) -> Result<tonic::Request<T>> {
+        match tokio::time::timeout(wait, self.request(message)).await {
+            Ok(request) => request,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what}: the credentials gave no token within {wait:?}; check the token service"
+                ),
+            )),
+        }
+    }
+
     async fn metadata(&self) -> Result<MetadataMap> {
         let mut map = MetadataMap::new();
         map.insert("x-ydb-database", ascii("database path", self.database())?);

@@ -71,23 +71,17 @@ pub(crate) async fn attach(
 }
 
 /// The start message in a request with the headers, the token included (waited for at most
-/// the transport's request timeout).
+/// the transport's request timeout). Its failure returns before the endpoint is judged.
 async fn start_request(
     transport: &Transport,
     start: rq::SessionStart,
 ) -> Result<(Outbox, tonic::Request<OutboxStream>)> {
     let (tx, rx) = outbox();
     tx.send(proto::request(rq::Request::SessionStart(start)));
-    let budget = transport.request_timeout();
-    match tokio::time::timeout(budget, transport.request(rx)).await {
-        Ok(request) => Ok((tx, request?)),
-        Err(_) => Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "the credentials gave no token within the request timeout of {budget:?}; check the token service"
-            ),
-        )),
-    }
+    let request = transport
+        .request_within(rx, transport.request_timeout(), "session start")
+        .await?;
+    Ok((tx, request))
 }
 
 /// One attempt with a request whose token is there; the server has `limit` to answer.
