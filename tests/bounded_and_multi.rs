@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{Env, within};
 use tokio::time::Instant;
 use ydb_coordination::recipes::{Acquiring, BoundedLease};
-use ydb_coordination::{ErrorKind, MAX_ACQUIRE_TIMEOUT, SessionOptions};
+use ydb_coordination::{DescribeOptions, ErrorKind, MAX_ACQUIRE_TIMEOUT};
 
 /// Session A (behind a slow link) multi-locks `[x, y]` while B holds `y`: when
 /// `lock_timeout` gives up, `x` is already free for C, who sits on a fast link.
@@ -20,21 +20,31 @@ async fn a_multi_lock_that_times_out_has_released_its_parts_when_it_returns() {
     if !env.emulated() {
         return;
     }
-    let (proxy, slow) = env.behind_proxy().await;
-    let a = within(slow.session(&env.node, SessionOptions::new()))
-        .await
-        .unwrap();
+    let (proxy, a) = env.session_behind_proxy().await;
     let b = env.session().await;
     let c = env.session().await;
     let held = within(b.mutex("y").lock()).await.unwrap();
 
     proxy.net().delay(Duration::from_millis(100));
-    let both = within(
-        a.multi_lock(["x", "y"])
-            .lock_timeout(Duration::from_millis(500)),
-    )
-    .await
-    .unwrap();
+    let taking = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.multi_lock(["x", "y"])
+                .lock_timeout(Duration::from_millis(500))
+                .await
+        }
+    });
+    // Half-way, A holds x (a part was taken, so there is something to give back).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let owners = within(c.describe_semaphore("x", DescribeOptions::new().owners(true)))
+        .await
+        .unwrap()
+        .owners;
+    assert_eq!(
+        owners.iter().map(|o| o.session_id).collect::<Vec<_>>(),
+        [a.id()]
+    );
+    let both = within(taking).await.unwrap().unwrap();
     assert!(both.is_none());
     // At once: nothing of A's may still be held.
     let x = within(c.mutex("x").try_lock()).await.unwrap();

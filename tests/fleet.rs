@@ -541,6 +541,10 @@ async fn reads_on_a_manager_carry_on_in_the_next_session_after_a_loss() {
         ]
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        reads.iter().all(|(_, read)| !read.is_finished()),
+        "every read is still in flight in the first session"
+    );
     assert!(env.emulator.expire_session("app", first.id()));
     proxy.net().cut();
     proxy.net().resume();
@@ -566,10 +570,7 @@ async fn a_recipe_whose_semaphore_is_gone_after_a_create_of_unknown_outcome_crea
     if !env.emulated() {
         return;
     }
-    let (proxy, client) = env.behind_proxy().await;
-    let session = within(client.session(&env.node, SessionOptions::new()))
-        .await
-        .unwrap();
+    let (proxy, session) = env.session_behind_proxy().await;
     let admin = env.session().await;
     // The create's answer is lost with the connection, so its outcome is unknown after the
     // reattach; it did happen, but another session deletes the semaphore before the

@@ -113,10 +113,7 @@ async fn a_held_semaphore_deleted_while_the_stream_was_down_is_noticed_on_reatta
     if !env.emulated() {
         return;
     }
-    let (proxy, client) = env.behind_proxy().await;
-    let a = within(client.session(&env.node, Default::default()))
-        .await
-        .unwrap();
+    let (proxy, a) = env.session_behind_proxy().await;
     let admin = env.session().await;
     let leadership = within(a.election("leader").campaign(b"a")).await.unwrap();
 
@@ -167,10 +164,7 @@ async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_ne
     if !env.emulated() {
         return;
     }
-    let (proxy, client) = env.behind_proxy().await;
-    let a = within(client.session(&env.node, Default::default()))
-        .await
-        .unwrap();
+    let (proxy, a) = env.session_behind_proxy().await;
     let b = env.session().await;
     let admin = env.session().await;
     let leadership = within(a.election("leader").campaign(b"a")).await.unwrap();
@@ -200,11 +194,11 @@ async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_ne
 
     // A gave the new semaphore back: the next candidate is not blocked by a session that
     // no longer leads.
-    let next = tokio::time::timeout(SOON, b.election("leader").campaign(b"b")).await;
-    assert!(
-        next.is_ok(),
-        "A's session kept the re-made election semaphore"
-    );
+    let next = tokio::time::timeout(SOON, b.election("leader").campaign(b"b"))
+        .await
+        .expect("A's session kept the re-made election semaphore")
+        .unwrap();
+    assert_eq!(next.session_id(), b.id());
     assert!(!a.token().is_cancelled(), "the session itself lives on");
 }
 

@@ -824,5 +824,5 @@ async fn every_recipe_verb_refuses_a_name_over_the_limit_before_sending_anything
     drop(within(s.mutex(&at).lock()).await.unwrap());
     within(s.published(&at).publish(b"v")).await.unwrap();
     assert_eq!(within(s.published(&at).get()).await.unwrap(), b"v");
-    manager.shutdown().await;
+    within(manager.shutdown()).await;
 }

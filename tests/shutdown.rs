@@ -147,8 +147,10 @@ fn every_recipe_verb_after_a_shutdown_fails_at_its_first_poll() {
         assert!(once(held.next()).is_none());
         let mut held = rwlock.hold_read();
         closed(once(held.next()).unwrap());
+        assert!(once(held.next()).is_none());
         let mut held = rwlock.hold_write();
         closed(once(held.next()).unwrap());
+        assert!(once(held.next()).is_none());
         let mut held = election.hold(b"a");
         closed(once(held.next()).unwrap());
         assert!(once(held.next()).is_none());
@@ -212,7 +214,7 @@ fn a_session_lost_as_the_manager_stops_ends_with_the_managers_error() {
         // down before the lock is polled again: what the lock saw is a lost session, what
         // it ends with is the manager's own error.
         let session = within(manager.current()).await.unwrap();
-        env.emulator.expire_session("app", session.id());
+        assert!(env.emulator.expire_session("app", session.id()));
         let mut states = session.state_changes();
         within(states.wait_for(|s| s.is_terminal())).await.unwrap();
         within(manager.shutdown()).await;

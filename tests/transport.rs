@@ -181,7 +181,9 @@ async fn a_failing_endpoint_is_preferred_last() {
 /// A TCP listener that accepts every connection and never sends a byte; how many it
 /// accepted.
 async fn mute_listener() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = within(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();

@@ -86,6 +86,16 @@ impl Env {
         (proxy, client)
     }
 
+    /// A session on the test node through a fault proxy of its own (see
+    /// [`Env::behind_proxy`]).
+    pub async fn session_behind_proxy(&self) -> (FaultProxy, Session) {
+        let (proxy, client) = self.behind_proxy().await;
+        let session = within(client.session(&self.node, SessionOptions::new()))
+            .await
+            .unwrap();
+        (proxy, session)
+    }
+
     /// Whether the client talks to the emulator; tests that need its fault controls or
     /// introspection return early (and say so) when it does not.
     pub fn emulated(&self) -> bool {
