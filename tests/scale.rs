@@ -1,5 +1,6 @@
 //! Scale: one session carries 10,000 concurrently held leases and 10,000 queued acquires,
-//! across a reattach, without quadratic slowdown.
+//! across a reattach, without quadratic slowdown; 10,000 sessions queue on one mutex, each
+//! at the cost of the first.
 //!
 //! Every test runs on tokio's paused clock (so keepalives and timeouts cost nothing), but the
 //! work itself is real CPU work in the driver and the emulator: the growth check times it
@@ -11,8 +12,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use common::{Env, wait_state, within};
+use futures::StreamExt;
 use futures::future::join_all;
 use tokio::task::unconstrained;
+use ydb_coordination::emulator::Traffic;
 use ydb_coordination::{AcquireOptions, DescribeOptions, Lease, Session, SessionState};
 
 /// The scale the session must carry.
@@ -345,4 +348,121 @@ fn per(large: Duration, small: Duration) -> f64 {
 
 fn ratio(large: &Phases, small: &Phases) -> f64 {
     per(large.total(), small.total())
+}
+
+/// How many acquires the deep-queue test measures at once, at the head and at the tail.
+const BATCH: usize = 100;
+
+/// What the server sent per operation, as (entries of descriptions, bytes).
+fn per_op(t: &Traffic, ops: usize) -> (f64, f64) {
+    let ops = ops as f64;
+    (
+        t.described_entries as f64 / ops,
+        t.response_bytes as f64 / ops,
+    )
+}
+
+/// Asserts that `last` costs at most 1.2x of `first` per operation, in description entries
+/// and in bytes.
+fn assert_flat(what: &str, first: (f64, f64), last: (f64, f64)) {
+    eprintln!(
+        "{what}: {:.1} entries and {:.0} B per operation at the head, {:.1} and {:.0} B at \
+         the tail",
+        first.0, first.1, last.0, last.1
+    );
+    assert!(
+        last.0 <= first.0 * 1.2 && last.1 <= first.1 * 1.2,
+        "{what} grows with the queue: {first:?} per operation at the head, {last:?} at the tail"
+    );
+}
+
+/// A fleet queueing on one lock: 10,000 sessions queue on one mutex, a batch at a time, each
+/// batch behind the ones before it, then the lock passes down the whole queue. What the
+/// server sends per queued acquire, and per handoff, must not grow with the queue's depth
+/// (counted by the emulator, so the check is exact: no clock). Each session starts out
+/// without knowledge of the queue, so none reads the waiter list; the grants come in queue
+/// order with increasing fencing tokens.
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_sessions_queue_on_one_mutex_at_a_flat_cost() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::new().await;
+    if !env.emulated() {
+        return; // the check counts the emulator's traffic
+    }
+    let holder = env.session().await;
+    let held = within(holder.acquire("deep", lock())).await.unwrap();
+    let sessions: Vec<Session> = within(
+        futures::stream::iter(0..N)
+            .map(|_| env.client.session(&env.node, Default::default()))
+            .buffer_unordered(64)
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .into_iter()
+    .map(|s| s.unwrap_or_else(|e| panic!("session: {e}")))
+    .collect();
+
+    let mut acquires = Vec::with_capacity(N);
+    let mut enqueued = Vec::new();
+    for batch in sessions.chunks(BATCH) {
+        let before = env.emulator.traffic();
+        let mut queued: Vec<_> = batch.iter().map(|s| s.acquire("deep", lock())).collect();
+        let all = all_of(queued.iter_mut().map(|a| a.queued())).await;
+        assert!(all.iter().all(|q| *q), "every acquire must be queued");
+        // A describe on each stream is answered after everything sent before it on that
+        // stream: all the batch asked for has been answered by then.
+        for d in all_of(
+            batch
+                .iter()
+                .map(|s| s.describe_semaphore("deep", DescribeOptions::new())),
+        )
+        .await
+        {
+            d.unwrap_or_else(|e| panic!("describe: {e}"));
+        }
+        enqueued.push(env.emulator.traffic().since(&before));
+        acquires.extend(queued);
+    }
+    let depth = within(holder.describe_semaphore("deep", DescribeOptions::new().waiters(true)))
+        .await
+        .unwrap();
+    assert_eq!(depth.waiters.len(), N);
+    assert_flat(
+        "queued acquire",
+        per_op(&enqueued[0], BATCH),
+        per_op(&enqueued[enqueued.len() - 1], BATCH),
+    );
+
+    // Down the queue: each holder releases as soon as it is granted.
+    let mut last_token = held.fencing_token();
+    within(held.release()).await.unwrap();
+    let mut handoffs = Vec::new();
+    let mut before = env.emulator.traffic();
+    for (i, (acquire, session)) in acquires.into_iter().zip(&sessions).enumerate() {
+        let lease = within(acquire)
+            .await
+            .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+        assert_eq!(
+            lease.session_id(),
+            session.id(),
+            "grant {i} out of queue order"
+        );
+        assert!(
+            lease.fencing_token() > last_token,
+            "fencing token of grant {i}"
+        );
+        last_token = lease.fencing_token();
+        assert!(within(lease.release()).await.unwrap());
+        if (i + 1) % BATCH == 0 {
+            let now = env.emulator.traffic();
+            handoffs.push(now.since(&before));
+            before = now;
+        }
+    }
+    assert_flat(
+        "handoff",
+        per_op(&handoffs[0], BATCH),
+        per_op(&handoffs[handoffs.len() - 1], BATCH),
+    );
+    assert!(env.emulator.semaphore_names("app").is_empty());
 }

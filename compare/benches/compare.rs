@@ -13,9 +13,11 @@
 //! 5. memory per held lease and per idle session (RSS, in separate processes);
 //! 6. the metrics overhead;
 //! 7. client CPU time per lock cycle (`getrusage`, the emulator in another process);
-//! 8. the emulator's own throughput and CPU time per acquire + release.
+//! 8. the emulator's own throughput and CPU time per acquire + release;
+//! 9. growth: a queue of 10, 1,000 and 10,000 sessions on one mutex, what one more queued
+//!    acquire and a handoff cost at each depth.
 //!
-//! Rows 1 to 4 and 8 run under a time limit: a row that does not finish within it (a peer
+//! Rows 1 to 4, 8 and 9 run under a time limit: a row that does not finish within it (a peer
 //! that stops answering) is reported as failed, with the reason, and the next row runs. The
 //! rows that measure child processes (5, 7) give each client child at most 180 s. An emulator
 //! child (rows 5, 7, 8) has 30 s for each answer (its address, its CPU time): one that gives
@@ -23,7 +25,7 @@
 //! crate failed.
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8` selects rows (default all);
+//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1;
@@ -33,6 +35,8 @@
 
 #[path = "compare/cpu.rs"]
 mod cpu;
+#[path = "compare/growth.rs"]
+mod growth;
 #[path = "compare/memory.rs"]
 mod memory;
 #[path = "compare/stats.rs"]
@@ -136,7 +140,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8],
+            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -1120,6 +1124,63 @@ fn capped<T>(
     }
 }
 
+/// Row 9's line for one depth.
+fn growth_cells(d: &growth::Depth) -> [String; 6] {
+    let cell = |s: &[Duration]| Summary::of(s).map_or("—".to_string(), |s| s.cell());
+    let t = d.enqueue_traffic;
+    [
+        "9".to_string(),
+        format!(
+            "queue of {} on one mutex: one more queued acquire; handoff at the head, at the tail ¹⁰",
+            group(d.depth as u64)
+        ),
+        format!(
+            "{}, {} CPU, server: {:.1} requests, {} and {:.1} entries sent; handoff {}, {}",
+            cell(&d.enqueue),
+            fmt_duration(d.enqueue_cpu),
+            t.requests,
+            fmt_bytes(t.bytes),
+            t.entries,
+            cell(&d.handoff_head),
+            cell(&d.handoff_tail),
+        ),
+        "—".to_string(),
+        format!(
+            "server per handoff: {:.1} requests, {}",
+            d.handoff_traffic.requests,
+            fmt_bytes(d.handoff_traffic.bytes)
+        ),
+        "—".to_string(),
+    ]
+}
+
+/// Row 9's ratios: the deepest queue over the shallowest.
+fn growth_ratios(small: &growth::Depth, large: &growth::Depth) -> [String; 6] {
+    let median = |s: &[Duration]| Summary::of(s).map_or(f64::NAN, |s| s.median.as_secs_f64());
+    [
+        "9".to_string(),
+        format!(
+            "growth: a queue of {} over one of {} (goal ≤ 1.2×)",
+            group(large.depth as u64),
+            group(small.depth as u64)
+        ),
+        "—".to_string(),
+        "—".to_string(),
+        "—".to_string(),
+        format!(
+            "enqueue {}, CPU {}, server bytes {}; handoff at the head {}, at the tail {}",
+            ratio(median(&large.enqueue), median(&small.enqueue)),
+            ratio(
+                large.enqueue_cpu.as_secs_f64(),
+                small.enqueue_cpu.as_secs_f64()
+            ),
+            ratio(large.enqueue_traffic.bytes, small.enqueue_traffic.bytes),
+            ratio(median(&large.handoff_head), median(&small.handoff_head)),
+            ratio(median(&large.handoff_tail), median(&small.handoff_tail)),
+        ),
+    ]
+}
+
 fn main() -> R<()> {
     if let Ok(role) = std::env::var(memory::ROLE_VAR) {
         return memory::child(&role);
@@ -1594,6 +1655,38 @@ fn main() -> R<()> {
         }
     }
 
+    if cfg.has(9) {
+        let depths = [10, cfg.count(1_000, 100), cfg.count(10_000, 1_000)];
+        let mut measured = Vec::new();
+        for depth in depths {
+            let what = format!("queue of {} on one mutex", group(depth as u64));
+            if let Some(d) = capped(&rt, &cfg, &mut rows, "9", &what, growth::queue(depth)) {
+                row(&mut rows, growth_cells(&d).each_ref().map(String::as_str));
+                measured.push(d);
+            }
+        }
+        if let (Some(small), Some(large)) = (measured.first(), measured.last())
+            && measured.len() == depths.len()
+        {
+            row(
+                &mut rows,
+                growth_ratios(small, large).each_ref().map(String::as_str),
+            );
+        }
+        notes.push(
+            "¹⁰ Row 9: sessions queue on one ephemeral mutex, one after another, behind a holder; \
+             the last 100 (all of them at depth 10) are measured one at a time, each from its \
+             acquire until `queued()` and one describe answered on its stream after it (so that \
+             whatever the acquire asks while it waits is done). CPU: user + system time of the \
+             process, client and emulator together (the emulator runs in it). Server traffic: \
+             what the emulator counts of the semaphore requests and its answers (pings not \
+             included), per operation. Then the lock passes down the whole queue, each holder \
+             releasing as soon as it is granted; a handoff is the release until the next \
+             holder's grant, at the head of the full queue and over its last 100."
+                .to_string(),
+        );
+    }
+
     println!(
         "Emulator over loopback TCP, tokio multi-thread runtime ({workers} workers, {} CPUs), real \
          time, scale {}. Medians (p90). Ratios: this crate ÷ the other (time: below 1 is \
@@ -1607,7 +1700,11 @@ fn main() -> R<()> {
         println!("| {} |", r.join(" | "));
     }
     println!();
-    let order = |n: &String| "¹²³⁴⁵⁶⁷⁸⁹".chars().position(|c| n.starts_with(c));
+    let order = |n: &String| {
+        let first = "¹²³⁴⁵⁶⁷⁸⁹".chars().position(|c| n.starts_with(c));
+        // ¹⁰ sorts after ⁹.
+        (n.starts_with("¹⁰"), first)
+    };
     notes.sort_by_key(order);
     for n in &notes {
         println!("{n}\n");

@@ -51,6 +51,7 @@ mod proto;
 mod service;
 pub(crate) mod state;
 mod world;
+pub use world::Traffic;
 
 /// The pure state machine of one coordination node, without the gRPC shell: for running
 /// the emulator inside a deterministic simulation, where the caller moves the messages and
@@ -403,6 +404,25 @@ impl Emulator {
         self.listeners
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What the coordination nodes were asked and answered since the emulator started (see
+    /// [`Traffic`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// use ydb_coordination_emulator::Emulator;
+    ///
+    /// let emulator = Emulator::builder().node("/local/locks").start().await?;
+    /// assert_eq!(emulator.traffic().requests, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn traffic(&self) -> Traffic {
+        self.shared.world().traffic
     }
 
     /// The network fault controls.

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use prost::Message;
+
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -46,12 +48,74 @@ impl AdminError {
     }
 }
 
+/// What the coordination nodes were asked and answered, counted since the emulator started:
+/// the cost a workload puts on the server, for checks that the cost of an operation does not
+/// grow with the work around it (see [`crate::Emulator::traffic`]). Keepalives (pings and
+/// pongs) and session starts are not counted; what a node sends because of another
+/// session's request (a grant, a watch notification) is.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use ydb_coordination_emulator::Emulator;
+///
+/// let emulator = Emulator::builder().node("/local/locks").start().await?;
+/// let before = emulator.traffic();
+/// // ... a workload against `emulator.connection_string()` ...
+/// let spent = emulator.traffic().since(&before);
+/// println!("{} bytes per request", spent.response_bytes / spent.requests.max(1));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Traffic {
+    /// Semaphore requests that reached a node (acquire, release, describe, create, update,
+    /// delete, stop).
+    pub requests: u64,
+    /// Messages the nodes sent on session streams (answers, grants, notifications).
+    pub responses: u64,
+    /// Their encoded size, in bytes.
+    pub response_bytes: u64,
+    /// Owner and waiter entries in the descriptions the nodes sent: the part of a describe
+    /// whose cost grows with the semaphore.
+    pub described_entries: u64,
+}
+
+impl Traffic {
+    /// What was counted between `earlier` and `self`.
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            requests: self.requests.saturating_sub(earlier.requests),
+            responses: self.responses.saturating_sub(earlier.responses),
+            response_bytes: self.response_bytes.saturating_sub(earlier.response_bytes),
+            described_entries: self
+                .described_entries
+                .saturating_sub(earlier.described_entries),
+        }
+    }
+
+    fn sent(&mut self, msg: &SessionResponse) {
+        use crate::proto::session_response::Response;
+        self.responses += 1;
+        self.response_bytes += msg.encoded_len() as u64;
+        if let Some(Response::DescribeSemaphoreResult(r)) = &msg.response
+            && let Some(d) = &r.semaphore_description
+        {
+            self.described_entries += (d.owners.len() + d.waiters.len()) as u64;
+        }
+    }
+}
+
 /// Nodes and streams.
 #[derive(Debug, Default)]
 pub(crate) struct World {
     pub(crate) nodes: BTreeMap<String, NodeState>,
     pub(crate) streams: HashMap<StreamId, StreamSlot>,
     next_stream: StreamId,
+    pub(crate) traffic: Traffic,
 }
 
 impl World {
@@ -79,6 +143,7 @@ impl World {
         for effect in effects {
             match effect {
                 Effect::Send(stream, msg) => {
+                    self.traffic.sent(&msg);
                     if let Some(slot) = self.streams.get(&stream) {
                         // A stream whose task is gone simply misses the message, as a
                         // disconnected client would.

@@ -4,11 +4,13 @@
 //! session holds or is acquiring waits here, locally, until the first ends. Each acquire is
 //! followed on the wire by a describe of the semaphore's owners, which for an immediate grant
 //! shows our `order_id` (the fencing token) at no extra round trip. An acquire the server
-//! queues reads its order id from its waiter entry while it waits (the server keeps a
-//! waiter's order id when it promotes it to owner), so its grant needs no describe after
-//! it: only queued acquires ask for the waiter list, which can be long. A resend after a
-//! reattach may meet a server that dropped the waiter meanwhile and queues a new one under a
-//! new order id, so the order id of a waiter is read again after every replay.
+//! queues learns its order id one of two ways (`hints.rs` says which, per name): where the
+//! session saw the name's queue short, from its waiter entry while it waits (the server
+//! keeps a waiter's order id when it promotes it to owner), so its grant needs no describe
+//! after it; elsewhere from a describe of the owners after the grant, which costs a round
+//! trip but is bounded by the semaphore's limit, not its queue. A resend after a reattach
+//! may meet a server that dropped the waiter meanwhile and queues a new one under a new
+//! order id, so what a waiter learnt of its order id is forgotten at every replay.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,6 +46,11 @@ pub(super) struct Active {
     confirming: bool,
     /// The server answered `acquire_semaphore_pending`.
     pub(super) queued: bool,
+    /// The largest owner's order id the describe behind the acquire showed (we were not
+    /// among them): with our order id, a bound on the queue that was ahead of us.
+    floor: Option<u64>,
+    /// The waiter list was read: it showed this many waiters ahead of ours.
+    ahead: Option<u64>,
 }
 
 /// An acquire waiting locally behind another lease of the same name in this session.
@@ -182,6 +189,8 @@ impl SessionCore {
             order_id: None,
             confirming: false,
             queued: false,
+            floor: None,
+            ahead: None,
         };
         if let Some(at) = active.client_deadline() {
             self.active_deadlines.insert((at, caller), name.clone());
@@ -234,6 +243,9 @@ impl SessionCore {
         }
         self.metrics.queued(&name, 1.0);
         self.out.push(Effect::Queued(caller));
+        if !self.hints.reads_waiters(&name) {
+            return; // the order id comes from the owners after the grant
+        }
         // Read our order id from our waiter entry while we wait, so that the grant needs no
         // describe after it.
         let req = self.submit_owners_describe(now, &name, caller, true);
@@ -286,7 +298,7 @@ impl SessionCore {
         name: &str,
         caller: CallerId,
         req_id: u64,
-        order_id: Option<u64>,
+        seen: super::Seen,
     ) {
         let Some(active) = self.active_mut(name, caller) else {
             return;
@@ -297,8 +309,15 @@ impl SessionCore {
         if active.waiter_req == Some(req_id) {
             active.waiter_req = None;
         }
-        if order_id.is_some() {
-            active.order_id = order_id;
+        if seen.order_id.is_some() {
+            active.order_id = seen.order_id;
+        }
+        if active.floor.is_none() {
+            active.floor = seen.floor;
+        }
+        if let Some(ahead) = seen.ahead {
+            active.ahead = Some(ahead);
+            self.hints.learn(name, ahead);
         }
         self.try_complete(now, name);
     }
@@ -335,6 +354,10 @@ impl SessionCore {
         let Some(active) = self.take_active(name) else {
             return;
         };
+        if let (true, None, Some(floor)) = (active.queued, active.ahead, active.floor) {
+            self.hints
+                .learn(name, super::hints::waiters_ahead(floor, order_id));
+        }
         let lease = self.next_lease;
         self.next_lease += 1;
         let token = self.token.child_token();
@@ -639,16 +662,20 @@ impl SessionCore {
     /// After a replay: an acquire still waiting was sent again, and the server may have
     /// dropped its waiter meanwhile (its timer runs while the session is detached) and
     /// queued a new one under a new order id. What a describe showed before the reattach is
-    /// forgotten and a describe behind the resend reads it again.
+    /// forgotten; where the waiter list is read, a describe behind the resend reads it
+    /// again, elsewhere the owners after the grant show it.
     pub(super) fn reread_waiting_order_ids(&mut self, now: Instant) {
+        let hints = &self.hints;
         let stale: Vec<(Arc<str>, CallerId)> = self
             .names
             .iter_mut()
             .filter_map(|(name, state)| {
                 let active = state.active.as_mut().filter(|a| !a.granted)?;
                 active.order_id = None;
+                active.ahead = None;
                 let describing = active.describe_req.is_some() || active.waiter_req.is_some();
-                (!describing).then(|| (name.clone(), active.cmd.caller))
+                let reads = active.queued && hints.reads_waiters(name);
+                (!describing && reads).then(|| (name.clone(), active.cmd.caller))
             })
             .collect();
         for (name, caller) in stale {

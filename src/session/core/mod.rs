@@ -20,6 +20,7 @@
 //! - `liveness.rs`: the keepalive arithmetic.
 
 mod acquire;
+mod hints;
 mod ids;
 mod link;
 mod liveness;
@@ -38,6 +39,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::acquire::NameState;
+use self::hints::QueueHints;
 pub(crate) use self::ids::Ids;
 use self::link::Link;
 pub(crate) use self::link::start_message;
@@ -99,6 +101,17 @@ enum Kind {
     Watch {
         name: String,
     },
+}
+
+/// What a describe behind an acquire showed of the session's own entry.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    /// Its order id, among the owners or the waiters.
+    order_id: Option<u64>,
+    /// Not an owner: the largest order id among the owners.
+    floor: Option<u64>,
+    /// Among the waiters: how many were ahead of it.
+    ahead: Option<u64>,
 }
 
 /// Create, update and delete: requests answered with a plain status.
@@ -170,6 +183,9 @@ pub(crate) struct SessionCore {
     /// Deadlines of acquires the server is working on, which the client enforces itself
     /// when the server's answer cannot come: (deadline, caller) -> name.
     active_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
+    /// What the queues of past acquires showed, per name: whether a queued acquire reads
+    /// the waiter list.
+    hints: QueueHints,
     watches: BTreeMap<String, WatchEntry>,
     watch_reqs: BTreeMap<u64, String>,
     /// Pings in flight: (opaque, sent at).
@@ -225,6 +241,7 @@ impl SessionCore {
             queue_deadlines: BTreeMap::new(),
             guard_rearm_at: None,
             active_deadlines: BTreeMap::new(),
+            hints: QueueHints::default(),
             watches: BTreeMap::new(),
             watch_reqs: BTreeMap::new(),
             pings: VecDeque::new(),
@@ -742,8 +759,8 @@ impl SessionCore {
                 caller,
                 waiters,
             } => {
-                let order_id = self.own_order_id(ok, &r, waiters);
-                self.on_acquire_describe(now, &name, caller, r.req_id, order_id);
+                let seen = self.seen(ok, &r, waiters);
+                self.on_acquire_describe(now, &name, caller, r.req_id, seen);
             }
             Kind::SetDataCheck {
                 caller,
@@ -753,7 +770,7 @@ impl SessionCore {
             } => {
                 // A describe that failed (not NOT_FOUND) shows nothing either way.
                 let order_id = if ok || r.status == StatusCode::NotFound as i32 {
-                    Some(self.own_order_id(ok, &r, false))
+                    Some(self.seen(ok, &r, false).order_id)
                 } else {
                     None
                 };
@@ -767,22 +784,31 @@ impl SessionCore {
         }
     }
 
-    /// This session's order id among a description's owners, and with `waiters` among its
-    /// waiters too (a waiter keeps its order id when the server promotes it to owner).
-    fn own_order_id(
-        &self,
-        ok: bool,
-        r: &rs::DescribeSemaphoreResult,
-        waiters: bool,
-    ) -> Option<u64> {
+    /// What a description shows of this session's entry: its order id among the owners,
+    /// and with `waiters` among the waiters too (a waiter keeps its order id when the
+    /// server promotes it to owner).
+    fn seen(&self, ok: bool, r: &rs::DescribeSemaphoreResult, waiters: bool) -> Seen {
         let me = self.session_id();
-        let d = r.semaphore_description.as_ref().filter(|_| ok)?;
-        let waiting = d.waiters.iter().filter(|_| waiters);
-        d.owners
+        let Some(d) = r.semaphore_description.as_ref().filter(|_| ok) else {
+            return Seen::default();
+        };
+        if let Some(o) = d.owners.iter().find(|o| o.session_id == me) {
+            return Seen {
+                order_id: Some(o.order_id),
+                ..Seen::default()
+            };
+        }
+        let floor = d.owners.iter().map(|o| o.order_id).max();
+        let position = d
+            .waiters
             .iter()
-            .chain(waiting)
-            .find(|o| o.session_id == me)
-            .map(|o| o.order_id)
+            .filter(|_| waiters)
+            .position(|w| w.session_id == me);
+        Seen {
+            order_id: position.map(|i| d.waiters[i].order_id),
+            floor,
+            ahead: position.map(|i| i as u64),
+        }
     }
 
     /// Answers a request that failed as a whole (a protocol violation, a replay error).

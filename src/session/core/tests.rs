@@ -72,6 +72,11 @@ impl Harness {
         );
     }
 
+    /// The session saw the queue of "job" short, so a queued acquire reads the waiters.
+    fn short_queue(&mut self) {
+        self.core.hints.learn("job", 0);
+    }
+
     /// Caller 1 acquires "job" at 1 ms and the server queues it (answered pending).
     fn queued_lock(&mut self) -> Instant {
         let now = self.at(MS);
@@ -266,7 +271,7 @@ fn describes(h: &Harness) -> Vec<(u64, bool)> {
 }
 
 #[test]
-fn a_queued_acquire_reads_its_order_id_from_its_waiter_entry() {
+fn a_queued_acquire_reads_its_order_id_from_the_owners_after_its_grant() {
     let mut h = Harness::new();
     let now = h.at(MS);
     h.acquire(now, 1, "job", lock());
@@ -278,36 +283,107 @@ fn a_queued_acquire_reads_its_order_id_from_its_waiter_entry() {
     );
     h.server(now, pending(1));
     h.run(now);
-    assert_eq!(
-        describes(&h),
-        vec![(3, true)],
-        "queued: the waiters are asked for"
+    assert!(
+        describes(&h).is_empty(),
+        "a queue never seen is not read: it may be long"
     );
     h.server(now, described(2, &[(99, 41)]));
-    h.server(now, described_queue(3, &[(99, 41)], &[(98, 42), (SID, 43)]));
     assert!(h.run(now).is_empty(), "still waiting for the grant");
     let later = h.at(S);
     h.server(later, acquired(1, true));
     h.run(later);
-    assert!(h.sent().is_empty(), "no describe after the grant");
+    assert_eq!(
+        describes(&h),
+        vec![(3, false)],
+        "the owners, after the grant"
+    );
+    assert!(h.grant(1).is_none(), "the grant waits for its order id");
+    h.server(later, described(3, &[(SID, 43)]));
+    h.run(later);
     assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
+}
+
+/// Queues caller `caller` on "job" at `now` behind the owner (99, `floor`), grants it and
+/// answers the describes; returns the describes sent while it waited (not the one behind
+/// the acquire) and its order id.
+fn queue_and_grant(
+    h: &mut Harness,
+    now: Instant,
+    caller: CallerId,
+    floor: u64,
+    order_id: u64,
+) -> (Vec<(u64, bool)>, u64) {
+    h.acquire(now, caller, "job", lock());
+    h.run(now);
+    let ids: Vec<u64> = h.sent().iter().map(|r| req_id(r)).collect();
+    let [acquire, behind] = ids[..] else {
+        panic!("expected an acquire and a describe, got {:?}", h.effects);
+    };
+    h.server(now, pending(acquire));
+    h.run(now);
+    let waiting = describes(h);
+    h.server(now, described(behind, &[(99, floor)]));
+    for &(req, waiters) in &waiting {
+        assert!(waiters);
+        let ahead: Vec<(u64, u64)> = (floor + 1..order_id).map(|o| (1_000 + o, o)).collect();
+        let queue = [ahead, vec![(SID, order_id)]].concat();
+        h.server(now, described_queue(req, &[(99, floor)], &queue));
+    }
+    h.run(now);
+    h.server(now, acquired(acquire, true));
+    h.run(now);
+    if let [(req, false)] = describes(h)[..] {
+        h.server(now, described(req, &[(SID, order_id)]));
+        h.run(now);
+    }
+    let grant = h.grant(caller).expect("granted");
+    let (lease, got) = (grant.lease, grant.order_id);
+    h.core.control(
+        now,
+        Control::Release {
+            name: "job".into(),
+            lease,
+            caller: Some(caller),
+        },
+    );
+    h.run(now);
+    (waiting, got)
+}
+
+#[test]
+fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    // The first queue: nothing known, the owners after the grant; 2 waiters were ahead.
+    let (waiting, order) = queue_and_grant(&mut h, now, 1, 40, 43);
+    assert!(waiting.is_empty());
+    assert_eq!(order, 43);
+    // Seen short: the next queued acquire reads its waiter entry, and its grant needs no
+    // describe after it.
+    let (waiting, order) = queue_and_grant(&mut h, now, 2, 50, 50 + hints::SHORT_QUEUE + 2);
+    assert_eq!(waiting.len(), 1, "the waiters are read");
+    assert_eq!(order, 50 + hints::SHORT_QUEUE + 2);
+    // That list had more than SHORT_QUEUE waiters ahead: the next one is not read.
+    let (waiting, order) = queue_and_grant(&mut h, now, 3, 100, 105);
+    assert!(waiting.is_empty(), "a long list is not read again");
+    assert_eq!(order, 105);
+    // The owners after that grant bound the queue at 4: read again, and the list shows 99
+    // waiters ahead.
+    let (waiting, _) = queue_and_grant(&mut h, now, 4, 200, 300);
+    assert_eq!(waiting.len(), 1);
+    let (waiting, _) = queue_and_grant(&mut h, now, 5, 400, 401);
+    assert!(waiting.is_empty());
 }
 
 #[test]
 fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
     let mut h = Harness::new();
+    h.short_queue();
     let now = h.queued_lock();
     h.server(now, described(2, &[(99, 41)]));
     h.server(now, described_queue(3, &[(99, 41)], &[(SID, 43)]));
     h.run(now);
-    let lost = h.at(S);
-    h.core
-        .stream_lost(lost, &Error::new(ErrorKind::Transport, "cut"));
-    h.core.tick(lost);
-    h.run(lost);
-    let back = h.at(2 * S);
-    assert!(h.core.attached(back, SID, back));
-    h.run(back);
+    let back = h.reattach(h.at(S));
     let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
     assert_eq!(
         sent,
@@ -324,8 +400,26 @@ fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
 }
 
 #[test]
+fn a_waiter_that_reads_no_waiter_list_learns_its_order_id_after_the_grant_past_a_reattach() {
+    let mut h = Harness::new();
+    let now = h.queued_lock();
+    h.server(now, described(2, &[(99, 41)]));
+    h.run(now);
+    let back = h.reattach(h.at(S));
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(sent, vec!["acquire"], "the acquire alone: no waiter list");
+    h.server(back, acquired(1, true));
+    h.run(back);
+    assert_eq!(describes(&h), vec![(3, false)]);
+    h.server(back, described(3, &[(SID, 50)]));
+    h.run(back);
+    assert_eq!(h.grant(1).map(|g| g.order_id), Some(50));
+}
+
+#[test]
 fn a_grant_after_describes_that_did_not_list_us_reads_the_order_id_again() {
     let mut h = Harness::new();
+    h.short_queue();
     let now = h.queued_lock();
     // Neither describe lists us (someone else owns it, and the waiter list is empty).
     h.server(now, described(2, &[(99, 41)]));

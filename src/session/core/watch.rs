@@ -237,7 +237,7 @@ impl SessionCore {
         else {
             return;
         };
-        let own = self.own_order_id(ok, r, false);
+        let own = self.seen(ok, r, false).order_id;
         if own == Some(held) || (!ok && r.status != StatusCode::NotFound as i32) {
             return; // still ours, or the describe failed and shows nothing
         }

@@ -1,0 +1,130 @@
+//! What a session learnt of the queues its acquires waited in, so that a queued acquire
+//! reads the waiter list only where it was short.
+//!
+//! The server's answer to an acquire carries no order id (the fencing token), so a queued
+//! acquire learns it one of two ways: from its own waiter entry while it waits (a describe
+//! of the waiters, which costs the server and the stream one entry per waiter ahead and
+//! behind), or from the owners once it is granted (bounded by the semaphore's limit, but one
+//! round trip after the grant). Reading the waiters keeps a handoff at the round trips of a
+//! client that reads no token; across a deep queue it costs `O(depth)` per waiter and
+//! `O(depth^2)` for the queue. So a session reads them only for a name whose last queue it
+//! saw short, and starts out assuming a long one: a fleet that queues at once never pays
+//! for the waiter list.
+//!
+//! What it learns, per name: the number of waiters that were ahead of its acquire, from its
+//! position in the waiter list when it read one, else from the order ids (every waiter ahead
+//! of ours has an order id between the largest owner's and ours, since the server grants in
+//! order id order; the ids are node-wide, so the difference is an upper bound). The table is
+//! a fixed number of slots whatever the number of names; names that share a slot forget each
+//! other, which costs a guess, never a token.
+
+use std::hash::BuildHasher;
+
+/// The deepest queue in front of an acquire for which reading the waiter list still pays.
+pub(super) const SHORT_QUEUE: u64 = 32;
+
+/// How many names a session remembers.
+const SLOTS: usize = 64;
+
+/// The queue hints of one session.
+#[derive(Debug, Clone)]
+pub(super) struct QueueHints {
+    /// Per slot: the name's hash and the waiters last seen ahead.
+    slots: [Option<(u64, u64)>; SLOTS],
+}
+
+impl Default for QueueHints {
+    fn default() -> Self {
+        Self {
+            slots: [None; SLOTS],
+        }
+    }
+}
+
+impl QueueHints {
+    /// Whether a queued acquire of `name` reads the waiter list to learn its order id.
+    pub(super) fn reads_waiters(&self, name: &str) -> bool {
+        let (slot, hash) = slot(name);
+        matches!(self.slots[slot], Some((h, ahead)) if h == hash && ahead <= SHORT_QUEUE)
+    }
+
+    /// A queued acquire of `name` had `ahead` waiters in front of it (at most).
+    pub(super) fn learn(&mut self, name: &str, ahead: u64) {
+        let (slot, hash) = slot(name);
+        self.slots[slot] = Some((hash, ahead));
+    }
+}
+
+/// A granted acquire's bound on the waiters that were ahead of it in the queue: the order
+/// ids between the largest owner it saw behind its acquire (`floor`) and its own.
+pub(super) fn waiters_ahead(floor: u64, order_id: u64) -> u64 {
+    order_id.saturating_sub(floor).saturating_sub(1)
+}
+
+fn slot(name: &str) -> (usize, u64) {
+    // Deterministic (no random seed), so a simulated run replays from its seed.
+    let hash = super::Ids.hash_one(name);
+    // The top bits pick the slot: the hasher's multiply leaves them the best mixed.
+    let slot = (hash >> 58) as usize % SLOTS;
+    (slot, hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_never_queued_is_assumed_long() {
+        let hints = QueueHints::default();
+        assert!(!hints.reads_waiters("job"));
+    }
+
+    #[test]
+    fn a_short_queue_is_read_and_a_long_one_is_not() {
+        let mut hints = QueueHints::default();
+        hints.learn("job", SHORT_QUEUE);
+        assert!(hints.reads_waiters("job"));
+        hints.learn("job", SHORT_QUEUE + 1);
+        assert!(!hints.reads_waiters("job"));
+        hints.learn("job", 0);
+        assert!(hints.reads_waiters("job"));
+    }
+
+    #[test]
+    fn names_sharing_a_slot_forget_each_other() {
+        let mut hints = QueueHints::default();
+        let first = "name-0".to_string();
+        let (slot0, _) = slot(&first);
+        let other = (1..10_000)
+            .map(|i| format!("name-{i}"))
+            .find(|n| slot(n).0 == slot0)
+            .unwrap_or_else(|| panic!("no name shares slot {slot0}"));
+        hints.learn(&first, 1);
+        hints.learn(&other, 1);
+        assert!(hints.reads_waiters(&other));
+        assert!(
+            !hints.reads_waiters(&first),
+            "a collision must forget, not mix up"
+        );
+    }
+
+    #[test]
+    fn the_slots_spread_names() {
+        let used: std::collections::HashSet<usize> =
+            (0..1_000).map(|i| slot(&format!("sem-{i}")).0).collect();
+        assert!(
+            used.len() > SLOTS * 3 / 4,
+            "{} of {SLOTS} slots used",
+            used.len()
+        );
+    }
+
+    #[test]
+    fn the_bound_counts_the_order_ids_between() {
+        assert_eq!(waiters_ahead(10, 14), 3);
+        assert_eq!(waiters_ahead(10, 11), 0);
+        // An owner with a larger id than ours cannot be (the server grants in order): no
+        // underflow, the bound is zero.
+        assert_eq!(waiters_ahead(10, 5), 0);
+    }
+}
