@@ -826,6 +826,11 @@ impl World {
                 if let Some(late) = self.cfg.fire_late {
                     core.fire_late(late);
                 }
+                if c % 2 == 1 {
+                    for r in Resource::ALL {
+                        core.assume_short_queue(r.name());
+                    }
+                }
                 self.clients[c].core = Some(core);
                 for w in 0..self.clients[c].workers.len() {
                     let at = self.now + Duration::from_millis(self.rng.range(0, 20));

@@ -40,7 +40,8 @@ pub(super) struct Active {
     describe_req: Option<u64>,
     /// The describe of the waiters in flight (the acquire is queued).
     waiter_req: Option<u64>,
-    granted: bool,
+    /// When the server's grant arrived (the order id may come a round trip later).
+    granted: Option<Instant>,
     order_id: Option<u64>,
     /// A describe after the grant was sent (the first one saw us still waiting).
     confirming: bool,
@@ -185,7 +186,7 @@ impl SessionCore {
             acquire_req,
             describe_req: Some(describe_req),
             waiter_req: None,
-            granted: false,
+            granted: None,
             order_id: None,
             confirming: false,
             queued: false,
@@ -281,7 +282,7 @@ impl SessionCore {
         } else {
             let deadline = self.active_mut(&name, caller).and_then(|active| {
                 let at = active.client_deadline();
-                active.granted = true;
+                active.granted = Some(now);
                 at
             });
             if let Some(at) = deadline {
@@ -328,18 +329,20 @@ impl SessionCore {
             return;
         };
         let describing = active.describe_req.is_some() || active.waiter_req.is_some();
-        if !active.granted || (active.order_id.is_none() && describing) {
+        if active.granted.is_none() || (active.order_id.is_none() && describing) {
             return; // the grant, or the describe that shows our order id, is on the way
         }
         let Some(order_id) = active.order_id else {
             if active.confirming {
                 // The grant happened, yet a describe right after it does not list us:
-                // ownership already ended (force delete).
+                // ownership already ended (force delete), or the describe failed and
+                // showed nothing. A release gives back what the server may still hold for
+                // us (after a force delete it finds nothing, and does nothing).
                 let err = Error::new(
                     ErrorKind::Aborted,
                     format!("semaphore {name:?}: ownership ended before it could be confirmed"),
                 );
-                self.end_active(now, name, Err(err), false);
+                self.end_active(now, name, Err(err), true);
                 return;
             }
             active.confirming = true;
@@ -358,6 +361,9 @@ impl SessionCore {
             self.hints
                 .learn(name, super::hints::waiters_ahead(floor, order_id));
         }
+        // The lease counts from the server's grant, not from the describe that showed the
+        // order id a round trip later.
+        let granted_at = active.granted.unwrap_or(now);
         let lease = self.next_lease;
         self.next_lease += 1;
         let token = self.token.child_token();
@@ -368,9 +374,9 @@ impl SessionCore {
             count: active.cmd.opts.count,
             ephemeral: active.cmd.opts.ephemeral,
             order_id,
-            since: now,
+            since: granted_at,
         });
-        let waited = now.saturating_duration_since(active.cmd.requested_at);
+        let waited = granted_at.saturating_duration_since(active.cmd.requested_at);
         self.metrics.acquire_ended(name, "acquired", waited);
         tracing::debug!(
             semaphore = name,
@@ -384,7 +390,7 @@ impl SessionCore {
             lease,
             order_id,
             token,
-            granted_at: now,
+            granted_at,
         };
         // If the caller went away at the last moment, the driver calls `grant_refused`.
         self.answer(active.cmd.caller, Answer::Acquire(Ok(Some(grant))));
@@ -419,7 +425,7 @@ impl SessionCore {
         {
             self.pending.remove(req);
         }
-        let sent = active.granted || acquire.is_none_or(|e| e.sent_at.is_some());
+        let sent = active.granted.is_some() || acquire.is_none_or(|e| e.sent_at.is_some());
         if withdraw && sent {
             self.submit_release(now, active.cmd.name.clone(), None);
         }
@@ -670,7 +676,7 @@ impl SessionCore {
             .names
             .iter_mut()
             .filter_map(|(name, state)| {
-                let active = state.active.as_mut().filter(|a| !a.granted)?;
+                let active = state.active.as_mut().filter(|a| a.granted.is_none())?;
                 active.order_id = None;
                 active.ahead = None;
                 let describing = active.describe_req.is_some() || active.waiter_req.is_some();
@@ -702,7 +708,7 @@ impl Active {
     /// The deadline the client enforces itself (not for a try, see
     /// `expire_unanswered_acquires`).
     fn client_deadline(&self) -> Option<Instant> {
-        let waits = !self.granted && self.cmd.opts.get_timeout() != Some(Duration::ZERO);
+        let waits = self.granted.is_none() && self.cmd.opts.get_timeout() != Some(Duration::ZERO);
         self.deadline.filter(|_| waits)
     }
 }

@@ -298,21 +298,27 @@ fn a_queued_acquire_reads_its_order_id_from_the_owners_after_its_grant() {
         "the owners, after the grant"
     );
     assert!(h.grant(1).is_none(), "the grant waits for its order id");
-    h.server(later, described(3, &[(SID, 43)]));
-    h.run(later);
-    assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
+    let shown = later + MS;
+    h.server(shown, described(3, &[(SID, 43)]));
+    h.run(shown);
+    let grant = h.grant(1).map(|g| (g.order_id, g.granted_at));
+    assert_eq!(
+        grant,
+        Some((43, later)),
+        "the lease counts from the server's grant"
+    );
 }
 
 /// Queues caller `caller` on "job" at `now` behind the owner (99, `floor`), grants it and
-/// answers the describes; returns the describes sent while it waited (not the one behind
-/// the acquire) and its order id.
+/// answers the describes, then releases; returns the describes sent while it waited (not
+/// the one behind the acquire) and the number sent after the grant.
 fn queue_and_grant(
     h: &mut Harness,
     now: Instant,
     caller: CallerId,
     floor: u64,
     order_id: u64,
-) -> (Vec<(u64, bool)>, u64) {
+) -> (Vec<(u64, bool)>, usize) {
     h.acquire(now, caller, "job", lock());
     h.run(now);
     let ids: Vec<u64> = h.sent().iter().map(|r| req_id(r)).collect();
@@ -332,12 +338,14 @@ fn queue_and_grant(
     h.run(now);
     h.server(now, acquired(acquire, true));
     h.run(now);
-    if let [(req, false)] = describes(h)[..] {
+    let after = describes(h);
+    if let [(req, false)] = after[..] {
         h.server(now, described(req, &[(SID, order_id)]));
         h.run(now);
     }
     let grant = h.grant(caller).expect("granted");
-    let (lease, got) = (grant.lease, grant.order_id);
+    assert_eq!(grant.order_id, order_id);
+    let lease = grant.lease;
     h.core.control(
         now,
         Control::Release {
@@ -347,7 +355,7 @@ fn queue_and_grant(
         },
     );
     h.run(now);
-    (waiting, got)
+    (waiting, after.len())
 }
 
 #[test]
@@ -355,24 +363,52 @@ fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
     let mut h = Harness::new();
     let now = h.at(MS);
     // The first queue: nothing known, the owners after the grant; 2 waiters were ahead.
-    let (waiting, order) = queue_and_grant(&mut h, now, 1, 40, 43);
-    assert!(waiting.is_empty());
-    assert_eq!(order, 43);
+    assert_eq!(queue_and_grant(&mut h, now, 1, 40, 43), (vec![], 1));
     // Seen short: the next queued acquire reads its waiter entry, and its grant needs no
     // describe after it.
-    let (waiting, order) = queue_and_grant(&mut h, now, 2, 50, 50 + hints::SHORT_QUEUE + 2);
-    assert_eq!(waiting.len(), 1, "the waiters are read");
-    assert_eq!(order, 50 + hints::SHORT_QUEUE + 2);
+    let (waiting, after) = queue_and_grant(&mut h, now, 2, 50, 50 + hints::SHORT_QUEUE + 2);
+    assert_eq!(
+        (waiting.len(), after),
+        (1, 0),
+        "the waiters are read, not the owners"
+    );
     // That list had more than SHORT_QUEUE waiters ahead: the next one is not read.
-    let (waiting, order) = queue_and_grant(&mut h, now, 3, 100, 105);
-    assert!(waiting.is_empty(), "a long list is not read again");
-    assert_eq!(order, 105);
+    assert_eq!(queue_and_grant(&mut h, now, 3, 100, 105), (vec![], 1));
     // The owners after that grant bound the queue at 4: read again, and the list shows 99
     // waiters ahead.
-    let (waiting, _) = queue_and_grant(&mut h, now, 4, 200, 300);
-    assert_eq!(waiting.len(), 1);
-    let (waiting, _) = queue_and_grant(&mut h, now, 5, 400, 401);
-    assert!(waiting.is_empty());
+    let (waiting, after) = queue_and_grant(&mut h, now, 4, 200, 300);
+    assert_eq!((waiting.len(), after), (1, 0));
+    assert_eq!(queue_and_grant(&mut h, now, 5, 400, 401), (vec![], 1));
+}
+
+#[test]
+fn a_grant_whose_owners_describe_fails_is_given_back() {
+    let mut h = Harness::new();
+    let now = h.queued_lock();
+    h.server(now, described(2, &[(99, 41)]));
+    h.server(now, acquired(1, true));
+    h.run(now);
+    assert_eq!(describes(&h), vec![(3, false)]);
+    h.server(
+        now,
+        rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
+            req_id: 3,
+            status: StatusCode::Unauthorized as i32,
+            ..Default::default()
+        }),
+    );
+    h.run(now);
+    assert!(
+        matches!(h.answers()[..], [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::Aborted),
+        "{:?}",
+        h.effects
+    );
+    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+    assert_eq!(
+        sent,
+        vec!["release"],
+        "what the server granted is given back"
+    );
 }
 
 #[test]
