@@ -15,9 +15,11 @@
 //! 7. client CPU time per lock cycle (`getrusage`, the emulator in another process);
 //! 8. the emulator's own throughput and CPU time per acquire + release;
 //! 9. growth: a queue of 10, 1,000 and 10,000 sessions on one mutex, what one more queued
-//!    acquire and a handoff cost at each depth.
+//!    acquire and a handoff cost at each depth;
+//! 10. growth: 1,000 and 10,000 idle sessions (RSS, keepalive CPU), 10,000 and 100,000 held
+//!     leases (RSS; a reattach under them).
 //!
-//! Rows 1 to 4, 8 and 9 run under a time limit: a row that does not finish within it (a peer
+//! Rows 1 to 4, 8, 9 and 10's reattach run under a time limit: a row that does not finish within it (a peer
 //! that stops answering) is reported as failed, with the reason, and the next row runs. The
 //! rows that measure child processes (5, 7) give each client child at most 180 s. An emulator
 //! child (rows 5, 7, 8) has 30 s for each answer (its address, its CPU time): one that gives
@@ -25,7 +27,7 @@
 //! crate failed.
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9` selects rows (default all);
+//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1;
@@ -140,7 +142,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -1124,6 +1126,156 @@ fn capped<T>(
     }
 }
 
+/// Row 10: idle sessions and held leases at two sizes each, both crates where they can.
+fn row_scale_of_items(
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    rows: &mut Vec<[String; 6]>,
+    notes: &mut Vec<String>,
+) {
+    use memory::{Kind, PerItem, measure_one};
+    let small = cfg.scale < 1.0;
+    let sessions = if small {
+        [cfg.count(1_000, 50), cfg.count(10_000, 200)]
+    } else {
+        [1_000, 10_000]
+    };
+    let leases = if small {
+        [cfg.count(10_000, 500), cfg.count(100_000, 2_000)]
+    } else {
+        [10_000, 100_000]
+    };
+    let idle = cfg.duration(Duration::from_secs(10));
+    let rss = |p: &R<PerItem>| p.as_ref().map(|p| p.client).unwrap_or(f64::NAN);
+    let cpu = |p: &R<PerItem>| {
+        p.as_ref()
+            .ok()
+            .and_then(|p| p.idle_cpu)
+            .map_or(f64::NAN, |c| c.per_session_second.as_secs_f64())
+    };
+    let show = |p: &R<PerItem>| match p {
+        Ok(p) => match p.idle_cpu {
+            Some(c) => format!(
+                "{}, {} CPU per second ({:.0} ns per session)",
+                fmt_bytes(p.client),
+                fmt_duration(c.per_second),
+                c.per_session_second.as_secs_f64() * 1e9
+            ),
+            None => fmt_bytes(p.client),
+        },
+        Err(e) => err_cell(e.as_ref()),
+    };
+    eprintln!("row 10: idle sessions and held leases (child processes) ...");
+    let mut measured = Vec::new();
+    for (what, kinds, sizes, idle) in [
+        (
+            "idle sessions: client RSS per session, keepalive CPU",
+            (Kind::OursSessions, Kind::YdbSessions),
+            sessions,
+            Some(idle),
+        ),
+        (
+            "held leases on one session: client RSS per lease",
+            (Kind::OursLeases, Kind::YdbLeases),
+            leases,
+            None,
+        ),
+    ] {
+        let mut at = Vec::new();
+        for n in sizes {
+            let ours = measure_one(kinds.0, n, idle);
+            let ydb = measure_one(kinds.1, n, idle);
+            let mut ratio_cell = format!("{} RSS", ratio(rss(&ours), rss(&ydb)));
+            if idle.is_some() {
+                ratio_cell += &format!(", {} CPU", ratio(cpu(&ours), cpu(&ydb)));
+            }
+            rows.push([
+                "10".to_string(),
+                format!("{} {what} ¹¹", group(n as u64)),
+                show(&ours),
+                show(&ydb),
+                "—".to_string(),
+                ratio_cell,
+            ]);
+            at.push((ours, ydb));
+        }
+        if let [(o1, y1), (o2, y2)] = &at[..] {
+            let mut cell = format!(
+                "RSS per item: this crate {}, `ydb` {}",
+                ratio(rss(o2), rss(o1)),
+                ratio(rss(y2), rss(y1))
+            );
+            if idle.is_some() {
+                cell += &format!(
+                    "; CPU per session: this crate {}, `ydb` {}",
+                    ratio(cpu(o2), cpu(o1)),
+                    ratio(cpu(y2), cpu(y1))
+                );
+            }
+            rows.push(ratio_line(
+                "10",
+                format!(
+                    "growth: {} {what} over {} (goal ≤ 1.2×)",
+                    group(sizes[1] as u64),
+                    group(sizes[0] as u64)
+                ),
+                cell,
+            ));
+        }
+        measured.push(at);
+    }
+    let mut reattach = Vec::new();
+    for n in leases {
+        let what = format!("reattach under {} held leases", group(n as u64));
+        if let Some(h) = capped(rt, cfg, rows, "10", &what, growth::held(n)) {
+            rows.push([
+                "10".to_string(),
+                format!("{what}: stream cut → attached, every lease kept ¹¹"),
+                format!(
+                    "{} ({} CPU); acquiring them took {} per lease",
+                    fmt_duration(h.reattach),
+                    fmt_duration(h.reattach_cpu),
+                    fmt_duration(h.acquire)
+                ),
+                "not supported ⁶".to_string(),
+                "—".to_string(),
+                "—".to_string(),
+            ]);
+            reattach.push(h);
+        }
+    }
+    if let [a, b] = &reattach[..] {
+        rows.push(ratio_line(
+            "10",
+            format!(
+                "growth: reattach under {} leases over {} (goal ≤ 1.2× per reattach)",
+                group(b.leases as u64),
+                group(a.leases as u64)
+            ),
+            format!(
+                "time {}, CPU {}",
+                ratio(b.reattach.as_secs_f64(), a.reattach.as_secs_f64()),
+                ratio(b.reattach_cpu.as_secs_f64(), a.reattach_cpu.as_secs_f64())
+            ),
+        ));
+    }
+    notes.push(format!(
+        "¹¹ Row 10: as row 5, each count in a fresh client process against a fresh emulator \
+         process (RSS growth of the client while it creates the items, divided by their \
+         number); the sessions then idle for {} while the client's CPU time (user + system, \
+         every thread) is read, both crates' sessions with a {SESSION_TIMEOUT:?} timeout. The \
+         reattach runs in this process (emulator included in the CPU time): `net().cut()` \
+         until the session is attached again and a describe sent after that is answered.",
+        fmt_duration(idle)
+    ));
+}
+
+/// A line with a ratio only: `what` in the benchmark column, `ratios` in the ratio column.
+fn ratio_line(row: &str, what: String, ratios: String) -> [String; 6] {
+    let dash = || "—".to_string();
+    [row.to_string(), what, dash(), dash(), dash(), ratios]
+}
+
 /// Row 9's line for one depth.
 fn growth_cells(d: &growth::Depth) -> [String; 6] {
     let cell = |s: &[Duration]| Summary::of(s).map_or("—".to_string(), |s| s.cell());
@@ -1154,19 +1306,41 @@ fn growth_cells(d: &growth::Depth) -> [String; 6] {
     ]
 }
 
-/// Row 9's ratios: the deepest queue over the shallowest.
-fn growth_ratios(small: &growth::Depth, large: &growth::Depth) -> [String; 6] {
-    let median = |s: &[Duration]| Summary::of(s).map_or(f64::NAN, |s| s.median.as_secs_f64());
+/// Row 9's line for one group size.
+fn group_cells(g: &growth::GroupJoin) -> [String; 6] {
+    let t = g.traffic;
     [
         "9".to_string(),
+        format!(
+            "group of {} members, {} watchers: one more join ¹⁰",
+            group(g.members as u64),
+            g.watchers
+        ),
+        format!(
+            "{}, {} CPU, server: {:.1} requests, {} and {:.0} entries sent; {:.1} sets read by the watchers",
+            Summary::of(&g.join).map_or("—".to_string(), |s| s.cell()),
+            fmt_duration(g.cpu),
+            t.requests,
+            fmt_bytes(t.bytes),
+            t.entries,
+            g.sets_per_join,
+        ),
+        "—".to_string(),
+        "—".to_string(),
+        "—".to_string(),
+    ]
+}
+
+/// Row 9's ratios: the deepest queue over the shallowest.
+fn growth_ratios(small: &growth::Depth, large: &growth::Depth) -> [String; 6] {
+    let median = median_secs;
+    ratio_line(
+        "9",
         format!(
             "growth: a queue of {} over one of {} (goal ≤ 1.2×)",
             group(large.depth as u64),
             group(small.depth as u64)
         ),
-        "—".to_string(),
-        "—".to_string(),
-        "—".to_string(),
         format!(
             "enqueue {}, CPU {}, server bytes {}; handoff at the head {}, at the tail {}",
             ratio(median(&large.enqueue), median(&small.enqueue)),
@@ -1178,7 +1352,7 @@ fn growth_ratios(small: &growth::Depth, large: &growth::Depth) -> [String; 6] {
             ratio(median(&large.handoff_head), median(&small.handoff_head)),
             ratio(median(&large.handoff_tail), median(&small.handoff_tail)),
         ),
-    ]
+    )
 }
 
 fn main() -> R<()> {
@@ -1661,17 +1835,51 @@ fn main() -> R<()> {
         for depth in depths {
             let what = format!("queue of {} on one mutex", group(depth as u64));
             if let Some(d) = capped(&rt, &cfg, &mut rows, "9", &what, growth::queue(depth)) {
-                row(&mut rows, growth_cells(&d).each_ref().map(String::as_str));
+                rows.push(growth_cells(&d));
                 measured.push(d);
             }
         }
         if let (Some(small), Some(large)) = (measured.first(), measured.last())
             && measured.len() == depths.len()
         {
-            row(
-                &mut rows,
-                growth_ratios(small, large).each_ref().map(String::as_str),
+            rows.push(growth_ratios(small, large));
+        }
+        let watchers = cfg.count(100, 20);
+        let mut groups = Vec::new();
+        for members in [10, cfg.count(1_000, 100)] {
+            let what = format!(
+                "group of {} with {watchers} watchers",
+                group(members as u64)
             );
+            if let Some(g) = capped(
+                &rt,
+                &cfg,
+                &mut rows,
+                "9",
+                &what,
+                growth::group(members, watchers),
+            ) {
+                rows.push(group_cells(&g));
+                groups.push(g);
+            }
+        }
+        if let [small, large] = &groups[..] {
+            let median = median_secs;
+            rows.push(ratio_line(
+                "9",
+                format!(
+                    "growth: a group of {} over one of {} (goal ≤ 1.2×, see the notes)",
+                    group(large.members as u64),
+                    group(small.members as u64)
+                ),
+                format!(
+                    "join {}, CPU {}, server bytes {}, description entries {}",
+                    ratio(median(&large.join), median(&small.join)),
+                    ratio(large.cpu.as_secs_f64(), small.cpu.as_secs_f64()),
+                    ratio(large.traffic.bytes, small.traffic.bytes),
+                    ratio(large.traffic.entries, small.traffic.entries),
+                ),
+            ));
         }
         notes.push(
             "¹⁰ Row 9: sessions queue on one ephemeral mutex, one after another, behind a holder; \
@@ -1682,9 +1890,17 @@ fn main() -> R<()> {
              what the emulator counts of the semaphore requests and its answers (pings not \
              included), per operation. Then the lock passes down the whole queue, each holder \
              releasing as soon as it is granted; a handoff is the release until the next \
-             holder's grant, at the head of the full queue and over its last 100."
+             holder's grant, at the head of the full queue and over its last 100. A group: \
+             the watchers follow it with `group(..).watch()` while the members join one after \
+             another, each once every watcher saw the one before; the last 100 joins (all at \
+             10 members) are measured, and their CPU time and traffic include what the \
+             watchers' reads cost."
                 .to_string(),
         );
+    }
+
+    if cfg.has(10) {
+        row_scale_of_items(&rt, &cfg, &mut rows, &mut notes);
     }
 
     println!(
@@ -1700,10 +1916,11 @@ fn main() -> R<()> {
         println!("| {} |", r.join(" | "));
     }
     println!();
+    // By the number the note starts with, in superscript digits (¹⁰ after ⁹).
     let order = |n: &String| {
-        let first = "¹²³⁴⁵⁶⁷⁸⁹".chars().position(|c| n.starts_with(c));
-        // ¹⁰ sorts after ⁹.
-        (n.starts_with("¹⁰"), first)
+        n.chars()
+            .map_while(|c| "⁰¹²³⁴⁵⁶⁷⁸⁹".chars().position(|d| d == c))
+            .fold(0, |acc, d| acc * 10 + d)
     };
     notes.sort_by_key(order);
     for n in &notes {

@@ -158,3 +158,163 @@ pub(crate) async fn queue(depth: usize) -> R<Depth> {
         handoff_traffic,
     })
 }
+
+/// One session holding many leases, and a reattach under them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    pub(crate) leases: usize,
+    /// Wall time per lease to acquire them all (pipelined, 1,024 at a time).
+    pub(crate) acquire: Duration,
+    /// Stream cut until the session is attached again and a describe was answered.
+    pub(crate) reattach: Duration,
+    /// Process CPU time (client and emulator) for the reattach.
+    pub(crate) reattach_cpu: Duration,
+}
+
+/// Acquires `leases` ephemeral semaphores on one session, cuts every connection and waits
+/// for the session to attach again with every lease kept.
+pub(crate) async fn held(leases: usize) -> R<Held> {
+    let emulator = Emulator::builder().node("/local/held").start().await?;
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let session = client
+        .session("/local/held", ours_session_options())
+        .await?;
+    let t = Instant::now();
+    let held: Vec<_> = futures::stream::iter(0..leases)
+        .map(|i| session.acquire(&format!("lease-{i:06}"), lock()))
+        .buffer_unordered(1_024)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let acquire = t.elapsed() / leases.max(1) as u32;
+
+    let mut states = session.state_changes();
+    states.mark_unchanged();
+    let (cpu0, t) = (cpu::used()?, Instant::now());
+    emulator.net().cut();
+    within("reattach", WAIT, async {
+        loop {
+            states.changed().await.map_err(|e| e.to_string())?;
+            let state = *states.borrow_and_update();
+            match state {
+                ydb_coordination::SessionState::Attached { .. } => return Ok(()),
+                ydb_coordination::SessionState::Expired => return Err("expired".to_string()),
+                _ => {}
+            }
+        }
+    })
+    .await?;
+    within(
+        "describe",
+        WAIT,
+        session.describe_semaphore("lease-000000", DescribeOptions::new()),
+    )
+    .await?;
+    let reattach = t.elapsed();
+    let reattach_cpu = cpu::used()? - cpu0;
+    if let Some(lost) = held.iter().position(|l| l.is_lost()) {
+        return Err(format!("lease {lost} was lost in the reattach").into());
+    }
+    futures::stream::iter(held)
+        .for_each_concurrent(1_024, |l| async move {
+            let _ = l.release().await;
+        })
+        .await;
+    session.close().await;
+    emulator.shutdown().await;
+    Ok(Held {
+        leases,
+        acquire,
+        reattach,
+        reattach_cpu,
+    })
+}
+
+/// A group's join cost at one size.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupJoin {
+    pub(crate) members: usize,
+    pub(crate) watchers: usize,
+    /// Per join, over the last joins: until `join()` returned.
+    pub(crate) join: Vec<Duration>,
+    /// Process CPU time (client and emulator) per join, the watchers' reads included.
+    pub(crate) cpu: Duration,
+    /// What the server was asked and sent per join, the watchers' reads included.
+    pub(crate) traffic: PerOp,
+    /// Sets the watchers received per join (at most one each: latest-value).
+    pub(crate) sets_per_join: f64,
+}
+
+/// `watchers` sessions watch a group while `members` sessions join it one after another;
+/// the last joins (up to [`MEASURED`]) are measured, each once every watcher saw it.
+pub(crate) async fn group(members: usize, watchers: usize) -> R<GroupJoin> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let emulator = Emulator::builder().node("/local/group").start().await?;
+    let client = Client::connect(&emulator.connection_string()).await?;
+    let node = "/local/group";
+    let open = |n: usize| {
+        futures::stream::iter(0..n)
+            .map(|_| client.session(node, ours_session_options()))
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+    };
+    let joiners: Vec<Session> = open(members).await.into_iter().collect::<Result<_, _>>()?;
+    let watching: Vec<Session> = open(watchers).await.into_iter().collect::<Result<_, _>>()?;
+    // Each watcher publishes the size of the last set it saw.
+    let sets = Arc::new(AtomicU64::new(0));
+    let mut seen = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for s in &watching {
+        let (tx, rx) = tokio::sync::watch::channel(0usize);
+        seen.push(rx);
+        let (mut stream, sets) = (s.group("growth").watch(), sets.clone());
+        tasks.spawn(async move {
+            while let Some(Ok(set)) = stream.next().await {
+                sets.fetch_add(1, Ordering::Relaxed);
+                if tx.send(set.len()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let measured = MEASURED.min(members);
+    let mut memberships = Vec::with_capacity(members);
+    let mut join = Vec::with_capacity(measured);
+    let (mut cpu0, mut traffic0, mut sets0) = (Duration::ZERO, Traffic::default(), 0);
+    for (i, s) in joiners.iter().enumerate() {
+        if i == members - measured {
+            (cpu0, traffic0) = (cpu::used()?, emulator.traffic());
+            sets0 = sets.load(Ordering::Relaxed);
+        }
+        let t = Instant::now();
+        memberships.push(within("join", WAIT, s.group("growth").join(b"member")).await?);
+        let took = t.elapsed();
+        // Every watcher has seen this member before the next one joins.
+        for rx in &mut seen {
+            within("watcher", WAIT, rx.wait_for(|n| *n > i)).await?;
+        }
+        if i >= members - measured {
+            join.push(took);
+        }
+    }
+    let cpu = (cpu::used()? - cpu0) / measured as u32;
+    let traffic = PerOp::of(emulator.traffic().since(&traffic0), measured);
+    let sets_per_join = (sets.load(Ordering::Relaxed) - sets0) as f64 / measured as f64;
+    tasks.abort_all();
+    drop(memberships);
+    futures::stream::iter(joiners.iter().chain(&watching))
+        .for_each_concurrent(64, |s| s.close())
+        .await;
+    emulator.shutdown().await;
+    Ok(GroupJoin {
+        members,
+        watchers,
+        join,
+        cpu,
+        traffic,
+        sets_per_join,
+    })
+}

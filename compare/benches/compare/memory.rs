@@ -27,6 +27,8 @@ pub(crate) const ROLE_VAR: &str = "COMPARE_ROLE";
 pub(crate) const ADDR_VAR: &str = "COMPARE_CONNECTION";
 const SERVER_PID_VAR: &str = "COMPARE_SERVER_PID";
 const KIND_VAR: &str = "COMPARE_KIND";
+/// Set for session kinds: how long (ms) to idle after creating them, measuring CPU time.
+const IDLE_VAR: &str = "COMPARE_IDLE_MS";
 pub(crate) const N_VAR: &str = "COMPARE_N";
 /// Set (and inherited by the server children): a server child that never answers, to check
 /// that its row fails within [`ANSWER_LIMIT`] instead of hanging the run.
@@ -73,6 +75,18 @@ pub(crate) struct PerItem {
     pub(crate) client: f64,
     pub(crate) server: f64,
     pub(crate) n: usize,
+    /// Sessions only, when asked for: the client's CPU time per second while they idle
+    /// (keepalives), and per session and second.
+    pub(crate) idle_cpu: Option<IdleCpu>,
+}
+
+/// The CPU time idle sessions cost the client process (their keepalives).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdleCpu {
+    /// CPU time per second of wall time, all sessions.
+    pub(crate) per_second: Duration,
+    /// The same per session.
+    pub(crate) per_session_second: Duration,
 }
 
 /// Row 5's results.
@@ -87,10 +101,10 @@ pub(crate) struct Memory {
 /// Runs the four measurements, each in a fresh server and client process.
 pub(crate) fn measure(leases: usize, sessions: usize) -> Memory {
     Memory {
-        ours_lease: measure_one(Kind::OursLeases, leases),
-        ydb_lease: measure_one(Kind::YdbLeases, leases),
-        ours_session: measure_one(Kind::OursSessions, sessions),
-        ydb_session: measure_one(Kind::YdbSessions, sessions),
+        ours_lease: measure_one(Kind::OursLeases, leases, None),
+        ydb_lease: measure_one(Kind::YdbLeases, leases, None),
+        ours_session: measure_one(Kind::OursSessions, sessions, None),
+        ydb_session: measure_one(Kind::YdbSessions, sessions, None),
     }
 }
 
@@ -253,26 +267,36 @@ pub(crate) fn run_client(role: &str, what: &str, envs: &[(&str, String)]) -> R<V
         .collect()
 }
 
-fn measure_one(kind: Kind, n: usize) -> R<PerItem> {
+/// Creates `n` items of `kind` in a fresh client process against a fresh server process;
+/// with `idle`, the sessions then idle that long while the client's CPU time is measured.
+pub(crate) fn measure_one(kind: Kind, n: usize, idle: Option<Duration>) -> R<PerItem> {
     let server = ServerChild::start()?;
-    let result = run_client(
-        "client",
-        kind.name(),
-        &[
-            (ADDR_VAR, server.connection.clone()),
-            (SERVER_PID_VAR, server.pid().to_string()),
-            (KIND_VAR, kind.name().to_string()),
-            (N_VAR, n.to_string()),
-        ],
-    );
+    let mut envs = vec![
+        (ADDR_VAR, server.connection.clone()),
+        (SERVER_PID_VAR, server.pid().to_string()),
+        (KIND_VAR, kind.name().to_string()),
+        (N_VAR, n.to_string()),
+    ];
+    if let Some(idle) = idle {
+        envs.push((IDLE_VAR, idle.as_millis().to_string()));
+    }
+    let result = run_client("client", kind.name(), &envs);
     drop(server);
-    let [client, server] = result?[..] else {
-        return Err(format!("{} child: expected two numbers", kind.name()).into());
+    let [client, server, cpu_per_second] = result?[..] else {
+        return Err(format!("{} child: expected three numbers", kind.name()).into());
     };
+    let idle_cpu = idle.map(|_| {
+        let per_second = Duration::from_secs_f64(cpu_per_second.max(0.0));
+        IdleCpu {
+            per_second,
+            per_session_second: per_second / n.max(1) as u32,
+        }
+    });
     Ok(PerItem {
         client: client / n as f64,
         server: server / n as f64,
         n,
+        idle_cpu,
     })
 }
 
@@ -309,8 +333,13 @@ pub(crate) fn child(role: &str) -> R<()> {
             let server_pid: u32 = std::env::var(SERVER_PID_VAR)?.parse()?;
             let kind = Kind::parse(&std::env::var(KIND_VAR)?)?;
             let n: usize = std::env::var(N_VAR)?.parse()?;
-            let (client, server) = rt.block_on(client_run(&connection, server_pid, kind, n))?;
-            println!("RESULT {client} {server}");
+            let idle = match std::env::var(IDLE_VAR) {
+                Ok(ms) => Some(Duration::from_millis(ms.parse()?)),
+                Err(_) => None,
+            };
+            let (client, server, cpu) =
+                rt.block_on(client_run(&connection, server_pid, kind, n, idle))?;
+            println!("RESULT {client} {server} {cpu}");
             // Skip tearing down thousands of sessions: the process is done.
             std::process::exit(0);
         }
@@ -334,8 +363,15 @@ const SETTLE: Duration = Duration::from_millis(300);
 const STEP: Duration = Duration::from_secs(30);
 const PARALLEL: usize = 64;
 
-/// Creates `n` items of `kind` and returns the RSS growth of (this client, the server).
-async fn client_run(connection: &str, server_pid: u32, kind: Kind, n: usize) -> R<(f64, f64)> {
+/// Creates `n` items of `kind` and returns the RSS growth of (this client, the server), and
+/// with `idle` this client's CPU seconds per second while the items then idle that long.
+async fn client_run(
+    connection: &str,
+    server_pid: u32,
+    kind: Kind,
+    n: usize,
+    idle: Option<Duration>,
+) -> R<(f64, f64, f64)> {
     let server_pid = server_pid.to_string();
     let before = || -> R<(f64, f64)> { Ok((rss("self")?, rss(&server_pid)?)) };
     let ours_options = SessionOptions::new().timeout(Duration::from_secs(60));
@@ -438,7 +474,14 @@ async fn client_run(connection: &str, server_pid: u32, kind: Kind, n: usize) -> 
     };
     tokio::time::sleep(SETTLE).await;
     let (c1, s1) = before()?;
+    let mut cpu_per_second = 0.0;
+    if let Some(idle) = idle {
+        let (cpu0, t0) = (super::cpu::used()?, std::time::Instant::now());
+        tokio::time::sleep(idle).await;
+        let cpu = super::cpu::used()? - cpu0;
+        cpu_per_second = cpu.as_secs_f64() / t0.elapsed().as_secs_f64();
+    }
     // Keep everything alive up to the measurement; the process exits right after.
     std::mem::forget(held);
-    Ok((c1 - c0, s1 - s0))
+    Ok((c1 - c0, s1 - s0, cpu_per_second))
 }
