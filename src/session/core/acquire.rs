@@ -665,25 +665,33 @@ impl SessionCore {
         }
     }
 
-    /// After a replay: an acquire still waiting was sent again, and the server may have
+    /// After a replay: an acquire still waiting (one of `resent`, the acquires sent again)
+    /// was sent again, and the server may have
     /// dropped its waiter meanwhile (its timer runs while the session is detached) and
     /// queued a new one under a new order id. What a describe showed before the reattach is
     /// forgotten; where the waiter list is read, a describe behind the resend reads it
     /// again, elsewhere the owners after the grant show it.
-    pub(super) fn reread_waiting_order_ids(&mut self, now: Instant) {
-        let hints = &self.hints;
-        let stale: Vec<(Arc<str>, CallerId)> = self
-            .names
-            .iter_mut()
-            .filter_map(|(name, state)| {
-                let active = state.active.as_mut().filter(|a| a.granted.is_none())?;
-                active.order_id = None;
-                active.ahead = None;
-                let describing = active.describe_req.is_some() || active.waiter_req.is_some();
-                let reads = active.queued && hints.reads_waiters(name);
-                (!describing && reads).then(|| (name.clone(), active.cmd.caller))
-            })
-            .collect();
+    pub(super) fn reread_waiting_order_ids(
+        &mut self,
+        now: Instant,
+        resent: Vec<(Arc<str>, CallerId)>,
+    ) {
+        let mut stale = Vec::new();
+        for (name, caller) in resent {
+            let reads = self.hints.reads_waiters(&name);
+            let Some(active) = self.active_mut(&name, caller) else {
+                continue;
+            };
+            if active.granted.is_some() {
+                continue;
+            }
+            active.order_id = None;
+            active.ahead = None;
+            let describing = active.describe_req.is_some() || active.waiter_req.is_some();
+            if !describing && active.queued && reads {
+                stale.push((name, caller));
+            }
+        }
         for (name, caller) in stale {
             let req = self.submit_owners_describe(now, &name, caller, true);
             if let Some(active) = self.active_mut(&name, caller) {

@@ -238,6 +238,8 @@ impl SessionCore {
                 self.fail_kind(now, entry.kind, err);
             }
         }
+        // The acquires sent again: every acquire not yet granted has its request in flight.
+        let mut acquires = Vec::new();
         for req_id in resend {
             let acquire = match self.pending.get_mut(req_id) {
                 Some(entry) => {
@@ -254,16 +256,19 @@ impl SessionCore {
                 None => continue,
             };
             // An acquire goes out with the time it has left, not its original timeout.
-            if let Some((name, caller)) = acquire
-                && let Some(left) = self.acquire_millis_left(&name, caller, now)
-                && let Some(entry) = self.pending.get_mut(req_id)
-                && let Some(rq::Request::AcquireSemaphore(a)) = &mut entry.request
-            {
-                a.timeout_millis = left;
+            if let Some((name, caller)) = acquire {
+                if let Some(left) = self.acquire_millis_left(&name, caller, now)
+                    && let Some(entry) = self.pending.get_mut(req_id)
+                    && let Some(rq::Request::AcquireSemaphore(a)) = &mut entry.request
+                {
+                    a.timeout_millis = left;
+                }
+                acquires.push((name, caller));
             }
             self.write(now, req_id);
         }
-        self.reread_waiting_order_ids(now);
+        // Only these: a reattach costs what was in flight, not what the session holds.
+        self.reread_waiting_order_ids(now, acquires);
     }
 
     /// Starts closing: leases end and pending acquires fail at once; the server is asked to
