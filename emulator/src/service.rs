@@ -288,7 +288,6 @@ async fn serve_attached(
                     Some(req) => {
                         let stopping = matches!(req, R::SessionStop(_));
                         let own = shared.with_world(|world| {
-                            world.traffic.requests += 1;
                             let node = world.streams.get(&id).and_then(|s| s.node.clone());
                             let Some(node) = node.and_then(|p| world.nodes.get_mut(&p)) else {
                                 // The node was dropped under the stream.
@@ -296,6 +295,7 @@ async fn serve_attached(
                                 closed.cancel();
                                 return Vec::new();
                             };
+                            world.traffic.requests += 1;
                             let effects = node.request(Instant::now(), id, req);
                             if !stopping {
                                 world.apply(effects);

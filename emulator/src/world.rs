@@ -51,8 +51,9 @@ impl AdminError {
 /// What the coordination nodes were asked and answered, counted since the emulator started:
 /// the cost a workload puts on the server, for checks that the cost of an operation does not
 /// grow with the work around it (see [`crate::Emulator::traffic`]). Keepalives (pings and
-/// pongs) and session starts are not counted; what a node sends because of another
-/// session's request (a grant, a watch notification) is.
+/// pongs) are not counted; every other message a node sends on a session stream is (a
+/// session's start and stop, what it sends because of another session's request: a grant,
+/// a watch notification).
 ///
 /// # Examples
 ///
@@ -72,8 +73,8 @@ impl AdminError {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Traffic {
-    /// Semaphore requests that reached a node (acquire, release, describe, create, update,
-    /// delete, stop).
+    /// Requests that reached a node on an attached session stream (acquire, release,
+    /// describe, create, update, delete, stop).
     pub requests: u64,
     /// Messages the nodes sent on session streams (answers, grants, notifications).
     pub responses: u64,

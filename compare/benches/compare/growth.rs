@@ -78,7 +78,10 @@ pub(crate) async fn queue(depth: usize) -> R<Depth> {
     let first = within("holder acquire", WAIT, holder.acquire("growth", lock())).await?;
 
     // Every session but the measured tail queues in batches, in order.
-    let measured = MEASURED.min(depth);
+    let measured = MEASURED.min(depth).max(1);
+    if depth == 0 {
+        return Err("a queue needs at least one session".into());
+    }
     let (bulk, tail) = sessions.split_at(depth - measured);
     let mut acquires = Vec::with_capacity(depth);
     for batch in bulk.chunks(MEASURED) {
@@ -124,7 +127,13 @@ pub(crate) async fn queue(depth: usize) -> R<Depth> {
     for (i, acquire) in acquires.into_iter().enumerate() {
         let t = Instant::now();
         let release = tokio::spawn(held.release());
-        held = within("grant", WAIT, acquire).await?;
+        held = match within("grant", WAIT, acquire).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                release.abort();
+                return Err(e);
+            }
+        };
         let took = t.elapsed();
         within("release", WAIT, async {
             release
@@ -252,6 +261,9 @@ pub(crate) async fn group(members: usize, watchers: usize) -> R<GroupJoin> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    if members == 0 {
+        return Err("a group needs at least one member".into());
+    }
     let emulator = Emulator::builder().node("/local/group").start().await?;
     let client = Client::connect(&emulator.connection_string()).await?;
     let node = "/local/group";
@@ -280,7 +292,15 @@ pub(crate) async fn group(members: usize, watchers: usize) -> R<GroupJoin> {
             }
         });
     }
-    let measured = MEASURED.min(members);
+    // Every watcher has read the empty group before the first join.
+    within("watchers", WAIT, async {
+        while sets.load(Ordering::Relaxed) < watchers as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok::<_, String>(())
+    })
+    .await?;
+    let measured = MEASURED.min(members).max(1);
     let mut memberships = Vec::with_capacity(members);
     let mut join = Vec::with_capacity(measured);
     let (mut cpu0, mut traffic0, mut sets0) = (Duration::ZERO, Traffic::default(), 0);
