@@ -828,7 +828,7 @@ impl World {
                 }
                 if c % 2 == 1 {
                     for r in Resource::ALL {
-                        core.assume_short_queue(r.name());
+                        core.assume_short_queue(r.name(), now_c);
                     }
                 }
                 self.clients[c].core = Some(core);

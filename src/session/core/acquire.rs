@@ -5,7 +5,7 @@
 //! followed on the wire by a describe of the semaphore's owners, which for an immediate grant
 //! shows our `order_id` (the fencing token) at no extra round trip. An acquire the server
 //! queues learns its order id one of two ways (`hints.rs` says which, per name): where the
-//! session saw the name's queue short, from its waiter entry while it waits (the server
+//! session saw the name's queue short lately, from its waiter entry while it waits (the server
 //! keeps a waiter's order id when it promotes it to owner), so its grant needs no describe
 //! after it; elsewhere from a describe of the owners after the grant, which costs a round
 //! trip but is bounded by the semaphore's limit, not its queue. A resend after a reattach
@@ -244,7 +244,7 @@ impl SessionCore {
         }
         self.metrics.queued(&name, 1.0);
         self.out.push(Effect::Queued(caller));
-        if !self.hints.reads_waiters(&name) {
+        if !self.hints.reads_waiters(&name, now) {
             return; // the order id comes from the owners after the grant
         }
         // Read our order id from our waiter entry while we wait, so that the grant needs no
@@ -318,7 +318,7 @@ impl SessionCore {
         }
         if let Some(ahead) = seen.ahead {
             active.ahead = Some(ahead);
-            self.hints.learn(name, ahead);
+            self.hints.learn(name, ahead, now);
         }
         self.try_complete(now, name);
     }
@@ -359,7 +359,7 @@ impl SessionCore {
         };
         if let (true, None, Some(floor)) = (active.queued, active.ahead, active.floor) {
             self.hints
-                .learn(name, super::hints::waiters_ahead(floor, order_id));
+                .learn(name, super::hints::waiters_ahead(floor, order_id), now);
         }
         // The lease counts from the server's grant, not from the describe that showed the
         // order id a round trip later.
@@ -678,7 +678,7 @@ impl SessionCore {
     ) {
         let mut stale = Vec::new();
         for (name, caller) in resent {
-            let reads = self.hints.reads_waiters(&name);
+            let reads = self.hints.reads_waiters(&name, now);
             let Some(active) = self.active_mut(&name, caller) else {
                 continue;
             };

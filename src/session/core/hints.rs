@@ -8,8 +8,11 @@
 //! round trip after the grant). Reading the waiters keeps a handoff at the round trips of a
 //! client that reads no token; across a deep queue it costs `O(depth)` per waiter and
 //! `O(depth^2)` for the queue. So a session reads them only for a name whose last queue it
-//! saw short, and starts out assuming a long one: a fleet that queues at once never pays
-//! for the waiter list.
+//! saw short, lately ([`FRESH_FOR`]), and otherwise assumes a long one: a fleet that
+//! queues at once, on a lock it never queued on or one it last queued on a while ago (the
+//! nightly job), never pays for the waiter list; sessions that keep meeting a short queue
+//! keep reading it. A queue that grows at once behind sessions that saw it short moments
+//! before costs each of them one read of the list (which shows it long), then the owners.
 //!
 //! What it learns, per name: the number of waiters that were ahead of its acquire, from its
 //! position in the waiter list when it read one, else from the order ids (every waiter ahead
@@ -19,9 +22,15 @@
 //! other, which costs a guess, never a token.
 
 use std::hash::BuildHasher;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// The deepest queue in front of an acquire for which reading the waiter list still pays.
 pub(super) const SHORT_QUEUE: u64 = 32;
+
+/// How long what a session saw of a queue stays true enough to act on.
+pub(super) const FRESH_FOR: Duration = Duration::from_secs(30);
 
 /// How many names a session remembers.
 const SLOTS: usize = 64;
@@ -29,8 +38,8 @@ const SLOTS: usize = 64;
 /// The queue hints of one session.
 #[derive(Debug, Clone)]
 pub(super) struct QueueHints {
-    /// Per slot: the name's hash and the waiters last seen ahead.
-    slots: [Option<(u64, u64)>; SLOTS],
+    /// Per slot: the name's hash, the waiters last seen ahead, and when.
+    slots: [Option<(u64, u64, Instant)>; SLOTS],
 }
 
 impl Default for QueueHints {
@@ -42,16 +51,23 @@ impl Default for QueueHints {
 }
 
 impl QueueHints {
-    /// Whether a queued acquire of `name` reads the waiter list to learn its order id.
-    pub(super) fn reads_waiters(&self, name: &str) -> bool {
+    /// Whether a queued acquire of `name` at `now` reads the waiter list to learn its order
+    /// id: the session saw the name's queue short, less than [`FRESH_FOR`] ago.
+    pub(super) fn reads_waiters(&self, name: &str, now: Instant) -> bool {
         let (slot, hash) = slot(name);
-        matches!(self.slots[slot], Some((h, ahead)) if h == hash && ahead <= SHORT_QUEUE)
+        matches!(
+            self.slots[slot],
+            Some((h, ahead, at)) if h == hash
+                && ahead <= SHORT_QUEUE
+                && now.saturating_duration_since(at) < FRESH_FOR
+        )
     }
 
-    /// A queued acquire of `name` had `ahead` waiters in front of it (at most).
-    pub(super) fn learn(&mut self, name: &str, ahead: u64) {
+    /// A queued acquire of `name` had `ahead` waiters in front of it (at most), seen at
+    /// `now`.
+    pub(super) fn learn(&mut self, name: &str, ahead: u64, now: Instant) {
         let (slot, hash) = slot(name);
-        self.slots[slot] = Some((hash, ahead));
+        self.slots[slot] = Some((hash, ahead, now));
     }
 }
 
@@ -76,18 +92,30 @@ mod tests {
     #[test]
     fn a_name_never_queued_is_assumed_long() {
         let hints = QueueHints::default();
-        assert!(!hints.reads_waiters("job"));
+        assert!(!hints.reads_waiters("job", Instant::now()));
     }
 
     #[test]
     fn a_short_queue_is_read_and_a_long_one_is_not() {
+        let now = Instant::now();
         let mut hints = QueueHints::default();
-        hints.learn("job", SHORT_QUEUE);
-        assert!(hints.reads_waiters("job"));
-        hints.learn("job", SHORT_QUEUE + 1);
-        assert!(!hints.reads_waiters("job"));
-        hints.learn("job", 0);
-        assert!(hints.reads_waiters("job"));
+        hints.learn("job", SHORT_QUEUE, now);
+        assert!(hints.reads_waiters("job", now));
+        hints.learn("job", SHORT_QUEUE + 1, now);
+        assert!(!hints.reads_waiters("job", now));
+        hints.learn("job", 0, now);
+        assert!(hints.reads_waiters("job", now));
+    }
+
+    #[test]
+    fn a_short_queue_seen_long_ago_is_assumed_long_again() {
+        let now = Instant::now();
+        let mut hints = QueueHints::default();
+        hints.learn("job", 0, now);
+        assert!(hints.reads_waiters("job", now + FRESH_FOR - Duration::from_millis(1)));
+        assert!(!hints.reads_waiters("job", now + FRESH_FOR));
+        // A clock that went back (it cannot, but the core never trusts it to) reads as fresh.
+        assert!(hints.reads_waiters("job", now));
     }
 
     #[test]
@@ -99,11 +127,12 @@ mod tests {
             .map(|i| format!("name-{i}"))
             .find(|n| slot(n).0 == slot0)
             .unwrap_or_else(|| panic!("no name shares slot {slot0}"));
-        hints.learn(&first, 1);
-        hints.learn(&other, 1);
-        assert!(hints.reads_waiters(&other));
+        let now = Instant::now();
+        hints.learn(&first, 1, now);
+        hints.learn(&other, 1, now);
+        assert!(hints.reads_waiters(&other, now));
         assert!(
-            !hints.reads_waiters(&first),
+            !hints.reads_waiters(&first, now),
             "a collision must forget, not mix up"
         );
     }

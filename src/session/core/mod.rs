@@ -929,11 +929,11 @@ impl SessionCore {
         self.link = Link::Ended;
     }
 
-    /// Makes a queued acquire of `name` read the waiter list, as after a short queue (the
-    /// simulator runs both ways of learning a fencing token from the start).
+    /// Makes a queued acquire of `name` read the waiter list, as after a short queue seen
+    /// at `now` (the simulator runs both ways of learning a fencing token from the start).
     #[cfg(test)]
-    pub(crate) fn assume_short_queue(&mut self, name: &str) {
-        self.hints.learn(name, 0);
+    pub(crate) fn assume_short_queue(&mut self, name: &str, now: Instant) {
+        self.hints.learn(name, 0, now);
     }
 
     /// Breaks the core on purpose (simulator self-test): lease tokens fire `by` after the

@@ -74,7 +74,8 @@ impl Harness {
 
     /// The session saw the queue of "job" short, so a queued acquire reads the waiters.
     fn short_queue(&mut self) {
-        self.core.hints.learn("job", 0);
+        let now = self.at(Duration::ZERO);
+        self.core.hints.learn("job", 0, now);
     }
 
     /// Caller 1 acquires "job" at 1 ms and the server queues it (answered pending).
@@ -360,7 +361,8 @@ fn queue_and_grant(
 
 #[test]
 fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
-    let mut h = Harness::new();
+    // A session timeout long enough for the jump past FRESH_FOR without pings.
+    let mut h = Harness::with(SessionOptions::new().timeout(hints::FRESH_FOR * 10));
     let now = h.at(MS);
     // The first queue: nothing known, the owners after the grant; 2 waiters were ahead.
     assert_eq!(queue_and_grant(&mut h, now, 1, 40, 43), (vec![], 1));
@@ -379,6 +381,11 @@ fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
     let (waiting, after) = queue_and_grant(&mut h, now, 4, 200, 300);
     assert_eq!((waiting.len(), after), (1, 0));
     assert_eq!(queue_and_grant(&mut h, now, 5, 400, 401), (vec![], 1));
+    // That one bounded the queue at 0, but what it saw is stale by the next acquire.
+    let later = now + hints::FRESH_FOR;
+    assert_eq!(queue_and_grant(&mut h, later, 6, 500, 501), (vec![], 1));
+    let (waiting, after) = queue_and_grant(&mut h, later, 7, 600, 601);
+    assert_eq!((waiting.len(), after), (1, 0), "seen short again, just now");
 }
 
 #[test]
