@@ -292,14 +292,11 @@ pub(crate) async fn group(members: usize, watchers: usize) -> R<GroupJoin> {
             }
         });
     }
-    // Every watcher has read the empty group before the first join.
-    within("watchers", WAIT, async {
-        while sets.load(Ordering::Relaxed) < watchers as u64 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        Ok::<_, String>(())
-    })
-    .await?;
+    // Every watcher has read the empty group before the first join (its first set marks
+    // its receiver changed, though the size stays 0).
+    for rx in &mut seen {
+        within("watcher's first set", WAIT, rx.changed()).await?;
+    }
     let measured = MEASURED.min(members).max(1);
     let mut memberships = Vec::with_capacity(members);
     let mut join = Vec::with_capacity(measured);

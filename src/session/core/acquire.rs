@@ -52,6 +52,8 @@ pub(super) struct Active {
     floor: Option<u64>,
     /// The waiter list was read: it showed this many waiters ahead of ours.
     ahead: Option<u64>,
+    /// The last describe behind the acquire failed, with this error.
+    describe_failed: Option<Error>,
 }
 
 /// An acquire waiting locally behind another lease of the same name in this session.
@@ -192,6 +194,7 @@ impl SessionCore {
             queued: false,
             floor: None,
             ahead: None,
+            describe_failed: None,
         };
         if let Some(at) = active.client_deadline() {
             self.active_deadlines.insert((at, caller), name.clone());
@@ -310,6 +313,7 @@ impl SessionCore {
         if active.waiter_req == Some(req_id) {
             active.waiter_req = None;
         }
+        active.describe_failed = seen.failed;
         if seen.order_id.is_some() {
             active.order_id = seen.order_id;
         }
@@ -336,12 +340,15 @@ impl SessionCore {
             if active.confirming {
                 // The grant happened, yet a describe right after it does not list us:
                 // ownership already ended (force delete), or the describe failed and
-                // showed nothing. A release gives back what the server may still hold for
-                // us (after a force delete it finds nothing, and does nothing).
-                let err = Error::new(
-                    ErrorKind::Aborted,
-                    format!("semaphore {name:?}: ownership ended before it could be confirmed"),
-                );
+                // showed nothing (the caller hears its error). A release gives back what
+                // the server may still hold for us (after a force delete it finds nothing,
+                // and does nothing).
+                let err = active.describe_failed.take().unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::Aborted,
+                        format!("semaphore {name:?}: ownership ended before it could be confirmed"),
+                    )
+                });
                 self.end_active(now, name, Err(err), true);
                 return;
             }

@@ -104,8 +104,11 @@ enum Kind {
 }
 
 /// What a describe behind an acquire showed of the session's own entry.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Seen {
+    /// The describe failed (not with NOT_FOUND, which says the semaphore is gone): it shows
+    /// nothing, and this is why.
+    failed: Option<Error>,
     /// Its order id, among the owners or the waiters.
     order_id: Option<u64>,
     /// Not an owner: the largest order id among the owners.
@@ -759,7 +762,14 @@ impl SessionCore {
                 caller,
                 waiters,
             } => {
-                let seen = self.seen(ok, &r, waiters);
+                let mut seen = self.seen(ok, &r, waiters);
+                if !ok && r.status != StatusCode::NotFound as i32 {
+                    seen.failed = Some(Error::from_ydb(
+                        r.status,
+                        &r.issues,
+                        &format!("describe semaphore {name:?}"),
+                    ));
+                }
                 self.on_acquire_describe(now, &name, caller, r.req_id, seen);
             }
             Kind::SetDataCheck {
@@ -808,6 +818,7 @@ impl SessionCore {
             order_id: position.map(|i| d.waiters[i].order_id),
             floor,
             ahead: position.map(|i| i as u64),
+            failed: None,
         }
     }
 

@@ -389,33 +389,40 @@ fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
 }
 
 #[test]
-fn a_grant_whose_owners_describe_fails_is_given_back() {
-    let mut h = Harness::new();
-    let now = h.queued_lock();
-    h.server(now, described(2, &[(99, 41)]));
-    h.server(now, acquired(1, true));
-    h.run(now);
-    assert_eq!(describes(&h), vec![(3, false)]);
-    h.server(
-        now,
-        rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
-            req_id: 3,
-            status: StatusCode::Unauthorized as i32,
-            ..Default::default()
-        }),
-    );
-    h.run(now);
-    assert!(
-        matches!(h.answers()[..], [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::Aborted),
-        "{:?}",
-        h.effects
-    );
-    let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
-    assert_eq!(
-        sent,
-        vec!["release"],
-        "what the server granted is given back"
-    );
+fn a_grant_whose_owners_describe_fails_is_given_back_with_the_describe_error() {
+    // A failed describe ends the acquire with its own kind; NOT_FOUND says the semaphore is
+    // gone, so the ownership ended (Aborted). Either way the grant is released.
+    for (status, kind) in [
+        (StatusCode::Unauthorized, ErrorKind::Unauthorized),
+        (StatusCode::NotFound, ErrorKind::Aborted),
+    ] {
+        let mut h = Harness::new();
+        let now = h.queued_lock();
+        h.server(now, described(2, &[(99, 41)]));
+        h.server(now, acquired(1, true));
+        h.run(now);
+        assert_eq!(describes(&h), vec![(3, false)]);
+        h.server(
+            now,
+            rs::Response::DescribeSemaphoreResult(rs::DescribeSemaphoreResult {
+                req_id: 3,
+                status: status as i32,
+                ..Default::default()
+            }),
+        );
+        h.run(now);
+        assert!(
+            matches!(h.answers()[..], [(1, Answer::Acquire(Err(e)))] if e.kind() == kind),
+            "{status:?}: {:?}",
+            h.effects
+        );
+        let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
+        assert_eq!(
+            sent,
+            vec!["release"],
+            "what the server granted is given back"
+        );
+    }
 }
 
 #[test]
