@@ -109,7 +109,14 @@ const EMULATOR_HELP: &str = "\
 Examples:
   ydb-coord emulator --listen 127.0.0.1:2136 --database /local --node app
   ydb-coord emulator --listen 127.0.0.1:2136 --listen 127.0.0.1:2137 --tls-cert cert.pem --tls-key key.pem
-  export YDB_CONNECTION_STRING=$(ydb-coord emulator --listen 127.0.0.1:0 --node app | head -1)";
+  export YDB_CONNECTION_STRING=$(ydb-coord emulator --listen 127.0.0.1:0 --node app | head -1)
+  ydb-coord emulator --node app --token t0ken --user root:secret
+
+With --token or --user, try the same credentials a real YDB would take:
+  YDB_ACCESS_TOKEN_CREDENTIALS=t0ken ydb-coord node describe /local/app
+  YDB_STATIC_CREDENTIALS_USER=root YDB_STATIC_CREDENTIALS_PASSWORD=secret ydb-coord node describe /local/app
+A password on the command line is visible to other users of the machine (ps): use it for
+local trials only.";
 
 /// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
 /// commands and leader election.
@@ -242,7 +249,25 @@ enum Command {
         /// Coordination nodes to create at start (repeatable; relative to the database).
         #[arg(long = "node")]
         nodes: Vec<String>,
+        /// Accept this token in `x-ydb-auth-ticket` (repeatable). With any --token or --user,
+        /// every coordination call must carry an accepted token, as on a YDB that enforces
+        /// authentication; discovery stays open.
+        #[arg(long = "token", value_name = "TOKEN")]
+        tokens: Vec<String>,
+        /// A user who can log in with this password and get a token (repeatable; the password
+        /// may be empty, `root:`, and may contain `:`). Turns checking on like --token.
+        #[arg(long = "user", value_name = "NAME:PASSWORD", value_parser = parse_user)]
+        users: Vec<(String, String)>,
     },
+}
+
+/// `NAME:PASSWORD` of `emulator --user`: split at the first `:`, the name not empty.
+fn parse_user(value: &str) -> Result<(String, String), String> {
+    match value.split_once(':') {
+        Some((name, password)) if !name.is_empty() => Ok((name.to_string(), password.to_string())),
+        Some(_) => Err("the user name before ':' is empty".to_string()),
+        None => Err("expected NAME:PASSWORD (an empty password is NAME:)".to_string()),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -703,6 +728,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             tls_key,
             database,
             nodes,
+            tokens,
+            users,
         } => {
             let tls = match (tls_cert, tls_key) {
                 (Some(cert), Some(key)) => Some((
@@ -711,7 +738,8 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 )),
                 _ => None,
             };
-            emulator(listen, tls, database, nodes).await
+            let auth = Auth { tokens, users };
+            emulator(listen, tls, database, nodes, auth).await
         }
         Command::Node { action } => {
             let client = conn.client().await?;
@@ -906,11 +934,18 @@ async fn locked(conn: &Conn, path: &str, mut request: Request, out: Out) -> Resu
     lock::run(session, &request, out, &mut signals).await
 }
 
+/// The tokens and users `ydb-coord emulator` accepts (none: no checking).
+struct Auth {
+    tokens: Vec<String>,
+    users: Vec<(String, String)>,
+}
+
 async fn emulator(
     listen: Vec<SocketAddr>,
     tls: Option<(Vec<u8>, Vec<u8>)>,
     database: String,
     nodes: Vec<String>,
+    auth: Auth,
 ) -> Result<u8, Failure> {
     let cannot = |addr: &SocketAddr, err: std::io::Error| match err.kind() {
         // A certificate or key that cannot be used says so itself.
@@ -926,6 +961,12 @@ async fn emulator(
     }
     for node in nodes {
         builder = builder.node(node);
+    }
+    for token in auth.tokens {
+        builder = builder.token(token);
+    }
+    for (name, password) in auth.users {
+        builder = builder.user(name, password);
     }
     let emulator = builder.start().await.map_err(|err| cannot(&first, err))?;
     for addr in more {

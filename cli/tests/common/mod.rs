@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
@@ -168,4 +169,54 @@ pub fn assert_one_line_error(o: &Output, code: i32, contains: &str) {
         "{err:?} does not mention {contains:?}"
     );
     assert!(!err.contains("panicked"), "{err:?}");
+}
+
+/// A `ydb-coord emulator` child, stopped when dropped.
+pub struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `ydb-coord emulator ARGS` and returns it with the connection string it printed.
+pub fn serve(env: &Env, args: &[&str]) -> (Server, String) {
+    let mut all = vec!["emulator"];
+    all.extend_from_slice(args);
+    let mut child = env.spawn(&all);
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(LIMIT)
+        .expect("the emulator printed no connection string");
+    (server, line.trim().to_string())
+}
+
+/// `ydb-coord -c CS EXTRA node describe /local/app` with `vars` set; its exit code.
+pub fn describe(env: &Env, cs: &str, extra: &[&str], vars: &[(&str, &str)]) -> Option<i32> {
+    let mut args = vec!["-c", cs];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["node", "describe", "/local/app"]);
+    let mut cmd = env.command(&args);
+    cmd.envs(vars.iter().copied());
+    let mut cmd = assert_cmd::Command::from_std(cmd);
+    cmd.timeout(LIMIT);
+    let out: Output = cmd.output().unwrap();
+    out.status.code()
 }
