@@ -1,3 +1,4 @@
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Distributed locks, semaphores and leader election on YDB coordination nodes.
 //!
 //! A [`Session`] is one YDB coordination session kept alive by a background task that
