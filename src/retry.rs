@@ -38,8 +38,17 @@ pub(crate) fn endpoint_failed(err: &Error) -> bool {
 /// Sends `message` (with the YDB headers) through `call` until it succeeds, fails in a way
 /// [`delay`] does not repeat, or the transport's request timeout (all attempts together)
 /// runs out; each retry waits the crate's default [`Backoff`] and goes to the endpoint then
-/// preferred, so an endpoint that fails is left for another (one that accepts the call and
-/// never answers uses up what is left of the budget). The error is the last attempt's.
+/// preferred, so an endpoint that fails is left for another. The error is the last
+/// attempt's.
+///
+/// Each attempt has the transport's attempt timeout (a third of the request timeout by
+/// default) to be answered: an endpoint that accepts the call and never answers costs one
+/// attempt, is blamed (preferred last, reconnected) and the next attempt goes elsewhere.
+/// An attempt that timed out may have been carried out by the server: repeating it is safe
+/// only because every call sent through here is idempotent (the module docs). A call that
+/// is not must not come through this loop; it would give up after such an attempt, since
+/// [`delay`] repeats only what its rule allows for a non-idempotent call.
+///
 /// Credentials that cannot give a token fail the call at once: they retry their own
 /// source. A token the server rejects is renewed once ([`Transport::token_rejected`]) and
 /// the call sent again at once.
@@ -60,6 +69,7 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let budget = transport.request_timeout();
+    let per_attempt = transport.attempt_timeout();
     // `later`: a request timeout of `Duration::MAX` means no limit, not an overflow.
     let deadline = crate::clock::later(Instant::now(), budget);
     let backoff = Backoff::default();
@@ -73,13 +83,21 @@ where
         let request = transport
             .request_within(message.clone(), left, what)
             .await?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let err = match tokio::time::timeout(left, call(lane.channel.clone(), request)).await {
+        let attempt_deadline = crate::clock::later(Instant::now(), per_attempt).min(deadline);
+        let attempt = call(lane.channel.clone(), request);
+        let err = match tokio::time::timeout_at(attempt_deadline, attempt).await {
             Ok(Ok(value)) => {
                 transport.answered(&lane);
                 return Ok(value);
             }
             Ok(Err(err)) => err,
+            Err(_) if attempt_deadline < deadline => Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what}: the endpoint gave no answer within the attempt timeout of \
+                     {per_attempt:?}; the next attempt goes to another endpoint"
+                ),
+            ),
             Err(_) => Error::new(
                 ErrorKind::Timeout,
                 format!("{what}: no answer within the request timeout of {budget:?}"),
