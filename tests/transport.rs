@@ -506,3 +506,62 @@ async fn a_session_start_whose_renewed_token_is_rejected_again_fails_at_once() {
     // One attempt: the token, then a renewed one.
     assert_eq!(peer.calls(SESSION).len(), 2);
 }
+
+/// Discovery names the scripted `peer` first and a healthy endpoint second; the peer
+/// answers the first describe with `code`, the ones after it with success. Returns how many
+/// of six describes reached the peer: one if `code` made it be preferred last, more if the
+/// calls kept taking turns.
+async fn describes_reaching_a_peer_that_answered(code: tonic::Code) -> usize {
+    let emulator = emulator().await;
+    let healthy = listener(&emulator).await;
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, [Answer::Grpc(code)]);
+    emulator.advertise(vec![peer.addr(), healthy]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    for _ in 0..6 {
+        within(client.describe_node(NODE)).await.unwrap();
+    }
+    peer.calls(DESCRIBE).len()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_internal_answer_does_not_blame_the_endpoint_while_unavailable_does() {
+    // INTERNAL: the describe is repeated (it is idempotent) on the healthy endpoint, and the
+    // peer keeps its turn.
+    assert!(describes_reaching_a_peer_that_answered(tonic::Code::Internal).await > 1);
+    // UNAVAILABLE: the peer is preferred last from then on.
+    assert_eq!(
+        describes_reaching_a_peer_that_answered(tonic::Code::Unavailable).await,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_statuses_are_repeated_by_their_rule() {
+    let peer = UnaryPeer::start().await;
+    peer.script(
+        DESCRIBE,
+        [
+            Answer::Grpc(tonic::Code::Internal),
+            Answer::Grpc(tonic::Code::ResourceExhausted),
+            Answer::Grpc(tonic::Code::Aborted),
+            Answer::Grpc(tonic::Code::DataLoss),
+        ],
+    );
+    peer.script(CREATE, [Answer::Grpc(tonic::Code::Unknown)]);
+    peer.script(ALTER, [Answer::Grpc(tonic::Code::AlreadyExists)]);
+    let client = scripted_client(&peer).await;
+    // INTERNAL, RESOURCE_EXHAUSTED and ABORTED are repeated; DATA_LOSS ends the call.
+    let err = within(client.describe_node(NODE)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    assert_eq!(peer.calls(DESCRIBE).len(), 4);
+    let err = within(client.create_node("app", NodeConfig::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    let err = within(client.alter_node("app", NodeConfig::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(peer.calls(CREATE).len() + peer.calls(ALTER).len(), 2);
+}
