@@ -69,6 +69,7 @@ pub struct ClientBuilder {
     discovery_interval: Duration,
     connect_timeout: Duration,
     request_timeout: Duration,
+    attempt_timeout: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -116,9 +117,37 @@ impl ClientBuilder {
     }
 
     /// The time limit of a node administration call or a discovery, its retries included
-    /// (default 10 s).
+    /// (default 10 s). `Duration::MAX` means no limit.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long one attempt of a node administration call or a discovery waits for its
+    /// endpoint's answer (default: a third of the [request
+    /// timeout](ClientBuilder::request_timeout), at least 1 s, at most the request timeout
+    /// itself: 3.3 s by default, no limit for a request timeout of `Duration::MAX`).
+    ///
+    /// An endpoint that accepts the call and never answers costs one attempt, not the whole
+    /// call: when the attempt's time is up the endpoint is preferred last, gets a new
+    /// connection, and the call goes on to the next endpoint, all within the request timeout.
+    /// The calls repeated this way are all idempotent: an attempt that timed out may have been
+    /// carried out, and doing it again changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ydb_coordination::Client;
+    ///
+    /// // Up to five attempts of 2 s each, on as many endpoints.
+    /// let builder = Client::builder("grpc://localhost:2136/local")
+    ///     .request_timeout(Duration::from_secs(10))
+    ///     .attempt_timeout(Duration::from_secs(2));
+    /// # let _ = builder;
+    /// ```
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
         self
     }
 
@@ -144,6 +173,9 @@ impl ClientBuilder {
             discovery_interval: self.discovery_interval,
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
+            attempt_timeout: self
+                .attempt_timeout
+                .unwrap_or_else(|| transport::default_attempt_timeout(self.request_timeout)),
         })?;
         // Bounded by the request timeout: discovery is an idempotent call.
         if let Err(err) = transport.discover(true).await {
@@ -167,6 +199,7 @@ impl Client {
             discovery_interval: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            attempt_timeout: None,
         }
     }
 

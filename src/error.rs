@@ -7,11 +7,63 @@ use std::sync::Arc;
 
 pub use ydb_grpc::ydb_proto::status_ids::StatusCode;
 
+use crate::classify::{self, Class};
 use crate::proto::IssueMessage;
 
 /// What went wrong, in categories a caller can act on.
 ///
 /// Match on this with a wildcard arm: new kinds may be added.
+///
+/// # Classification
+///
+/// Every status a failure can carry reads as one kind, with a [`RetryRule`] (may the same
+/// request be sent again: [`Error::retry_rule`]) and a verdict on the endpoint (blamed ones
+/// are preferred last and reconnected). The rules follow ydb-go-sdk's; the crate's README
+/// says where and why they differ.
+///
+/// YDB statuses (the server answered, so none blames the endpoint):
+///
+/// | status | kind | retry |
+/// |---|---|---|
+/// | `BAD_REQUEST`, `UNSUPPORTED` | [`InvalidArgument`](ErrorKind::InvalidArgument) | never |
+/// | `UNAUTHORIZED` | [`Unauthorized`](ErrorKind::Unauthorized) | never |
+/// | `INTERNAL_ERROR`, `GENERIC_ERROR`, `EXTERNAL_ERROR`, `SUCCESS`/unspecified in a failure, unknown numbers | [`Internal`](ErrorKind::Internal) | never |
+/// | `ABORTED` | [`Aborted`](ErrorKind::Aborted) | always |
+/// | `UNAVAILABLE`, `SESSION_BUSY` | [`Unavailable`](ErrorKind::Unavailable) | always |
+/// | `OVERLOADED` | [`Overloaded`](ErrorKind::Overloaded) | always |
+/// | `SCHEME_ERROR`, `NOT_FOUND` | [`NotFound`](ErrorKind::NotFound) | never |
+/// | `TIMEOUT` | [`Timeout`](ErrorKind::Timeout) | idempotent |
+/// | `BAD_SESSION` | [`BadSession`](ErrorKind::BadSession) | always |
+/// | `PRECONDITION_FAILED` | [`PreconditionFailed`](ErrorKind::PreconditionFailed) | never |
+/// | `ALREADY_EXISTS` | [`AlreadyExists`](ErrorKind::AlreadyExists) | never |
+/// | `SESSION_EXPIRED` | [`SessionExpired`](ErrorKind::SessionExpired) | never (a new session may do) |
+/// | `CANCELLED` | [`Cancelled`](ErrorKind::Cancelled) | never |
+/// | `UNDETERMINED` | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | idempotent |
+///
+/// gRPC statuses a server (or a proxy) sent:
+///
+/// | code | kind | retry | blames the endpoint |
+/// |---|---|---|---|
+/// | `UNAVAILABLE` | [`Transport`](ErrorKind::Transport) | idempotent | yes |
+/// | `RESOURCE_EXHAUSTED` | [`Overloaded`](ErrorKind::Overloaded) | always | yes |
+/// | `ABORTED` | [`Aborted`](ErrorKind::Aborted) | always | no |
+/// | `INTERNAL` | [`Internal`](ErrorKind::Internal) | idempotent | no |
+/// | `CANCELLED` | [`Cancelled`](ErrorKind::Cancelled) | idempotent | no |
+/// | `DEADLINE_EXCEEDED` | [`Timeout`](ErrorKind::Timeout) | idempotent | no |
+/// | `UNKNOWN`, `UNIMPLEMENTED`, `DATA_LOSS` | [`Internal`](ErrorKind::Internal) | never | no |
+/// | `INVALID_ARGUMENT`, `OUT_OF_RANGE` | [`InvalidArgument`](ErrorKind::InvalidArgument) | never | no |
+/// | `NOT_FOUND` | [`NotFound`](ErrorKind::NotFound) | never | no |
+/// | `ALREADY_EXISTS` | [`AlreadyExists`](ErrorKind::AlreadyExists) | never | no |
+/// | `FAILED_PRECONDITION` | [`PreconditionFailed`](ErrorKind::PreconditionFailed) | never | no |
+/// | `UNAUTHENTICATED`, `PERMISSION_DENIED` | [`Unauthorized`](ErrorKind::Unauthorized) | never | no |
+/// | `OK` in a failure | [`Protocol`](ErrorKind::Protocol) | never | no |
+///
+/// Failures of the client's own transport (connection refused or reset, HTTP/2 errors),
+/// whatever gRPC code they come with, are [`Transport`](ErrorKind::Transport) and blame the
+/// endpoint; they are repeated always when the connection never came up (nothing was
+/// sent), for idempotent calls otherwise, and never when the client refused the server's
+/// TLS certificate. An attempt nobody answered in time is [`Timeout`](ErrorKind::Timeout),
+/// idempotent, and blames the endpoint.
 ///
 /// # Examples
 ///
@@ -67,23 +119,49 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The kind a YDB status maps to.
+    /// The kind a YDB status maps to (the table of [`ErrorKind`]).
     pub fn from_status(status: StatusCode) -> Self {
-        match status {
-            StatusCode::NotFound | StatusCode::SchemeError => Self::NotFound,
-            StatusCode::AlreadyExists => Self::AlreadyExists,
-            StatusCode::PreconditionFailed => Self::PreconditionFailed,
-            StatusCode::BadRequest | StatusCode::Unsupported => Self::InvalidArgument,
-            StatusCode::Unauthorized => Self::Unauthorized,
-            StatusCode::Aborted => Self::Aborted,
-            StatusCode::Unavailable => Self::Unavailable,
-            StatusCode::Overloaded => Self::Overloaded,
-            StatusCode::Timeout => Self::Timeout,
-            StatusCode::BadSession => Self::BadSession,
-            StatusCode::SessionExpired => Self::SessionExpired,
-            StatusCode::Cancelled => Self::Cancelled,
-            StatusCode::Undetermined => Self::OutcomeUnknown,
-            _ => Self::Internal,
+        classify::ydb_status(status).kind
+    }
+}
+
+/// Whether a failed request may be sent again as it is, the way YDB's SDKs decide it.
+///
+/// A request that may have been carried out before it failed (its answer lost, an attempt
+/// nobody answered in time) is repeated only when doing it twice changes nothing: every
+/// node administration call and discovery is such a call. The table in [`ErrorKind`] gives
+/// the rule of every status.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::{Error, RetryRule, StatusCode};
+///
+/// let err = Error::from_status(StatusCode::Undetermined, "the answer was lost");
+/// assert_eq!(err.retry_rule(), RetryRule::Idempotent);
+/// assert!(err.retry_rule().allows(true));
+/// assert!(!err.retry_rule().allows(false));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetryRule {
+    /// Sending it again fails the same way (`NOT_FOUND`, `BAD_REQUEST`, ...).
+    Never,
+    /// It may have been carried out: only an idempotent request may be sent again
+    /// (`UNDETERMINED`, gRPC `INTERNAL`, a broken connection, an attempt timeout).
+    Idempotent,
+    /// It was not carried out: any request may be sent again (`UNAVAILABLE`, `OVERLOADED`,
+    /// `ABORTED`, a connection that never came up).
+    Always,
+}
+
+impl RetryRule {
+    /// Whether a request that is (or is not) `idempotent` may be sent again.
+    pub fn allows(self, idempotent: bool) -> bool {
+        match self {
+            Self::Never => false,
+            Self::Idempotent => idempotent,
+            Self::Always => true,
         }
     }
 }
@@ -152,6 +230,9 @@ pub struct Error(Arc<Inner>);
 
 struct Inner {
     kind: ErrorKind,
+    /// May the request go again, and is the endpoint at fault (`classify.rs`).
+    retry: RetryRule,
+    blames_endpoint: bool,
     message: String,
     status: Option<StatusCode>,
     issues: Vec<Issue>,
@@ -165,8 +246,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error of the given kind with a message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self::classified(classify::client_side(kind), message)
+    }
+
+    fn classified(class: Class, message: impl Into<String>) -> Self {
         Self(Arc::new(Inner {
-            kind,
+            kind: class.kind,
+            retry: class.retry,
+            blames_endpoint: class.blames_endpoint,
             message: message.into(),
             status: None,
             issues: Vec::new(),
@@ -177,7 +264,7 @@ impl Error {
 
     /// The error for a YDB status with a message.
     pub fn from_status(status: StatusCode, message: impl Into<String>) -> Self {
-        let mut err = Self::new(ErrorKind::from_status(status), message);
+        let mut err = Self::classified(classify::ydb_status(status), message);
         if let Some(inner) = Arc::get_mut(&mut err.0) {
             inner.status = Some(status);
         }
@@ -203,8 +290,11 @@ impl Error {
             format!("{context}: {words} ({})", messages.join("; "))
         };
         let code = code.unwrap_or(StatusCode::Unspecified);
+        let class = classify::ydb_status(code);
         Self(Arc::new(Inner {
-            kind: ErrorKind::from_status(code),
+            kind: class.kind,
+            retry: class.retry,
+            blames_endpoint: class.blames_endpoint,
             message,
             status: Some(code),
             issues,
@@ -216,19 +306,24 @@ impl Error {
     /// A failed gRPC call: `{context}: {what failed}`, phrased from the transport failure
     /// under the status (`cannot reach 127.0.0.1:1: connection refused`) or from the status
     /// the server sent (`not authenticated: invalid token`).
+    ///
+    /// A status tonic built from a failure of the client's own transport keeps that failure
+    /// as its source, one a server sent has none: the first is classified as a transport
+    /// failure whatever its code (tonic reports a cut connection as `UNKNOWN`), the second
+    /// by its code (`classify.rs`).
     pub(crate) fn from_grpc(status: tonic::Status, context: &str) -> Self {
-        let kind = match status.code() {
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorKind::Unauthorized,
-            tonic::Code::InvalidArgument => ErrorKind::InvalidArgument,
-            tonic::Code::NotFound => ErrorKind::NotFound,
-            tonic::Code::ResourceExhausted => ErrorKind::Overloaded,
-            tonic::Code::Unimplemented => ErrorKind::Internal,
-            tonic::Code::DeadlineExceeded => ErrorKind::Timeout,
-            _ => ErrorKind::Transport,
+        let class = match status.source() {
+            Some(cause) => {
+                let scan = Scan::of(cause);
+                classify::transport_failure(!(scan.connect || scan.tcp), scan.tls_handshake())
+            }
+            None => classify::grpc_code(status.code()),
         };
         let message = format!("{context}: {}", grpc_reason(&status));
         Self(Arc::new(Inner {
-            kind,
+            kind: class.kind,
+            retry: class.retry,
+            blames_endpoint: class.blames_endpoint,
             message,
             status: None,
             issues: Vec::new(),
@@ -244,8 +339,11 @@ impl Error {
         message: impl Into<String>,
         source: impl StdError + Send + Sync + 'static,
     ) -> Self {
+        let class = classify::client_side(kind);
         Self(Arc::new(Inner {
             kind,
+            retry: class.retry,
+            blames_endpoint: class.blames_endpoint,
             message: message.into(),
             status: None,
             issues: Vec::new(),
@@ -258,8 +356,11 @@ impl Error {
     /// example "session expired" caused by a transport failure). The message is shown as
     /// given: include `{cause}` in it when the reader needs the reason.
     pub(crate) fn caused_by(kind: ErrorKind, message: impl Into<String>, cause: &Error) -> Self {
+        let class = classify::client_side(kind);
         Self(Arc::new(Inner {
             kind,
+            retry: class.retry,
+            blames_endpoint: class.blames_endpoint,
             message: message.into(),
             status: cause.status(),
             issues: cause.issues().to_vec(),
@@ -292,21 +393,41 @@ impl Error {
         self.0.grpc.as_ref().map(|g| &g.0)
     }
 
-    /// Whether the same operation may succeed if tried again later (on this or a new session).
-    /// A TLS handshake the client rejected is not: the same certificate comes back.
+    /// Whether the same operation may succeed if tried again later (on this or a new session):
+    /// its [`retry_rule`](Error::retry_rule) allows an idempotent request to be sent again,
+    /// or the session expired (a new one may do). A TLS handshake the client rejected is
+    /// not: the same certificate comes back.
     pub fn is_retryable(&self) -> bool {
-        !self.is_tls_rejection()
-            && matches!(
-                self.0.kind,
-                ErrorKind::Transport
-                    | ErrorKind::Unavailable
-                    | ErrorKind::Overloaded
-                    | ErrorKind::Timeout
-                    | ErrorKind::SessionExpired
-                    | ErrorKind::BadSession
-                    | ErrorKind::Aborted
-                    | ErrorKind::OutcomeUnknown
-            )
+        self.retry_rule() != RetryRule::Never
+            || (self.0.kind == ErrorKind::SessionExpired && !self.is_tls_rejection())
+    }
+
+    /// Whether the request may be sent again as it is, by the rules of YDB's SDKs (the
+    /// table of [`ErrorKind`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ydb_coordination::{Error, RetryRule, StatusCode};
+    ///
+    /// let err = Error::from_status(StatusCode::Overloaded, "try later");
+    /// assert_eq!(err.retry_rule(), RetryRule::Always);
+    /// let err = Error::from_status(StatusCode::NotFound, "no such node");
+    /// assert_eq!(err.retry_rule(), RetryRule::Never);
+    /// ```
+    pub fn retry_rule(&self) -> RetryRule {
+        if self.is_tls_rejection() {
+            RetryRule::Never
+        } else {
+            self.0.retry
+        }
+    }
+
+    /// Whether the failure says the endpoint itself is at fault (a transport failure, a
+    /// gRPC `UNAVAILABLE` or `RESOURCE_EXHAUSTED`, an attempt nobody answered), so it is
+    /// to be preferred last and reconnected, rather than a server answering with an error.
+    pub(crate) fn blames_endpoint(&self) -> bool {
+        self.0.blames_endpoint
     }
 
     /// Whether the error means the session is gone (expired, closed or taken over), so its

@@ -125,6 +125,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
+mod classify;
 mod client;
 mod clock;
 mod config;
@@ -158,7 +159,7 @@ pub use config::{
     MAX_DESCRIPTION_LEN, MAX_NAME_LEN, MAX_SESSION_TIMEOUT, NodeConfig, RateLimiterCountersMode,
     SessionOptions, WatchOptions,
 };
-pub use error::{Error, ErrorKind, Issue, Result, StatusCode};
+pub use error::{Error, ErrorKind, Issue, Result, RetryRule, StatusCode};
 pub use manager::{SessionManager, SessionStream};
 pub use recipes::{
     Acquiring, BoundedLease, BoundedMutexGuard, BoundedRwLockReadGuard, BoundedRwLockWriteGuard,

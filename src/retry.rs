@@ -6,6 +6,15 @@
 //! as it was, an alter sets the same fields again, a describe reads. A drop repeated after
 //! an attempt whose answer was lost reports `NOT_FOUND`. Session streams are not retried
 //! here: their attach loops are in `client.rs` and the session core.
+//!
+//! What is repeated, and which endpoint is blamed, comes from one table (`classify.rs`,
+//! summarized in the docs of [`ErrorKind`] and in the README): a failure's [`RetryRule`](crate::RetryRule)
+//! says whether the request may go again ([`RetryRule::Idempotent`](crate::RetryRule::Idempotent) ones only because these
+//! calls are idempotent: an attempt that timed out or lost its connection may have been
+//! carried out), and [`Error::blames_endpoint`] whether the next attempt must avoid the
+//! endpoint. A call that is not idempotent would be repeated only after a failure whose
+//! rule is [`RetryRule::Always`](crate::RetryRule::Always) (the server did not carry it out); none goes through this
+//! loop today.
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,29 +26,42 @@ use crate::config::Backoff;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::Transport;
 
-/// The wait before attempt `attempt + 1` of an idempotent call whose attempt `attempt`
-/// (0-based) failed with `err`, or `None` when trying again cannot help. `unit` is a
-/// uniform random number in `[0, 1)` for the jitter.
+/// The wait before attempt `attempt + 1` of a call (`idempotent` or not) whose attempt
+/// `attempt` (0-based) failed with `err`, or `None` when its [`RetryRule`](crate::RetryRule) says trying again
+/// cannot help or is not safe. `unit` is a uniform random number in `[0, 1)` for the
+/// jitter.
 ///
-/// Worth repeating: what [`Error::is_retryable`] says may succeed later (a transport
-/// failure other than a rejected TLS handshake, `UNAVAILABLE`, `OVERLOADED`, `ABORTED`,
-/// `UNDETERMINED`, timeouts). Not: answers that repeat themselves (`NOT_FOUND`,
-/// `BAD_REQUEST`, `UNAUTHORIZED`, `PRECONDITION_FAILED`, internal errors).
-pub(crate) fn delay(err: &Error, attempt: u32, backoff: &Backoff, unit: f64) -> Option<Duration> {
-    err.is_retryable().then(|| backoff.delay(attempt, unit))
-}
-
-/// Whether a failure says the endpoint itself is at fault (so another one should be
-/// tried), rather than the server answering with an error.
-pub(crate) fn endpoint_failed(err: &Error) -> bool {
-    matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout) && err.status().is_none()
+/// Repeated for every call: `UNAVAILABLE`, `OVERLOADED`, `ABORTED`, a connection that never
+/// came up. For idempotent calls also: `UNDETERMINED`, YDB `TIMEOUT`, gRPC `INTERNAL`, a
+/// broken connection, an attempt timeout. Never: answers that repeat themselves
+/// (`NOT_FOUND`, `BAD_REQUEST`, `UNAUTHORIZED`, `PRECONDITION_FAILED`, `INTERNAL_ERROR`,
+/// gRPC `UNKNOWN` and `DATA_LOSS`).
+pub(crate) fn delay(
+    err: &Error,
+    idempotent: bool,
+    attempt: u32,
+    backoff: &Backoff,
+    unit: f64,
+) -> Option<Duration> {
+    err.retry_rule()
+        .allows(idempotent)
+        .then(|| backoff.delay(attempt, unit))
 }
 
 /// Sends `message` (with the YDB headers) through `call` until it succeeds, fails in a way
 /// [`delay`] does not repeat, or the transport's request timeout (all attempts together)
 /// runs out; each retry waits the crate's default [`Backoff`] and goes to the endpoint then
-/// preferred, so an endpoint that fails is left for another (one that accepts the call and
-/// never answers uses up what is left of the budget). The error is the last attempt's.
+/// preferred, so an endpoint that fails is left for another. The error is the last
+/// attempt's.
+///
+/// Each attempt has the transport's attempt timeout (a third of the request timeout by
+/// default) to be answered: an endpoint that accepts the call and never answers costs one
+/// attempt, is blamed (preferred last, reconnected) and the next attempt goes elsewhere.
+/// An attempt that timed out may have been carried out by the server: repeating it is safe
+/// only because every call sent through here is idempotent (the module docs). A call that
+/// is not must not come through this loop; it would give up after such an attempt, since
+/// [`delay`] repeats only what its rule allows for a non-idempotent call.
+///
 /// Credentials that cannot give a token fail the call at once: they retry their own
 /// source. A token the server rejects is renewed once ([`Transport::token_rejected`]) and
 /// the call sent again at once.
@@ -60,6 +82,7 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let budget = transport.request_timeout();
+    let per_attempt = transport.attempt_timeout();
     // `later`: a request timeout of `Duration::MAX` means no limit, not an overflow.
     let deadline = crate::clock::later(Instant::now(), budget);
     let backoff = Backoff::default();
@@ -73,19 +96,27 @@ where
         let request = transport
             .request_within(message.clone(), left, what)
             .await?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let err = match tokio::time::timeout(left, call(lane.channel.clone(), request)).await {
+        let attempt_deadline = crate::clock::later(Instant::now(), per_attempt).min(deadline);
+        let attempt = call(lane.channel.clone(), request);
+        let err = match tokio::time::timeout_at(attempt_deadline, attempt).await {
             Ok(Ok(value)) => {
                 transport.answered(&lane);
                 return Ok(value);
             }
             Ok(Err(err)) => err,
+            Err(_) if attempt_deadline < deadline => Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what}: the endpoint gave no answer within the attempt timeout of \
+                     {per_attempt:?}; the next attempt goes to another endpoint"
+                ),
+            ),
             Err(_) => Error::new(
                 ErrorKind::Timeout,
                 format!("{what}: no answer within the request timeout of {budget:?}"),
             ),
         };
-        if endpoint_failed(&err) {
+        if err.blames_endpoint() {
             transport.reconnect(&lane);
         } else {
             transport.answered(&lane);
@@ -105,7 +136,7 @@ where
             }
             continue;
         }
-        let Some(wait) = delay(&err, tries, &backoff, rand::random::<f64>()) else {
+        let Some(wait) = delay(&err, true, tries, &backoff, rand::random::<f64>()) else {
             return Err(err);
         };
         if Instant::now() + wait >= deadline {
@@ -122,8 +153,8 @@ mod tests {
     use super::*;
     use crate::error::StatusCode;
 
-    fn after(kind_or_status: Error) -> Option<Duration> {
-        delay(&kind_or_status, 2, &Backoff::default(), 0.5)
+    fn after(err: Error, idempotent: bool) -> Option<Duration> {
+        delay(&err, idempotent, 2, &Backoff::default(), 0.5)
     }
 
     #[test]
@@ -136,12 +167,29 @@ mod tests {
             StatusCode::Timeout,
         ] {
             assert_eq!(
-                after(Error::from_status(status, "x")),
+                after(Error::from_status(status, "x"), true),
                 Some(Duration::from_millis(100)),
                 "{status:?}"
             );
         }
-        assert!(after(Error::new(ErrorKind::Transport, "refused")).is_some());
+        assert!(after(Error::new(ErrorKind::Transport, "refused"), true).is_some());
+        assert!(after(Error::new(ErrorKind::Timeout, "no answer"), true).is_some());
+    }
+
+    #[test]
+    fn what_may_have_been_carried_out_is_repeated_only_for_idempotent_calls() {
+        for status in [StatusCode::Undetermined, StatusCode::Timeout] {
+            assert_eq!(after(Error::from_status(status, "x"), false), None);
+        }
+        // An attempt nobody answered in time, a connection that broke mid-call.
+        assert_eq!(after(Error::new(ErrorKind::Timeout, "silent"), false), None);
+        assert_eq!(
+            after(Error::new(ErrorKind::Transport, "reset"), false),
+            None
+        );
+        for status in [StatusCode::Unavailable, StatusCode::Overloaded] {
+            assert!(after(Error::from_status(status, "x"), false).is_some());
+        }
     }
 
     #[test]
@@ -154,22 +202,39 @@ mod tests {
             StatusCode::InternalError,
             StatusCode::SchemeError,
         ] {
-            assert_eq!(after(Error::from_status(status, "x")), None, "{status:?}");
+            assert_eq!(
+                after(Error::from_status(status, "x"), true),
+                None,
+                "{status:?}"
+            );
         }
-        assert_eq!(after(Error::new(ErrorKind::InvalidArgument, "x")), None);
+        assert_eq!(
+            after(Error::new(ErrorKind::InvalidArgument, "x"), true),
+            None
+        );
+        for code in [tonic::Code::Unknown, tonic::Code::DataLoss] {
+            let err = Error::from_grpc(tonic::Status::new(code, "x"), "describe");
+            assert_eq!(after(err, true), None, "{code:?}");
+        }
     }
 
     #[test]
     fn only_failures_without_a_server_answer_blame_the_endpoint() {
-        assert!(endpoint_failed(&Error::new(ErrorKind::Transport, "reset")));
-        assert!(endpoint_failed(&Error::new(ErrorKind::Timeout, "silent")));
-        assert!(!endpoint_failed(&Error::from_status(
-            StatusCode::Timeout,
-            "the server's own timeout"
-        )));
-        assert!(!endpoint_failed(&Error::from_status(
-            StatusCode::Unavailable,
-            "x"
-        )));
+        assert!(Error::new(ErrorKind::Transport, "reset").blames_endpoint());
+        assert!(Error::new(ErrorKind::Timeout, "silent").blames_endpoint());
+        assert!(
+            !Error::from_status(StatusCode::Timeout, "the server's own timeout").blames_endpoint()
+        );
+        assert!(!Error::from_status(StatusCode::Unavailable, "x").blames_endpoint());
+        let grpc = |code| Error::from_grpc(tonic::Status::new(code, "x"), "describe");
+        assert!(grpc(tonic::Code::Unavailable).blames_endpoint());
+        assert!(grpc(tonic::Code::ResourceExhausted).blames_endpoint());
+        for code in [
+            tonic::Code::Internal,
+            tonic::Code::Unknown,
+            tonic::Code::DataLoss,
+        ] {
+            assert!(!grpc(code).blames_endpoint(), "{code:?}");
+        }
     }
 }

@@ -26,6 +26,20 @@ const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"))
 /// The shortest time between two discoveries run early because endpoints failed.
 const EARLY_DISCOVERY_GAP: Duration = Duration::from_secs(5);
 
+/// The shortest default attempt timeout: a round trip to a busy node in another data
+/// centre must fit in it.
+const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The attempt timeout when none is set: a third of the request timeout, so a hung endpoint
+/// leaves room for two more attempts, but at least [`MIN_ATTEMPT_TIMEOUT`] and at most the
+/// request timeout. A request timeout of `Duration::MAX` (no limit) gives attempts without
+/// a limit too.
+pub(crate) fn default_attempt_timeout(request_timeout: Duration) -> Duration {
+    (request_timeout / 3)
+        .max(MIN_ATTEMPT_TIMEOUT)
+        .min(request_timeout)
+}
+
 /// A parsed connection string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConnectionInfo {
@@ -113,6 +127,8 @@ pub(crate) struct TransportConfig {
     pub(crate) discovery_interval: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    /// How long one attempt of a retried unary call waits for its endpoint.
+    pub(crate) attempt_timeout: Duration,
 }
 
 /// A channel chosen for one call or stream, with what names it when reporting how it went.
@@ -160,6 +176,10 @@ impl Transport {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.config.request_timeout
+    }
+
+    pub(crate) fn attempt_timeout(&self) -> Duration {
+        self.config.attempt_timeout
     }
 
     /// The channel to use now: a discovered endpoint that works, round robin; the
@@ -481,6 +501,19 @@ mod tests {
             parse("grpc://[::1]:2136/db").map(|c| c.authority),
             Some("[::1]:2136".to_string())
         );
+    }
+
+    #[test]
+    fn the_default_attempt_timeout_is_a_third_of_the_request_timeout_within_bounds() {
+        let s = Duration::from_secs;
+        assert_eq!(default_attempt_timeout(s(9)), s(3));
+        assert_eq!(default_attempt_timeout(s(2)), s(1), "the floor");
+        assert_eq!(
+            default_attempt_timeout(Duration::from_millis(300)),
+            Duration::from_millis(300),
+            "never more than the request timeout"
+        );
+        assert_eq!(default_attempt_timeout(Duration::MAX), Duration::MAX / 3);
     }
 
     #[test]

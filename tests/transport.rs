@@ -304,20 +304,99 @@ async fn create_alter_and_drop_are_retried_as_the_sdks_do() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_silent_attempt_uses_up_the_budget_and_the_next_call_is_answered() {
+async fn a_silent_attempt_costs_one_attempt_timeout_and_the_call_is_answered() {
     let peer = UnaryPeer::start().await;
     peer.script(DESCRIBE, [Answer::Silent]);
     let client = build(
         Client::builder(peer.connection_string())
             .discovery(false)
-            .request_timeout(Duration::from_secs(10)),
+            .request_timeout(Duration::from_secs(9)),
     )
     .await;
-    // The silent attempt uses up the whole budget: the call times out, the next one works.
+    // The default attempt timeout is a third of the request timeout: 3 s, then a backoff
+    // under 50 ms, and the second attempt is answered.
+    let started = Instant::now();
+    within(client.describe_node(NODE)).await.unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert_eq!(peer.calls(DESCRIBE).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_timeout_can_be_set_and_the_request_timeout_still_bounds_the_call() {
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, vec![Answer::Silent; 1000]);
+    let client = build(
+        Client::builder(peer.connection_string())
+            .discovery(false)
+            .request_timeout(Duration::from_secs(5))
+            .attempt_timeout(Duration::from_secs(1)),
+    )
+    .await;
+    let started = Instant::now();
     let err = within(client.describe_node(NODE)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(started.elapsed() <= Duration::from_secs(5));
+    // 1 s attempts and backoffs under 1 s: at least three attempts, at most five.
+    let calls = peer.calls(DESCRIBE).len();
+    assert!((3..=5).contains(&calls), "{calls} attempts");
+}
+
+/// Discovery names `hung` first and a healthy endpoint second: the first admin call lands
+/// on `hung`, gives up on it after one attempt timeout and is answered by the healthy one;
+/// the next calls go straight to the healthy endpoint, `hung` being preferred last.
+async fn admin_calls_go_past(hung: SocketAddr) {
+    let emulator = emulator().await;
+    let healthy = listener(&emulator).await;
+    emulator.advertise(vec![hung, healthy]);
+    let request_timeout = Duration::from_secs(9);
+    let attempt = Duration::from_secs(3);
+    let client =
+        build(Client::builder(emulator.connection_string()).request_timeout(request_timeout)).await;
+    let started = Instant::now();
     within(client.describe_node(NODE)).await.unwrap();
-    assert_eq!(peer.calls(DESCRIBE).len(), 2);
+    let took = started.elapsed();
+    // One attempt timeout on the hung endpoint, then a backoff under 50 ms.
+    assert!(took >= attempt, "{took:?}");
+    assert!(took < attempt + Duration::from_secs(1), "{took:?}");
+    for _ in 0..3 {
+        let started = Instant::now();
+        within(client.create_node("other", NodeConfig::new()))
+            .await
+            .unwrap();
+        within(client.describe_node(NODE)).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the hung endpoint is preferred last"
+        );
+    }
+    let started = Instant::now();
+    let session = session(&client).await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(answers(&session).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_call_goes_past_an_endpoint_that_accepts_and_never_answers() {
+    let (hung, accepted) = mute_listener().await;
+    admin_calls_go_past(hung).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the hung endpoint was tried once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_call_goes_past_an_endpoint_that_never_answers_the_call() {
+    let peer = UnaryPeer::start().await;
+    for method in [DESCRIBE, CREATE, SESSION] {
+        peer.script(method, vec![Answer::Silent; 10]);
+    }
+    admin_calls_go_past(peer.addr()).await;
+    assert_eq!(peer.calls(DESCRIBE).len(), 1, "tried once");
+    assert!(peer.calls(CREATE).is_empty() && peer.calls(SESSION).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -426,4 +505,63 @@ async fn a_session_start_whose_renewed_token_is_rejected_again_fails_at_once() {
     );
     // One attempt: the token, then a renewed one.
     assert_eq!(peer.calls(SESSION).len(), 2);
+}
+
+/// Discovery names the scripted `peer` first and a healthy endpoint second; the peer
+/// answers the first describe with `code`, the ones after it with success. Returns how many
+/// of six describes reached the peer: one if `code` made it be preferred last, more if the
+/// calls kept taking turns.
+async fn describes_reaching_a_peer_that_answered(code: tonic::Code) -> usize {
+    let emulator = emulator().await;
+    let healthy = listener(&emulator).await;
+    let peer = UnaryPeer::start().await;
+    peer.script(DESCRIBE, [Answer::Grpc(code)]);
+    emulator.advertise(vec![peer.addr(), healthy]);
+    let client = build(Client::builder(emulator.connection_string())).await;
+    for _ in 0..6 {
+        within(client.describe_node(NODE)).await.unwrap();
+    }
+    peer.calls(DESCRIBE).len()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_internal_answer_does_not_blame_the_endpoint_while_unavailable_does() {
+    // INTERNAL: the describe is repeated (it is idempotent) on the healthy endpoint, and the
+    // peer keeps its turn.
+    assert!(describes_reaching_a_peer_that_answered(tonic::Code::Internal).await > 1);
+    // UNAVAILABLE: the peer is preferred last from then on.
+    assert_eq!(
+        describes_reaching_a_peer_that_answered(tonic::Code::Unavailable).await,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_statuses_are_repeated_by_their_rule() {
+    let peer = UnaryPeer::start().await;
+    peer.script(
+        DESCRIBE,
+        [
+            Answer::Grpc(tonic::Code::Internal),
+            Answer::Grpc(tonic::Code::ResourceExhausted),
+            Answer::Grpc(tonic::Code::Aborted),
+            Answer::Grpc(tonic::Code::DataLoss),
+        ],
+    );
+    peer.script(CREATE, [Answer::Grpc(tonic::Code::Unknown)]);
+    peer.script(ALTER, [Answer::Grpc(tonic::Code::AlreadyExists)]);
+    let client = scripted_client(&peer).await;
+    // INTERNAL, RESOURCE_EXHAUSTED and ABORTED are repeated; DATA_LOSS ends the call.
+    let err = within(client.describe_node(NODE)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    assert_eq!(peer.calls(DESCRIBE).len(), 4);
+    let err = within(client.create_node("app", NodeConfig::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    let err = within(client.alter_node("app", NodeConfig::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(peer.calls(CREATE).len() + peer.calls(ALTER).len(), 2);
 }

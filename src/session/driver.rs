@@ -183,9 +183,13 @@ impl Driver {
         self.core.control(now, control);
     }
 
-    /// The stream broke: it is dropped here, and the core decides what follows.
+    /// The stream broke: it is dropped here, and the core decides what follows. The
+    /// endpoint is blamed unless the server ended the stream with a status that does not
+    /// blame it (`classify.rs`: a gRPC `INTERNAL`, say).
     fn lost(&mut self, now: Instant, cause: Error) {
-        if let Some(conn) = self.stream.take() {
+        if let Some(conn) = self.stream.take()
+            && cause.blames_endpoint()
+        {
             self.transport.reconnect(&conn.lane);
         }
         self.core.stream_lost(now, &cause);

@@ -62,7 +62,7 @@ pub(crate) async fn attach(
                 transport.token_rejected().await;
                 continue;
             }
-            Err(err) if crate::retry::endpoint_failed(err) => transport.reconnect(&lane),
+            Err(err) if err.blames_endpoint() => transport.reconnect(&lane),
             // Attached, or the server answered with a failure status: the endpoint works.
             _ => transport.answered(&lane),
         }

@@ -1,0 +1,257 @@
+//! The one table of how a failure is classified: for every gRPC status code and every YDB
+//! status, the [`ErrorKind`] it reads as, whether the request may be sent again
+//! ([`RetryRule`]), and whether it blames the endpoint (which is then preferred last and
+//! reconnected, see `endpoints.rs`).
+//!
+//! Pure: plain functions of a code. The rules follow ydb-go-sdk (`internal/xerrors`:
+//! `operation.go` and `transport.go` for the retry types, `internal/conn/pool.go` `Ban` for
+//! the blame) and agree with the Java SDK's `StatusCode` retry flags. Go's "retryable" is
+//! [`RetryRule::Always`], its "conditionally retryable" [`RetryRule::Idempotent`], its
+//! "undefined" [`RetryRule::Never`]. Where this crate differs, the row says why:
+//!
+//! - YDB `TIMEOUT` is repeated for idempotent calls (Go: never). Go's callers set an
+//!   operation timeout and `TIMEOUT` means it passed; this crate sets none, so the status is
+//!   one of the server's internal deadlines (a busy tablet) that a repeat within the
+//!   caller's own budget may well beat.
+//! - A failure in the client's own transport (connection refused or reset, HTTP/2 errors,
+//!   a TLS handshake) blames the endpoint whatever gRPC code tonic gives it. grpc-go reports
+//!   these as `UNAVAILABLE`, which Go's pool bans on; tonic reports a cut connection as
+//!   `UNKNOWN` or `INTERNAL`, so the code alone cannot tell a broken wire from a server's
+//!   answer. tonic keeps the client-side error as the status's source; a status a server
+//!   sent has none, and only such a status is classified by its code.
+//! - An attempt that got no answer within its deadline blames the endpoint (Go does not
+//!   ban on a context deadline: it has no per-attempt deadline, so a timed-out call there
+//!   is the caller's budget running out, not a sign that one node hangs).
+//! - Go waits longer after `OVERLOADED` and `RESOURCE_EXHAUSTED` (its slow backoff); here
+//!   every retry uses the same [`Backoff`](crate::Backoff), bounded by the request timeout.
+
+use crate::error::{ErrorKind, RetryRule, StatusCode};
+
+/// What a failure reads as: its kind, its retry rule, and whether the endpoint is at fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub(crate) kind: ErrorKind,
+    pub(crate) retry: RetryRule,
+    pub(crate) blames_endpoint: bool,
+}
+
+const fn class(kind: ErrorKind, retry: RetryRule, blames_endpoint: bool) -> Class {
+    Class {
+        kind,
+        retry,
+        blames_endpoint,
+    }
+}
+
+/// A YDB status in a server's answer. The server answered, so none blames the endpoint
+/// (ydb-go-sdk bans endpoints on transport errors only).
+pub(crate) fn ydb_status(status: StatusCode) -> Class {
+    use ErrorKind as K;
+    use RetryRule::{Always, Idempotent, Never};
+    use StatusCode as S;
+    let (kind, retry) = match status {
+        // Not failures: a failure that carries one is the server's fault.
+        S::Unspecified | S::Success => (K::Internal, Never),
+        S::BadRequest | S::Unsupported => (K::InvalidArgument, Never),
+        S::Unauthorized => (K::Unauthorized, Never),
+        S::InternalError | S::GenericError | S::ExternalError => (K::Internal, Never),
+        S::Aborted => (K::Aborted, Always),
+        S::Unavailable => (K::Unavailable, Always),
+        // The session is busy with another request: as good as unavailable for a moment.
+        S::SessionBusy => (K::Unavailable, Always),
+        S::Overloaded => (K::Overloaded, Always),
+        S::SchemeError | S::NotFound => (K::NotFound, Never),
+        // Go: never (see the module docs).
+        S::Timeout => (K::Timeout, Idempotent),
+        S::BadSession => (K::BadSession, Always),
+        S::PreconditionFailed => (K::PreconditionFailed, Never),
+        S::AlreadyExists => (K::AlreadyExists, Never),
+        // The session is gone: not the same request again, but a new session may do.
+        S::SessionExpired => (K::SessionExpired, Never),
+        S::Cancelled => (K::Cancelled, Never),
+        // It may have been carried out.
+        S::Undetermined => (K::OutcomeUnknown, Idempotent),
+    };
+    class(kind, retry, false)
+}
+
+/// A gRPC status a server (or a proxy in front of it) sent. Only `UNAVAILABLE` and
+/// `RESOURCE_EXHAUSTED` blame the endpoint, the two ydb-go-sdk's pool bans on.
+pub(crate) fn grpc_code(code: tonic::Code) -> Class {
+    use ErrorKind as K;
+    use RetryRule::{Always, Idempotent, Never};
+    use tonic::Code as C;
+    match code {
+        // Not a failure: one that carries it breaks the protocol.
+        C::Ok => class(K::Protocol, Never, false),
+        C::Cancelled => class(K::Cancelled, Idempotent, false),
+        C::Unknown | C::Unimplemented | C::DataLoss => class(K::Internal, Never, false),
+        C::Internal => class(K::Internal, Idempotent, false),
+        C::InvalidArgument | C::OutOfRange => class(K::InvalidArgument, Never, false),
+        C::DeadlineExceeded => class(K::Timeout, Idempotent, false),
+        C::NotFound => class(K::NotFound, Never, false),
+        C::AlreadyExists => class(K::AlreadyExists, Never, false),
+        C::PermissionDenied | C::Unauthenticated => class(K::Unauthorized, Never, false),
+        C::ResourceExhausted => class(K::Overloaded, Always, true),
+        C::FailedPrecondition => class(K::PreconditionFailed, Never, false),
+        C::Aborted => class(K::Aborted, Always, false),
+        C::Unavailable => class(K::Transport, Idempotent, true),
+    }
+}
+
+/// A failure in the client's own transport, whatever its gRPC code: the endpoint is at
+/// fault. When the connection never came up nothing was sent, so any call may go again;
+/// otherwise the request may have reached the server. A TLS certificate the client refuses
+/// comes back the same at every attempt: never repeated.
+pub(crate) fn transport_failure(connected: bool, tls_rejected: bool) -> Class {
+    let retry = if tls_rejected {
+        RetryRule::Never
+    } else if connected {
+        RetryRule::Idempotent
+    } else {
+        RetryRule::Always
+    };
+    class(ErrorKind::Transport, retry, true)
+}
+
+/// An error the client made itself, of `kind` (no status from anywhere): a client-side
+/// timeout (an attempt nobody answered) and a broken or ended stream blame the endpoint.
+pub(crate) fn client_side(kind: ErrorKind) -> Class {
+    use ErrorKind as K;
+    use RetryRule::{Always, Idempotent, Never};
+    match kind {
+        K::Transport | K::Timeout => class(kind, Idempotent, true),
+        K::OutcomeUnknown => class(kind, Idempotent, false),
+        K::Aborted | K::Unavailable | K::Overloaded | K::BadSession => class(kind, Always, false),
+        _ => class(kind, Never, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ErrorKind as K;
+    use RetryRule::{Always, Idempotent, Never};
+    use StatusCode as S;
+    use tonic::Code as C;
+
+    /// Every YDB status: (status, kind, retry rule, blames the endpoint).
+    const YDB: [(S, ErrorKind, RetryRule, bool); 21] = [
+        (S::Unspecified, K::Internal, Never, false),
+        (S::Success, K::Internal, Never, false),
+        (S::BadRequest, K::InvalidArgument, Never, false),
+        (S::Unauthorized, K::Unauthorized, Never, false),
+        (S::InternalError, K::Internal, Never, false),
+        (S::Aborted, K::Aborted, Always, false),
+        (S::Unavailable, K::Unavailable, Always, false),
+        (S::Overloaded, K::Overloaded, Always, false),
+        (S::SchemeError, K::NotFound, Never, false),
+        (S::GenericError, K::Internal, Never, false),
+        (S::Timeout, K::Timeout, Idempotent, false),
+        (S::BadSession, K::BadSession, Always, false),
+        (
+            StatusCode::PreconditionFailed,
+            K::PreconditionFailed,
+            Never,
+            false,
+        ),
+        (S::AlreadyExists, K::AlreadyExists, Never, false),
+        (S::NotFound, K::NotFound, Never, false),
+        (S::SessionExpired, K::SessionExpired, Never, false),
+        (S::Cancelled, K::Cancelled, Never, false),
+        (
+            StatusCode::Undetermined,
+            K::OutcomeUnknown,
+            Idempotent,
+            false,
+        ),
+        (S::Unsupported, K::InvalidArgument, Never, false),
+        (S::SessionBusy, K::Unavailable, Always, false),
+        (S::ExternalError, K::Internal, Never, false),
+    ];
+
+    /// Every gRPC code a server can send: (code, kind, retry rule, blames the endpoint).
+    const GRPC: [(C, ErrorKind, RetryRule, bool); 17] = [
+        (C::Ok, K::Protocol, Never, false),
+        (C::Cancelled, K::Cancelled, Idempotent, false),
+        (C::Unknown, K::Internal, Never, false),
+        (C::InvalidArgument, K::InvalidArgument, Never, false),
+        (C::DeadlineExceeded, K::Timeout, Idempotent, false),
+        (C::NotFound, K::NotFound, Never, false),
+        (C::AlreadyExists, K::AlreadyExists, Never, false),
+        (C::PermissionDenied, K::Unauthorized, Never, false),
+        (C::ResourceExhausted, K::Overloaded, Always, true),
+        (C::FailedPrecondition, K::PreconditionFailed, Never, false),
+        (C::Aborted, K::Aborted, Always, false),
+        (C::OutOfRange, K::InvalidArgument, Never, false),
+        (C::Unimplemented, K::Internal, Never, false),
+        (C::Internal, K::Internal, Idempotent, false),
+        (C::Unavailable, K::Transport, Idempotent, true),
+        (C::DataLoss, K::Internal, Never, false),
+        (C::Unauthenticated, K::Unauthorized, Never, false),
+    ];
+
+    /// `all` (every value there is) matches `rows` one to one, each classified as its row says.
+    fn assert_rows<T: Copy + PartialEq + std::fmt::Debug>(
+        all: &[T],
+        rows: &[(T, ErrorKind, RetryRule, bool)],
+        classify: fn(T) -> Class,
+    ) {
+        assert_eq!(all.len(), rows.len(), "{all:?}");
+        for &code in all {
+            let Some(&(_, kind, retry, blames)) = rows.iter().find(|row| row.0 == code) else {
+                panic!("{code:?} has no row");
+            };
+            assert_eq!(classify(code), class(kind, retry, blames), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn every_ydb_status_has_its_row() {
+        // Every value the enum has, found by its numbers: a status added to the enum and
+        // missing from the table fails here.
+        let all: Vec<StatusCode> = (0..=600_000)
+            .filter_map(|n| StatusCode::try_from(n).ok())
+            .collect();
+        assert_rows(&all, &YDB, ydb_status);
+    }
+
+    #[test]
+    fn every_grpc_code_has_its_row() {
+        // tonic reads any number it does not know as UNKNOWN; 0..=16 are the codes.
+        let mut all = Vec::new();
+        for n in 0..=32 {
+            let code = tonic::Code::from_i32(n);
+            if !all.contains(&code) {
+                all.push(code);
+            }
+        }
+        assert_rows(&all, &GRPC, grpc_code);
+    }
+
+    #[test]
+    fn only_transport_trouble_blames_the_endpoint() {
+        for (status, ..) in YDB {
+            assert!(!ydb_status(status).blames_endpoint, "{status:?}");
+        }
+        let blamed: Vec<tonic::Code> = GRPC
+            .iter()
+            .filter(|row| grpc_code(row.0).blames_endpoint)
+            .map(|row| row.0)
+            .collect();
+        assert_eq!(
+            blamed,
+            [tonic::Code::ResourceExhausted, tonic::Code::Unavailable]
+        );
+        assert!(transport_failure(true, false).blames_endpoint);
+        assert!(client_side(K::Timeout).blames_endpoint);
+        assert!(!client_side(K::Internal).blames_endpoint);
+    }
+
+    #[test]
+    fn transport_failures_repeat_by_what_may_have_been_sent() {
+        assert_eq!(transport_failure(false, false).retry, Always);
+        assert_eq!(transport_failure(true, false).retry, Idempotent);
+        assert_eq!(transport_failure(false, true).retry, Never);
+    }
+}
