@@ -80,7 +80,7 @@ const CONFIG_FILE: &str = "OAuth 2.0 token exchange config";
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::{JwtTokenSource, OAuth2TokenExchangeCredentials, OAuth2TokenSource};
+/// use ydb_coordination::{JwtTokenSource, OAuth2TokenExchangeCredentials};
 ///
 /// let jwt = JwtTokenSource::new("HS256", b"a secret shared with the token service")?
 ///     .issuer("my-service")
