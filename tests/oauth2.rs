@@ -141,6 +141,14 @@ async fn jwt_sources_sign_with_every_algorithm_family_and_the_signatures_verify(
         assert!(iat >= before && iat <= oauth2::unix_now(), "issued now");
         assert_eq!(claims["exp"].as_u64().unwrap() - iat, 5400, "{alg}");
     }
+    // An EC key in SEC1 PEM, as `openssl ecparam -genkey` writes it, signs too.
+    let key = oauth2::sec1_signing_key();
+    let source = oauth2::jwt_source(&key, "1h");
+    let credentials = credentials_of(&mock, serde_json::json!({ "subject-credentials": source }));
+    current(&credentials).await;
+    let jwt = field(&mock.requests().pop().unwrap(), "subject_token").unwrap();
+    verify_jwt(&jwt, &key).unwrap();
+
     // One audience is sent as a string; unset claims and headers are left out.
     let key = signing_key("HS256");
     let jwt = JwtTokenSource::new("HS256", {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cloud::{MockHttp, Recorded, temp_file};
-use oauth2::{TOKEN_PATH, claims_of, form, issue, signing_key};
+use oauth2::{SigningKey, TOKEN_PATH, claims_of, form, issue, sec1_signing_key, signing_key};
 use ydb_coordination::{OAuth2TokenExchangeCredentials, TokenProvider};
 
 /// A bound on everything that involves the Python process (real time: it is a real process).
@@ -92,14 +92,18 @@ async fn the_python_sdk_posts_the_same_form_and_jwt_for_the_same_config_file() {
     }
     let crypto = python_has("cryptography").await;
     let mock = MockHttp::start(|r, _| issue(r, 0, Duration::from_secs(3600))).await;
-    for alg in ["HS256", "HS512", "RS256", "PS384", "ES256", "ES384"] {
+    let mut keys: Vec<(&str, SigningKey)> = ["HS256", "HS512", "RS256", "PS384", "ES256", "ES384"]
+        .into_iter()
+        .map(|alg| (alg, signing_key(alg)))
+        .collect();
+    keys.push(("ES256 (SEC1 key)", sec1_signing_key()));
+    for (alg, key) in keys {
         if !alg.starts_with("HS")
             && let Err(why) = &crypto
         {
             println!("{alg} skipped: Python has no cryptography package ({why})");
             continue;
         }
-        let key = signing_key(alg);
         let mut subject = oauth2::jwt_source(&key, "30m");
         // One audience, given as a string.
         subject["aud"] = serde_json::json!("jwt-aud");

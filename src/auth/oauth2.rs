@@ -170,7 +170,7 @@ impl OAuth2TokenExchangeCredentials {
     /// are joined by spaces); `subject-credentials` and `actor-credentials`, each either
     /// `{"type": "FIXED", "token": ..., "token-type": ...}` or `{"type": "JWT", "alg": ...,
     /// "private-key": ..., "kid", "iss", "sub", "aud" (a string or a list), "jti", "ttl"}`:
-    /// `alg` one of [`OAUTH2_JWT_ALGORITHMS`], `private-key` a PEM key (RSA, EC in PKCS #8) or
+    /// `alg` one of [`OAUTH2_JWT_ALGORITHMS`], `private-key` a PEM key (RSA, EC) or
     /// for `HS*` the secret in base64, `ttl` a duration such as `"1h"`, `"30m"`, `"1h30m"` or
     /// `"90s"` (default an hour). Fields of other names are ignored.
     ///
@@ -718,7 +718,7 @@ impl fmt::Debug for JwtTokenSource {
 impl JwtTokenSource {
     /// Signs with `algorithm` (one of [`OAUTH2_JWT_ALGORITHMS`], in any case) and `key`: a
     /// PEM-encoded private key for `RS*` and `PS*` (RSA, PKCS #1 or #8) and `ES*` (EC, PKCS
-    /// #8), the secret's bytes themselves for `HS*`. The JWT has no claims but `iat` and
+    /// #8 or SEC1), the secret's bytes themselves for `HS*`. The JWT has no claims but `iat` and
     /// `exp` until the other methods add them; it lives [`DEFAULT_JWT_TTL`].
     ///
     /// # Examples
@@ -888,13 +888,90 @@ fn signing_key(algorithm: Algorithm, key: &[u8]) -> std::result::Result<Encoding
         HS256 | HS384 | HS512 => Ok(EncodingKey::from_secret(key)),
         RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => EncodingKey::from_rsa_pem(key)
             .map_err(|_| "has a private key that is not a PEM-encoded RSA key".to_string()),
-        ES256 | ES384 => EncodingKey::from_ec_pem(key).map_err(|_| {
-            "has a private key that is not a PEM-encoded EC key in PKCS #8 (`BEGIN PRIVATE KEY`; \
-             `openssl pkcs8 -topk8 -nocrypt` converts a `BEGIN EC PRIVATE KEY` one)"
-                .to_string()
-        }),
+        ES256 | ES384 => match sec1_to_pkcs8(key) {
+            Some(pkcs8) => Ok(EncodingKey::from_ec_der(&pkcs8)),
+            None => EncodingKey::from_ec_pem(key).map_err(|_| {
+                "has a private key that is not a PEM-encoded EC key (`BEGIN PRIVATE KEY` or \
+                 `BEGIN EC PRIVATE KEY`)"
+                    .to_string()
+            }),
+        },
         EdDSA => Err("algorithm EdDSA is not one the YDB SDKs take".to_string()),
     }
+}
+
+/// An EC private key in SEC1 PEM (`BEGIN EC PRIVATE KEY`, what `openssl ecparam -genkey`
+/// writes, which the Go and Python SDKs take) as the PKCS #8 DER the JWT library signs with:
+/// `SEQUENCE { 0, SEQUENCE { id-ecPublicKey, curve }, OCTET STRING { the SEC1 key } }`, the
+/// curve taken from the key's own parameters. `None` for anything else.
+fn sec1_to_pkcs8(pem: &[u8]) -> Option<Vec<u8>> {
+    const BEGIN: &str = "-----BEGIN EC PRIVATE KEY-----";
+    const END: &str = "-----END EC PRIVATE KEY-----";
+    const EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    let text = std::str::from_utf8(pem).ok()?;
+    let body = text.split_once(BEGIN)?.1.split_once(END)?.0;
+    let body: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let sec1 = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .ok()?;
+    // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, ... }
+    let (tag, mut fields, _) = der_element(&sec1)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let mut curve = None;
+    while !fields.is_empty() {
+        let (tag, value, rest) = der_element(fields)?;
+        if tag == 0xa0 {
+            let (oid, _, _) = der_element(value)?;
+            (oid == 0x06).then_some(())?;
+            curve = Some(value);
+        }
+        fields = rest;
+    }
+    let algorithm = der(0x30, &[EC_PUBLIC_KEY, curve?].concat());
+    let version = [0x02, 0x01, 0x00];
+    Some(der(
+        0x30,
+        &[&version[..], &algorithm, &der(0x04, &sec1)].concat(),
+    ))
+}
+
+/// One DER element at the start of `input`: its tag, its value, and what follows.
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let (bytes, tail) = rest.split_at(count);
+        rest = tail;
+        bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b))
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// A DER element of `tag` around `value`.
+fn der(tag: u8, value: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let len = value.len();
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(value);
+    out
 }
 
 /// Parses a duration the way Go's `time.ParseDuration` does (`"1h"`, `"1h30m"`, `"1.5h"`,
@@ -1124,6 +1201,29 @@ mod tests {
         for bad in ["ES512", "es512", "EdDSA", "none", "HS1024", ""] {
             assert!(parse_algorithm(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn sec1_ec_keys_are_rewrapped_as_pkcs8_and_sign() {
+        let sec1 = include_str!("../../tests/data/test-only-ec-p256-sec1-private-key.pem");
+        let public = include_str!("../../tests/data/test-only-ec-p256-public-key.pem");
+        let source = JwtTokenSource::new("ES256", sec1).map(|s| s.issuer("i"));
+        let jwt = source.and_then(|s| s.sign(unix_now()));
+        let jwt = jwt.map(|j| j.expose().to_string()).unwrap_or_default();
+        let key = jsonwebtoken::DecodingKey::from_ec_pem(public.as_bytes());
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::ES256);
+        validation.required_spec_claims.clear();
+        let verified = key.map(|k| jsonwebtoken::decode::<Value>(&jwt, &k, &validation));
+        assert!(matches!(verified, Ok(Ok(_))), "{verified:?}");
+        // Of another curve than the algorithm's, or broken: refused.
+        assert!(JwtTokenSource::new("ES384", sec1).is_err());
+        let broken = sec1.replace(
+            "BEGIN EC PRIVATE KEY-----\n",
+            "BEGIN EC PRIVATE KEY-----\nAAAA",
+        );
+        assert!(JwtTokenSource::new("ES256", broken).is_err());
+        assert_eq!(der_element(&[0x30, 0x85, 0, 0, 0, 0, 1]), None);
+        assert_eq!(der(0x04, &[7; 200])[..3], [0x04, 0x81, 200]);
     }
 
     #[test]

@@ -101,6 +101,17 @@ pub fn signing_key(alg: &'static str) -> SigningKey {
     }
 }
 
+/// The throwaway P-256 key of the tests in SEC1 PEM (`BEGIN EC PRIVATE KEY`, as `openssl
+/// ecparam -genkey` writes it), for ES256.
+pub fn sec1_signing_key() -> SigningKey {
+    let public = include_str!("../data/test-only-ec-p256-public-key.pem");
+    SigningKey {
+        alg: "ES256",
+        private_key: include_str!("../data/test-only-ec-p256-sec1-private-key.pem").to_string(),
+        verify: jsonwebtoken::DecodingKey::from_ec_pem(public.as_bytes()).unwrap(),
+    }
+}
+
 /// A JWT subject or actor source for a config file, signed with `key`, with every claim set.
 pub fn jwt_source(key: &SigningKey, ttl: &str) -> serde_json::Value {
     serde_json::json!({
