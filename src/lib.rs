@@ -150,8 +150,10 @@ pub use ydb_coordination_emulator as emulator;
 pub(crate) use crate::emulator::core as emulator_core;
 
 pub use auth::{
-    Credentials, IAM_TOKEN_URL, KeyFileError, METADATA_TOKEN_URL, MetadataCredentials,
-    ServiceAccountCredentials, TokenFuture, TokenProvider,
+    ACCESS_TOKEN_TYPE, Credentials, DEFAULT_JWT_TTL, IAM_TOKEN_URL, JWT_TOKEN_TYPE, JwtTokenSource,
+    KeyFileError, METADATA_TOKEN_URL, MetadataCredentials, OAUTH2_JWT_ALGORITHMS,
+    OAuth2TokenExchangeCredentials, OAuth2TokenSource, ServiceAccountCredentials,
+    TOKEN_EXCHANGE_GRANT_TYPE, TokenExchangeError, TokenFuture, TokenProvider,
 };
 pub use client::{Client, ClientBuilder};
 pub use config::{

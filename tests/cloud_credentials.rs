@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cloud::{MockHttp, Recorded, Reply, key_json, rfc3339_in, temp_file, verify_iam_request};
+use cloud::{
+    MockHttp, Recorded, Reply, connect, current, emulator_accepting, key_json, rfc3339_in,
+    temp_file, verify_iam_request,
+};
 use common::within;
 use peer::{Peer, Rs, StatusCode, session_response};
 use ydb_coordination::emulator::Emulator;
@@ -59,40 +62,12 @@ fn service_account(iam: &MockHttp) -> Credentials {
     Credentials::from(service_account_of(iam))
 }
 
-/// The token `provider` gives now.
-async fn current(provider: &impl TokenProvider) -> String {
-    within(provider.token()).await.unwrap().unwrap()
-}
-
-async fn emulator_accepting(tokens: &[&str]) -> Emulator {
-    let mut builder = Emulator::builder().node("/local/app");
-    for t in tokens {
-        builder = builder.token(*t);
-    }
-    within(builder.start()).await.unwrap()
-}
-
-/// A client with discovery at build only: the periodic discovery would ask for tokens at
-/// times of its own, and these tests count the exchanges.
-async fn connect(emulator: &Emulator, credentials: Credentials) -> Client {
-    let builder = Client::builder(emulator.connection_string())
-        .credentials(credentials)
-        .discovery_interval(Duration::from_secs(24 * 3600));
-    within(builder.build()).await.unwrap()
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_service_account_key_is_exchanged_for_an_iam_token_sent_as_the_ticket() {
     let iam = iam(12 * HOUR).await;
     let emulator = emulator_accepting(&["iam-token-1"]).await;
     let client = connect(&emulator, service_account(&iam)).await;
-    let session = within(client.session("/local/app", SessionOptions::new()))
-        .await
-        .unwrap();
-    within(session.create_semaphore("sem", 1, b""))
-        .await
-        .unwrap();
-    within(client.describe_node("/local/app")).await.unwrap();
+    cloud::session_and_node_call(&client).await;
     // One exchange served the session and the unary call; the JWT was valid and short-lived.
     let requests = iam.requests();
     assert_eq!(requests.len(), 1);
@@ -109,25 +84,7 @@ async fn the_iam_token_is_renewed_at_half_life_in_the_background() {
     let iam = iam(HOUR).await;
     let emulator = emulator_accepting(&["iam-token-1", "iam-token-2"]).await;
     let sa = Arc::new(service_account_of(&iam));
-    let client = connect(&emulator, Credentials::provider(sa.clone())).await;
-    within(client.describe_node("/local/app")).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(29 * 60)).await;
-    within(client.describe_node("/local/app")).await.unwrap();
-    assert_eq!(iam.count(), 1, "the token is fresh for half its life");
-
-    // Past half life, a renewal starts; the call does not wait for it, even when IAM is slow.
-    iam.delay_answers(Duration::from_secs(5));
-    tokio::time::sleep(Duration::from_secs(2 * 60)).await;
-    let started = tokio::time::Instant::now();
-    within(client.describe_node("/local/app")).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(1));
-    assert_eq!(current(&sa).await, "iam-token-1");
-    iam.answered(2).await;
-    // The renewed token is cached and used: no further exchange.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(current(&sa).await, "iam-token-2");
-    within(client.describe_node("/local/app")).await.unwrap();
-    assert_eq!(iam.count(), 2);
+    cloud::renewed_at_half_life(&emulator, &iam, sa, ["iam-token-1", "iam-token-2"]).await;
 }
 
 #[tokio::test(start_paused = true)]

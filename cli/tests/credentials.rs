@@ -1,6 +1,6 @@
-//! `ydb-coord` with cloud credentials from the SDK environment variables, against an emulator
-//! that accepts only the token a mock IAM or metadata endpoint (on loopback, in the test)
-//! hands out.
+//! `ydb-coord` with cloud and OAuth 2.0 credentials from the SDK environment variables, against
+//! an emulator that accepts only the token a mock IAM, metadata or OAuth 2.0 token endpoint (on
+//! loopback, in the test) hands out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -157,7 +157,41 @@ fn the_metadata_service_from_the_environment_is_asked_with_its_header() {
 }
 
 #[test]
-fn a_bad_key_file_or_an_unsupported_variable_is_an_error() {
+fn an_oauth2_config_file_from_the_environment_is_exchanged_at_its_token_endpoint() {
+    let env = Env::new("oauth2");
+    let emulator = strict_emulator(&env, "Bearer oauth-cli-token");
+    let (endpoint, seen) = mock_endpoint(
+        serde_json::json!({
+            "access_token": "oauth-cli-token", "token_type": "Bearer", "expires_in": 3600,
+        })
+        .to_string(),
+    );
+    let config = env.path("oauth2.json");
+    let json = serde_json::json!({
+        "token-endpoint": format!("{endpoint}/oauth2/token"),
+        "aud": "ydb",
+        "subject-credentials": {
+            "type": "FIXED", "token": "subject", "token-type": "urn:ietf:params:oauth:token-type:id_token",
+        },
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let out = describe(&env, &emulator, &[("YDB_OAUTH2_KEY_FILE", &config)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    for r in &seen {
+        assert_eq!(r.line, "POST /oauth2/token HTTP/1.1");
+        assert!(r.headers.contains(&(
+            "content-type".into(),
+            "application/x-www-form-urlencoded".into()
+        )));
+        assert!(r.body.contains("subject_token=subject"), "{}", r.body);
+        assert!(r.body.contains("audience=ydb"), "{}", r.body);
+    }
+}
+
+#[test]
+fn a_bad_key_file_or_a_bad_oauth2_config_file_is_an_error() {
     // An emulator that allows everything: only the credentials can fail the command.
     let env = Env::new("bad-key");
     let emulator = &env.emulator;
@@ -170,6 +204,7 @@ fn a_bad_key_file_or_an_unsupported_variable_is_an_error() {
         &[("YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS", &key)],
     );
     assert_eq!(bad.status.code(), Some(1));
+    // A config without its token endpoint.
     let oauth = describe(&env, emulator, &[("YDB_OAUTH2_KEY_FILE", &key)]);
     assert_eq!(oauth.status.code(), Some(1));
 }

@@ -25,8 +25,9 @@ pub const METADATA_TOKEN_URL: &str =
 /// How long the JWT sent to IAM is valid (IAM accepts at most an hour).
 pub(crate) const JWT_LIFETIME: Duration = Duration::from_secs(600);
 
-/// What is wrong with a service account's authorized key, reachable through
-/// [`Error::source`](std::error::Error::source) of the [`ErrorKind::InvalidArgument`] error.
+/// What is wrong with a credentials file (a service account's authorized key, an OAuth 2.0
+/// token exchange config), reachable through [`Error::source`](std::error::Error::source) of
+/// the [`ErrorKind::InvalidArgument`] error.
 ///
 /// # Examples
 ///
@@ -42,8 +43,10 @@ pub(crate) const JWT_LIFETIME: Duration = Duration::from_secs(600);
 /// ```
 #[derive(Debug, Clone)]
 pub struct KeyFileError {
+    /// What the file is ("service account key").
+    what: &'static str,
     path: Option<PathBuf>,
-    field: Option<&'static str>,
+    field: Option<String>,
     problem: String,
 }
 
@@ -53,17 +56,36 @@ impl KeyFileError {
         self.path.as_deref()
     }
 
-    /// The JSON field at fault (`id`, `service_account_id`, `private_key`), if one is.
+    /// The JSON field at fault, if one is: `id`, `service_account_id`, `private_key` in a
+    /// service account key; `token-endpoint`, `aud`, ... in an OAuth 2.0 config, where a field
+    /// of a token source is named with the source (`subject-credentials.alg`).
     pub fn field(&self) -> Option<&str> {
-        self.field
+        self.field.as_deref()
+    }
+
+    /// The [`ErrorKind::InvalidArgument`] error for a problem with the file `what` ("service
+    /// account key"). `problem` says what is wrong; it never quotes a secret.
+    pub(super) fn error(
+        what: &'static str,
+        path: Option<&Path>,
+        field: Option<String>,
+        problem: String,
+    ) -> Error {
+        let detail = KeyFileError {
+            what,
+            path: path.map(Path::to_path_buf),
+            field,
+            problem,
+        };
+        Error::with_source(ErrorKind::InvalidArgument, detail.to_string(), detail)
     }
 }
 
 impl fmt::Display for KeyFileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.path {
-            Some(path) => write!(f, "service account key file {}: ", path.display())?,
-            None => f.write_str("service account key: ")?,
+            Some(path) => write!(f, "{} file {}: ", self.what, path.display())?,
+            None => write!(f, "{}: ", self.what)?,
         }
         f.write_str(&self.problem)
     }
@@ -72,12 +94,12 @@ impl fmt::Display for KeyFileError {
 impl std::error::Error for KeyFileError {}
 
 fn key_error(path: Option<&Path>, field: Option<&'static str>, problem: String) -> Error {
-    let detail = KeyFileError {
-        path: path.map(Path::to_path_buf),
-        field,
+    KeyFileError::error(
+        "service account key",
+        path,
+        field.map(str::to_string),
         problem,
-    };
-    Error::with_source(ErrorKind::InvalidArgument, detail.to_string(), detail)
+    )
 }
 
 /// A service account's authorized key (the JSON file `yc iam key create` writes), exchanged
@@ -391,7 +413,7 @@ impl TokenProvider for MetadataCredentials {
     }
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -447,6 +469,15 @@ fn iam_answer(what: &str, body: &[u8], now: SystemTime) -> Result<Fetched> {
 fn metadata_answer(what: &str, body: &[u8]) -> Result<Fetched> {
     let answer = json_object(what, body)?;
     let token = token_field(what, &answer, "access_token")?;
+    let lifetime = expires_in(what, &answer)?;
+    Ok(Fetched { token, lifetime })
+}
+
+/// `expires_in` in seconds (a whole or a fractional number), more than none.
+pub(super) fn expires_in(
+    what: &str,
+    answer: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Duration> {
     let seconds = answer.get("expires_in");
     let lifetime = match seconds.and_then(serde_json::Value::as_u64) {
         Some(secs) => Duration::from_secs(secs),
@@ -459,11 +490,14 @@ fn metadata_answer(what: &str, body: &[u8]) -> Result<Fetched> {
     if lifetime.is_zero() {
         return Err(expired(what, "an expires_in of no time left"));
     }
-    Ok(Fetched { token, lifetime })
+    Ok(lifetime)
 }
 
 /// The answer as a JSON object. Serde's own message is left out: it may quote the answer.
-fn json_object(what: &str, body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>> {
+pub(super) fn json_object(
+    what: &str,
+    body: &[u8],
+) -> Result<serde_json::Map<String, serde_json::Value>> {
     match serde_json::from_slice(body) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
         Ok(_) => Err(bad_answer(what, "with JSON that is not an object")),
@@ -479,7 +513,7 @@ fn json_object(what: &str, body: &[u8]) -> Result<serde_json::Map<String, serde_
 }
 
 /// The token in `name`: a non-empty string that can be sent as a header value.
-fn token_field(
+pub(super) fn token_field(
     what: &str,
     answer: &serde_json::Map<String, serde_json::Value>,
     name: &str,
@@ -499,7 +533,7 @@ fn token_field(
 }
 
 /// `answer` says what was wrong ("without an expires_in number").
-fn bad_answer(what: &str, answer: &str) -> Error {
+pub(super) fn bad_answer(what: &str, answer: &str) -> Error {
     Error::new(
         ErrorKind::Protocol,
         format!(
@@ -508,7 +542,7 @@ fn bad_answer(what: &str, answer: &str) -> Error {
     )
 }
 
-fn expired(what: &str, answer: &str) -> Error {
+pub(super) fn expired(what: &str, answer: &str) -> Error {
     Error::new(
         ErrorKind::Protocol,
         format!("{what} answered a token that expired already ({answer}); check the clock"),

@@ -1,15 +1,22 @@
 //! Credentials: where the `x-ydb-auth-ticket` header comes from.
 //!
 //! `mod.rs` has the provider trait, [`Credentials`] and the environment conventions;
-//! `cloud.rs` the Yandex Cloud providers (service account key, metadata service), `cache.rs`
-//! their token cache and renewal schedule, `http.rs` the small HTTP client they use.
+//! `cloud.rs` the Yandex Cloud providers (service account key, metadata service), `oauth2.rs`
+//! the OAuth 2.0 token exchange, `cache.rs` their token cache and renewal schedule, `http.rs`
+//! the small HTTP client they use.
 
 mod cache;
 mod cloud;
 mod http;
+mod oauth2;
 
 pub use cloud::{
     IAM_TOKEN_URL, KeyFileError, METADATA_TOKEN_URL, MetadataCredentials, ServiceAccountCredentials,
+};
+pub use oauth2::{
+    ACCESS_TOKEN_TYPE, DEFAULT_JWT_TTL, JWT_TOKEN_TYPE, JwtTokenSource, OAUTH2_JWT_ALGORITHMS,
+    OAuth2TokenExchangeCredentials, OAuth2TokenSource, TOKEN_EXCHANGE_GRANT_TYPE,
+    TokenExchangeError,
 };
 
 use std::fmt;
@@ -21,7 +28,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::{Error, ErrorKind, Result};
+#[cfg(any(doc, test))]
+use crate::error::ErrorKind;
+use crate::error::Result;
 
 /// A boxed future returned by [`TokenProvider::token`].
 pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<String>>> + Send + 'a>>;
@@ -144,6 +153,28 @@ impl Credentials {
         ServiceAccountCredentials::from_key_file(path).map(Self::from)
     }
 
+    /// An OAuth 2.0 token exchange (RFC 8693) configured by the YDB SDKs' JSON file, the one
+    /// `YDB_OAUTH2_KEY_FILE` names (see [`OAuth2TokenExchangeCredentials::from_config_file`]
+    /// for its fields, and [`OAuth2TokenExchangeCredentials`] for settings in code).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use ydb_coordination::Credentials;
+    ///
+    /// let credentials = Credentials::oauth2_key_file("/etc/app/oauth2.json")?;
+    /// # let _ = credentials;
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] when the file cannot be read or a field is missing or
+    /// malformed; the source is a [`KeyFileError`] naming the file and the field.
+    pub fn oauth2_key_file(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        OAuth2TokenExchangeCredentials::from_config_file(path).map(Self::from)
+    }
+
     /// The VM's service account, through the metadata service at [`METADATA_TOKEN_URL`] (see
     /// [`MetadataCredentials`] for another endpoint).
     pub fn metadata() -> Self {
@@ -184,7 +215,8 @@ impl Credentials {
     /// 4. `YDB_ACCESS_TOKEN_CREDENTIALS=TOKEN`: a fixed token;
     /// 5. `YDB_STATIC_CREDENTIALS_USER` (and `YDB_STATIC_CREDENTIALS_PASSWORD`, empty if
     ///    unset): login with user and password (placed here as in `ydb-go-sdk-auth-environ`);
-    /// 6. `YDB_OAUTH2_KEY_FILE`: not supported, an error (see below).
+    /// 6. `YDB_OAUTH2_KEY_FILE=PATH`: an OAuth 2.0 token exchange configured by the SDKs'
+    ///    JSON file ([`Credentials::oauth2_key_file`]).
     ///
     /// With none of them: anonymous, as in `ydb-go-sdk-auth-environ` (YDB's documentation and
     /// the `ydb` crate fall back to the metadata service, which would make every run outside
@@ -212,10 +244,9 @@ impl Credentials {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a bad service account key (the source is a
-    /// [`KeyFileError`] naming the file and the field), an invalid endpoint URL, or
-    /// `YDB_OAUTH2_KEY_FILE` (OAuth 2.0 token exchange is not supported: exchange the token
-    /// yourself and pass it with [`Credentials::token`] or a [`TokenProvider`]).
+    /// [`ErrorKind::InvalidArgument`] for a bad service account key or OAuth 2.0 config file
+    /// (the source is a [`KeyFileError`] naming the file and the field), or an invalid
+    /// endpoint URL.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -252,12 +283,8 @@ impl Credentials {
             let password = get("YDB_STATIC_CREDENTIALS_PASSWORD").unwrap_or_default();
             return Ok(Self::login(user, password));
         }
-        if set("YDB_OAUTH2_KEY_FILE").is_some() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "YDB_OAUTH2_KEY_FILE is set, but OAuth 2.0 token exchange is not supported; \
-                 exchange the token yourself and pass it in YDB_ACCESS_TOKEN_CREDENTIALS",
-            ));
+        if let Some(path) = set("YDB_OAUTH2_KEY_FILE") {
+            return Self::oauth2_key_file(path);
         }
         Ok(Self::anonymous())
     }
@@ -265,6 +292,12 @@ impl Credentials {
 
 impl From<ServiceAccountCredentials> for Credentials {
     fn from(credentials: ServiceAccountCredentials) -> Self {
+        Self::provider(credentials)
+    }
+}
+
+impl From<OAuth2TokenExchangeCredentials> for Credentials {
+    fn from(credentials: OAuth2TokenExchangeCredentials) -> Self {
         Self::provider(credentials)
     }
 }
@@ -371,7 +404,9 @@ mod tests {
     fn key_file() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("ydb-coord-auth-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("key.json");
+        // A file of its own for each test: tests run at once, and one must not read another's
+        // half-written file.
+        let path = dir.join(format!("key-{}.json", rand::random::<u64>()));
         let json = serde_json::json!({
             "id": "key-1", "service_account_id": "sa-1", "private_key": TEST_KEY,
         });
@@ -459,9 +494,30 @@ mod tests {
     }
 
     #[test]
-    fn oauth2_key_file_is_a_clear_error() {
-        let err = pick(&[("YDB_OAUTH2_KEY_FILE", "/etc/oauth2.json")]).err();
-        assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::InvalidArgument));
+    fn oauth2_key_file_comes_last_and_a_bad_one_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("ydb-coord-oauth2-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let config = dir.join("oauth2.json");
+        let _ = std::fs::write(&config, r#"{"token-endpoint": "http://127.0.0.1:1/token"}"#);
+        let config = config.to_string_lossy();
+        let oauth2 = ("YDB_OAUTH2_KEY_FILE", &*config);
+        assert_eq!(
+            pick(&[oauth2]).ok().as_deref(),
+            Some("OAuth2TokenExchangeCredentials")
+        );
+        let login = [("YDB_STATIC_CREDENTIALS_USER", "u"), oauth2];
+        assert_eq!(pick(&login).ok().as_deref(), Some("login u "));
+        let missing = dir.join("missing.json");
+        let err = pick(&[("YDB_OAUTH2_KEY_FILE", &*missing.to_string_lossy())]).err();
+        assert_eq!(
+            err.as_ref().map(|e| e.kind()),
+            Some(ErrorKind::InvalidArgument)
+        );
+        let detail = err
+            .as_ref()
+            .and_then(|e| std::error::Error::source(e))
+            .and_then(|s| s.downcast_ref::<KeyFileError>());
+        assert_eq!(detail.and_then(|d| d.path()), Some(missing.as_path()));
     }
 
     #[test]

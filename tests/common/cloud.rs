@@ -259,6 +259,85 @@ impl MockHttp {
     }
 }
 
+/// The token `provider` gives now.
+pub async fn current(provider: &impl ydb_coordination::TokenProvider) -> String {
+    crate::common::within(provider.token())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// An emulator with the node `/local/app` that accepts only `tokens`.
+pub async fn emulator_accepting(tokens: &[&str]) -> ydb_coordination::emulator::Emulator {
+    let mut builder = ydb_coordination::emulator::Emulator::builder().node("/local/app");
+    for t in tokens {
+        builder = builder.token(*t);
+    }
+    crate::common::within(builder.start()).await.unwrap()
+}
+
+/// A client with discovery at build only: the periodic discovery would ask for tokens at
+/// times of its own, and these tests count the exchanges.
+pub async fn connect(
+    emulator: &ydb_coordination::emulator::Emulator,
+    credentials: ydb_coordination::Credentials,
+) -> ydb_coordination::Client {
+    let builder = ydb_coordination::Client::builder(emulator.connection_string())
+        .credentials(credentials)
+        .discovery_interval(Duration::from_secs(24 * 3600));
+    crate::common::within(builder.build()).await.unwrap()
+}
+
+/// A session with a semaphore created in it, and a node call: both need a token.
+pub async fn session_and_node_call(client: &ydb_coordination::Client) {
+    use crate::common::within;
+    let session = within(client.session("/local/app", Default::default()))
+        .await
+        .unwrap();
+    within(session.create_semaphore("sem", 1, b""))
+        .await
+        .unwrap();
+    within(client.describe_node("/local/app")).await.unwrap();
+}
+
+/// Checks that `provider`, whose endpoint `mock` issues tokens living an hour and whose first
+/// token `emulator` accepts with the second, caches its token for half its life, then renews it
+/// in the background while the calls go on with the old one, and caches the new one.
+pub async fn renewed_at_half_life<P>(
+    emulator: &ydb_coordination::emulator::Emulator,
+    mock: &MockHttp,
+    provider: Arc<P>,
+    [old, new]: [&str; 2],
+) where
+    P: ydb_coordination::TokenProvider + 'static,
+{
+    use crate::common::within;
+    let client = connect(
+        emulator,
+        ydb_coordination::Credentials::provider(provider.clone()),
+    )
+    .await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(29 * 60)).await;
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert_eq!(mock.count(), 1, "the token is fresh for half its life");
+
+    // Past half life, a renewal starts; the call does not wait for it, even when the endpoint
+    // is slow.
+    mock.delay_answers(Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+    let started = tokio::time::Instant::now();
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(current(&provider).await, old);
+    mock.answered(2).await;
+    // The renewed token is cached and used: no further exchange.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(current(&provider).await, new);
+    within(client.describe_node("/local/app")).await.unwrap();
+    assert_eq!(mock.count(), 2);
+}
+
 /// An RFC 3339 instant `d` from now (wall clock: what IAM would answer).
 pub fn rfc3339_in(d: Duration) -> String {
     time::OffsetDateTime::from(SystemTime::now() + d)
