@@ -4,8 +4,9 @@
 //! reconnected, see `endpoints.rs`).
 //!
 //! Pure: plain functions of a code. The rules follow ydb-go-sdk (`internal/xerrors`:
-//! `operation.go` and `transport.go` for the retry types, `internal/conn/pool.go` `Ban` for
-//! the blame) and agree with the Java SDK's `StatusCode` retry flags. Go's "retryable" is
+//! `operation.go` and `transport.go` for the retry types, `MustPessimizeEndpoint` for the
+//! blame: every gRPC-level failure but `RESOURCE_EXHAUSTED` and `OUT_OF_RANGE`, never a YDB
+//! status) and agree with the Java SDK's `StatusCode` retry flags. Go's "retryable" is
 //! [`RetryRule::Always`], its "conditionally retryable" [`RetryRule::Idempotent`], its
 //! "undefined" [`RetryRule::Never`]. Where this crate differs, the row says why:
 //!
@@ -17,8 +18,20 @@
 //!   a TLS handshake) blames the endpoint whatever gRPC code tonic gives it. grpc-go reports
 //!   these as `UNAVAILABLE`, which Go's pool bans on; tonic reports a cut connection as
 //!   `UNKNOWN` or `INTERNAL`, so the code alone cannot tell a broken wire from a server's
-//!   answer. tonic keeps the client-side error as the status's source; a status a server
-//!   sent has none, and only such a status is classified by its code.
+//!   answer. tonic keeps the client-side error as the status's source; a status without
+//!   one (a server's, or tonic's for a stream that ended without a status) is classified
+//!   by its code.
+//! - gRPC `UNKNOWN` is repeated for idempotent calls (Go: never), since tonic reports a
+//!   stream cut short (no `grpc-status` trailer, as a proxy or a node shutting down leaves
+//!   it) as `UNKNOWN` with no cause. gRPC `CANCELLED` from the server reads as
+//!   [`Unavailable`](ErrorKind::Unavailable): [`Cancelled`](ErrorKind::Cancelled) is the
+//!   caller's own.
+//! - A gRPC-level failure that says the request was wrong (`INVALID_ARGUMENT`, `NOT_FOUND`,
+//!   `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `UNIMPLEMENTED`), ran out of the caller's time
+//!   (`DEADLINE_EXCEEDED`, `CANCELLED`) or refused the credentials (`UNAUTHENTICATED`,
+//!   `PERMISSION_DENIED`) does not blame the endpoint: another endpoint would answer the
+//!   same (an older ydb-go-sdk excluded the same codes; the current one bans on all but
+//!   two).
 //! - An attempt that got no answer within its deadline blames the endpoint (Go does not
 //!   ban on a context deadline: it has no per-attempt deadline, so a timed-out call there
 //!   is the caller's budget running out, not a sign that one node hangs).
@@ -75,8 +88,13 @@ pub(crate) fn ydb_status(status: StatusCode) -> Class {
     class(kind, retry, false)
 }
 
-/// A gRPC status a server (or a proxy in front of it) sent. Only `UNAVAILABLE` and
-/// `RESOURCE_EXHAUSTED` blame the endpoint, the two ydb-go-sdk's pool bans on.
+/// A gRPC status without a client-side cause: one a server (or a proxy in front of it) sent,
+/// or one tonic made up for a stream that ended wrongly (`UNKNOWN` for a missing
+/// `grpc-status` trailer, `INTERNAL` for an unexpected end of the body). As in
+/// ydb-go-sdk's `MustPessimizeEndpoint`, a gRPC-level failure blames the endpoint unless it
+/// says the request was wrong (`INVALID_ARGUMENT`, `NOT_FOUND`, ...), the caller's budget
+/// ran out (`DEADLINE_EXCEEDED`, `CANCELLED`), credentials were refused, or the cluster as a
+/// whole is short of capacity (`RESOURCE_EXHAUSTED`).
 pub(crate) fn grpc_code(code: tonic::Code) -> Class {
     use ErrorKind as K;
     use RetryRule::{Always, Idempotent, Never};
@@ -84,17 +102,25 @@ pub(crate) fn grpc_code(code: tonic::Code) -> Class {
     match code {
         // Not a failure: one that carries it breaks the protocol.
         C::Ok => class(K::Protocol, Never, false),
-        C::Cancelled => class(K::Cancelled, Idempotent, false),
-        C::Unknown | C::Unimplemented | C::DataLoss => class(K::Internal, Never, false),
-        C::Internal => class(K::Internal, Idempotent, false),
+        // The server (or a proxy) gave up on the call, e.g. while shutting down: not the
+        // caller's cancellation, which is `Cancelled`.
+        C::Cancelled => class(K::Unavailable, Idempotent, false),
+        // Go: never repeated. tonic reports a stream cut short (a missing trailer, e.g. by
+        // a proxy) as `UNKNOWN` with no cause, which grpc-go reports as `UNAVAILABLE`.
+        C::Unknown => class(K::Internal, Idempotent, true),
+        C::Internal => class(K::Internal, Idempotent, true),
+        C::DataLoss => class(K::Internal, Never, true),
+        C::Unimplemented => class(K::Internal, Never, false),
         C::InvalidArgument | C::OutOfRange => class(K::InvalidArgument, Never, false),
         C::DeadlineExceeded => class(K::Timeout, Idempotent, false),
         C::NotFound => class(K::NotFound, Never, false),
         C::AlreadyExists => class(K::AlreadyExists, Never, false),
+        // Go bans on `UNAUTHENTICATED` too; another endpoint of the same cluster checks the
+        // same token.
         C::PermissionDenied | C::Unauthenticated => class(K::Unauthorized, Never, false),
-        C::ResourceExhausted => class(K::Overloaded, Always, true),
+        C::ResourceExhausted => class(K::Overloaded, Always, false),
         C::FailedPrecondition => class(K::PreconditionFailed, Never, false),
-        C::Aborted => class(K::Aborted, Always, false),
+        C::Aborted => class(K::Aborted, Always, true),
         C::Unavailable => class(K::Transport, Idempotent, true),
     }
 }
@@ -173,21 +199,21 @@ mod tests {
     /// Every gRPC code a server can send: (code, kind, retry rule, blames the endpoint).
     const GRPC: [(C, ErrorKind, RetryRule, bool); 17] = [
         (C::Ok, K::Protocol, Never, false),
-        (C::Cancelled, K::Cancelled, Idempotent, false),
-        (C::Unknown, K::Internal, Never, false),
+        (C::Cancelled, K::Unavailable, Idempotent, false),
+        (C::Unknown, K::Internal, Idempotent, true),
         (C::InvalidArgument, K::InvalidArgument, Never, false),
         (C::DeadlineExceeded, K::Timeout, Idempotent, false),
         (C::NotFound, K::NotFound, Never, false),
         (C::AlreadyExists, K::AlreadyExists, Never, false),
         (C::PermissionDenied, K::Unauthorized, Never, false),
-        (C::ResourceExhausted, K::Overloaded, Always, true),
+        (C::ResourceExhausted, K::Overloaded, Always, false),
         (C::FailedPrecondition, K::PreconditionFailed, Never, false),
-        (C::Aborted, K::Aborted, Always, false),
+        (C::Aborted, K::Aborted, Always, true),
         (C::OutOfRange, K::InvalidArgument, Never, false),
         (C::Unimplemented, K::Internal, Never, false),
-        (C::Internal, K::Internal, Idempotent, false),
+        (C::Internal, K::Internal, Idempotent, true),
         (C::Unavailable, K::Transport, Idempotent, true),
-        (C::DataLoss, K::Internal, Never, false),
+        (C::DataLoss, K::Internal, Never, true),
         (C::Unauthenticated, K::Unauthorized, Never, false),
     ];
 
@@ -230,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn only_transport_trouble_blames_the_endpoint() {
+    fn only_transport_and_grpc_level_trouble_blames_the_endpoint() {
         for (status, ..) in YDB {
             assert!(!ydb_status(status).blames_endpoint, "{status:?}");
         }
@@ -241,7 +267,13 @@ mod tests {
             .collect();
         assert_eq!(
             blamed,
-            [tonic::Code::ResourceExhausted, tonic::Code::Unavailable]
+            [
+                C::Unknown,
+                C::Aborted,
+                C::Internal,
+                C::Unavailable,
+                C::DataLoss
+            ]
         );
         assert!(transport_failure(true, false).blames_endpoint);
         assert!(client_side(K::Timeout).blames_endpoint);

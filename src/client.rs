@@ -132,7 +132,12 @@ impl ClientBuilder {
     /// call: when the attempt's time is up the endpoint is preferred last, gets a new
     /// connection, and the call goes on to the next endpoint, all within the request timeout.
     /// The calls repeated this way are all idempotent: an attempt that timed out may have been
-    /// carried out, and doing it again changes nothing.
+    /// carried out, and doing it again leaves the node as one attempt would. Its answer can
+    /// differ: a [`drop_node`](Client::drop_node) whose first attempt was slower than this,
+    /// but went through, reports [`NotFound`](ErrorKind::NotFound) on the next.
+    ///
+    /// A zero timeout is refused by [`build`](ClientBuilder::build) with
+    /// [`ErrorKind::InvalidArgument`]: every attempt would fail before its answer.
     ///
     /// # Examples
     ///
@@ -156,7 +161,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a bad connection string or TLS settings.
+    /// [`ErrorKind::InvalidArgument`] for a bad connection string or TLS settings, or a zero
+    /// [attempt timeout](ClientBuilder::attempt_timeout).
     /// Discovery failures are not errors: the given endpoint is used.
     ///
     /// # Cancel safety
@@ -164,6 +170,13 @@ impl ClientBuilder {
     /// Cancel safe.
     pub async fn build(self) -> Result<Client> {
         let info = ConnectionInfo::parse(&self.connection_string)?;
+        if self.attempt_timeout == Some(Duration::ZERO) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "the attempt timeout is zero: every attempt would time out before its answer; \
+                 set a positive one, or leave it unset for a third of the request timeout",
+            ));
+        }
         let transport = Transport::new(TransportConfig {
             info,
             credentials: self.credentials,
@@ -340,7 +353,8 @@ impl Client {
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`] if the node does not exist, also when an earlier attempt
-    /// dropped it but its answer was lost.
+    /// dropped it but its answer was lost or came after the
+    /// [attempt timeout](ClientBuilder::attempt_timeout).
     ///
     /// # Cancel safety
     ///

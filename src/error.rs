@@ -40,17 +40,19 @@ use crate::proto::IssueMessage;
 /// | `CANCELLED` | [`Cancelled`](ErrorKind::Cancelled) | never |
 /// | `UNDETERMINED` | [`OutcomeUnknown`](ErrorKind::OutcomeUnknown) | idempotent |
 ///
-/// gRPC statuses a server (or a proxy) sent:
+/// gRPC statuses a server (or a proxy) sent, or tonic made up for a stream that ended wrongly
+/// (`UNKNOWN`, `INTERNAL`):
 ///
 /// | code | kind | retry | blames the endpoint |
 /// |---|---|---|---|
 /// | `UNAVAILABLE` | [`Transport`](ErrorKind::Transport) | idempotent | yes |
-/// | `RESOURCE_EXHAUSTED` | [`Overloaded`](ErrorKind::Overloaded) | always | yes |
-/// | `ABORTED` | [`Aborted`](ErrorKind::Aborted) | always | no |
-/// | `INTERNAL` | [`Internal`](ErrorKind::Internal) | idempotent | no |
-/// | `CANCELLED` | [`Cancelled`](ErrorKind::Cancelled) | idempotent | no |
+/// | `RESOURCE_EXHAUSTED` | [`Overloaded`](ErrorKind::Overloaded) | always | no |
+/// | `ABORTED` | [`Aborted`](ErrorKind::Aborted) | always | yes |
+/// | `INTERNAL`, `UNKNOWN` | [`Internal`](ErrorKind::Internal) | idempotent | yes |
+/// | `DATA_LOSS` | [`Internal`](ErrorKind::Internal) | never | yes |
+/// | `CANCELLED` | [`Unavailable`](ErrorKind::Unavailable) | idempotent | no |
 /// | `DEADLINE_EXCEEDED` | [`Timeout`](ErrorKind::Timeout) | idempotent | no |
-/// | `UNKNOWN`, `UNIMPLEMENTED`, `DATA_LOSS` | [`Internal`](ErrorKind::Internal) | never | no |
+/// | `UNIMPLEMENTED` | [`Internal`](ErrorKind::Internal) | never | no |
 /// | `INVALID_ARGUMENT`, `OUT_OF_RANGE` | [`InvalidArgument`](ErrorKind::InvalidArgument) | never | no |
 /// | `NOT_FOUND` | [`NotFound`](ErrorKind::NotFound) | never | no |
 /// | `ALREADY_EXISTS` | [`AlreadyExists`](ErrorKind::AlreadyExists) | never | no |
@@ -308,9 +310,10 @@ impl Error {
     /// the server sent (`not authenticated: invalid token`).
     ///
     /// A status tonic built from a failure of the client's own transport keeps that failure
-    /// as its source, one a server sent has none: the first is classified as a transport
-    /// failure whatever its code (tonic reports a cut connection as `UNKNOWN`), the second
-    /// by its code (`classify.rs`).
+    /// as its source: it is classified as a transport failure whatever its code (tonic
+    /// reports a cut connection as `UNKNOWN`). Any other status, one a server sent or one
+    /// tonic made up for a stream that ended without a status, is classified by its code
+    /// (`classify.rs`).
     pub(crate) fn from_grpc(status: tonic::Status, context: &str) -> Self {
         let class = match status.source() {
             Some(cause) => {

@@ -111,10 +111,15 @@ where
                      {per_attempt:?}; the next attempt goes to another endpoint"
                 ),
             ),
-            Err(_) => Error::new(
-                ErrorKind::Timeout,
-                format!("{what}: no answer within the request timeout of {budget:?}"),
-            ),
+            // The call's budget ran out before the attempt's own time did: the endpoint may
+            // just have had less than an attempt's time, so it is not blamed, and the call
+            // is over.
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{what}: no answer within the request timeout of {budget:?}"),
+                ));
+            }
         };
         if err.blames_endpoint() {
             transport.reconnect(&lane);
@@ -212,14 +217,14 @@ mod tests {
             after(Error::new(ErrorKind::InvalidArgument, "x"), true),
             None
         );
-        for code in [tonic::Code::Unknown, tonic::Code::DataLoss] {
+        for code in [tonic::Code::Unimplemented, tonic::Code::DataLoss] {
             let err = Error::from_grpc(tonic::Status::new(code, "x"), "describe");
             assert_eq!(after(err, true), None, "{code:?}");
         }
     }
 
     #[test]
-    fn only_failures_without_a_server_answer_blame_the_endpoint() {
+    fn only_transport_and_grpc_level_failures_blame_the_endpoint() {
         assert!(Error::new(ErrorKind::Transport, "reset").blames_endpoint());
         assert!(Error::new(ErrorKind::Timeout, "silent").blames_endpoint());
         assert!(
@@ -227,12 +232,18 @@ mod tests {
         );
         assert!(!Error::from_status(StatusCode::Unavailable, "x").blames_endpoint());
         let grpc = |code| Error::from_grpc(tonic::Status::new(code, "x"), "describe");
-        assert!(grpc(tonic::Code::Unavailable).blames_endpoint());
-        assert!(grpc(tonic::Code::ResourceExhausted).blames_endpoint());
         for code in [
+            tonic::Code::Unavailable,
             tonic::Code::Internal,
             tonic::Code::Unknown,
             tonic::Code::DataLoss,
+        ] {
+            assert!(grpc(code).blames_endpoint(), "{code:?}");
+        }
+        for code in [
+            tonic::Code::ResourceExhausted,
+            tonic::Code::InvalidArgument,
+            tonic::Code::Unauthenticated,
         ] {
             assert!(!grpc(code).blames_endpoint(), "{code:?}");
         }

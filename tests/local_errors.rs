@@ -58,3 +58,17 @@ async fn a_token_that_is_not_a_header_value_stops_a_session_manager_at_once() {
     assert!(started.elapsed() < BUDGET / 10, "{:?}", started.elapsed());
     assert!(manager.try_current().is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_attempt_timeout_is_refused_when_the_client_is_built() {
+    let emulator = within(Emulator::builder().node(NODE).start())
+        .await
+        .unwrap();
+    let builder = Client::builder(emulator.connection_string()).attempt_timeout(Duration::ZERO);
+    let err = within(builder.build()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    // Any positive one is taken.
+    let builder =
+        Client::builder(emulator.connection_string()).attempt_timeout(Duration::from_millis(1));
+    within(builder.build()).await.unwrap();
+}
