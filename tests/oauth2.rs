@@ -225,6 +225,30 @@ async fn a_failing_endpoint_is_retried_with_backoff_then_succeeds() {
     assert_eq!(refusal_of(&err).map(|r| r.status()), Some(503));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_refusal_after_a_grant_is_tried_again_with_backoff_as_passing() {
+    // A grant, then five refusals (a key rotation at the identity provider), then grants.
+    let mock = MockHttp::start(|r, n| {
+        if (1..=5).contains(&n) {
+            oauth_error(401, "invalid_client", "the signing key is not known yet")
+        } else {
+            issue(r, n, Duration::from_secs(60))
+        }
+    })
+    .await;
+    let credentials = credentials_of(&mock, fixed_subject());
+    assert_eq!(current(&credentials).await, "Bearer oauth-token-1");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    // The token expired: the refusals are retried with backoff, then reported as passing.
+    let err = within(credentials.token()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.is_retryable());
+    assert_eq!(mock.count(), 6);
+    assert_eq!(refusal_of(&err).map(|r| r.status()), Some(401));
+    // The next try gets a token again.
+    assert_eq!(current(&credentials).await, "Bearer oauth-token-7");
+}
+
 /// The token endpoint's refusal somewhere in the source chain of `err`.
 fn refusal_of(err: &ydb_coordination::Error) -> Option<&TokenExchangeError> {
     let mut source = err.source();

@@ -43,7 +43,7 @@ pub(crate) struct Url {
 impl std::fmt::Debug for Url {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Url")
-            .field("uri", &self.uri)
+            .field("uri", &self.to_string())
             .field("custom_ca", &self.roots.is_some())
             .finish()
     }
@@ -52,10 +52,24 @@ impl std::fmt::Debug for Url {
 impl Url {
     /// Parses and checks a URL; `what` names it in the error (`the IAM endpoint`).
     pub(crate) fn parse(url: &str, what: &str) -> Result<Self> {
+        // `user:password@host`: refused without showing the URL, which holds a secret.
+        let authority = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let authority = authority.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{what} has credentials in its URL (user:password@host), which are not \
+                     sent: remove them and give the credentials in the request instead"
+                ),
+            ));
+        }
+        // Without the query, which may hold a secret.
+        let shown = url.split('?').next().unwrap_or_default();
         let invalid = |why: String| {
             Error::new(
                 ErrorKind::InvalidArgument,
-                format!("{what} {url:?} is not a valid http:// or https:// URL: {why}"),
+                format!("{what} {shown:?} is not a valid http:// or https:// URL: {why}"),
             )
         };
         let uri: Uri = url.parse().map_err(|e| invalid(describe_cause(&e)))?;
@@ -101,9 +115,16 @@ impl Url {
     }
 }
 
+/// The URL without its query, which may carry a secret (`?client_secret=...`): it is shown
+/// in errors and logs.
 impl std::fmt::Display for Url {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.uri)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority(), self.uri.path())?;
+        if self.uri.query().is_some() {
+            f.write_str("?<redacted>")?;
+        }
+        Ok(())
     }
 }
 
@@ -311,5 +332,31 @@ mod tests {
             let kind = Url::parse(bad, "x").err().map(|e| e.kind());
             assert_eq!(kind, Some(ErrorKind::InvalidArgument), "{bad}");
         }
+    }
+
+    #[test]
+    fn secrets_in_a_url_are_refused_or_never_shown() {
+        for with_user in [
+            "https://client:s3cret@idp.example/token",
+            "https://s3cret@idp.example",
+            "http://client:s3cret@[::1]:8080/t?x=1",
+        ] {
+            let err = Url::parse(with_user, "the token endpoint").err();
+            assert_eq!(
+                err.as_ref().map(Error::kind),
+                Some(ErrorKind::InvalidArgument)
+            );
+            let shown = format!("{err:?}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+        // An `@` in the path or the query is not userinfo.
+        assert!(Url::parse("https://idp.example/a@b?c=d@e", "x").is_ok());
+        let u = Url::parse("https://idp.example:8443/token?client_secret=s3cret", "x");
+        let shown = u.map(|u| format!("{u} {u:?}")).unwrap_or_default();
+        assert!(
+            shown.starts_with("https://idp.example:8443/token?"),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 }

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -111,6 +112,9 @@ struct Exchange {
     resource: Vec<String>,
     subject: Option<OAuth2TokenSource>,
     actor: Option<OAuth2TokenSource>,
+    /// The endpoint granted a token before: a refusal now is taken as passing (see
+    /// [`Exchange::exchange`]).
+    granted: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Exchange {
@@ -159,6 +163,7 @@ impl OAuth2TokenExchangeCredentials {
                 resource: Vec::new(),
                 subject: None,
                 actor: None,
+                granted: Arc::default(),
             }),
         })
     }
@@ -173,6 +178,9 @@ impl OAuth2TokenExchangeCredentials {
     /// `alg` one of [`OAUTH2_JWT_ALGORITHMS`], `private-key` a PEM key (RSA, EC) or
     /// for `HS*` the secret in base64, `ttl` a duration such as `"1h"`, `"30m"`, `"1h30m"` or
     /// `"90s"` (default an hour). Fields of other names are ignored.
+    ///
+    /// A path starting with `~/` is read from the home directory (`$HOME`), as the other
+    /// YDB SDKs read it.
     ///
     /// # Examples
     ///
@@ -190,7 +198,7 @@ impl OAuth2TokenExchangeCredentials {
     /// malformed; its source is a [`KeyFileError`] with the path and the field
     /// (`token-endpoint`, `subject-credentials.alg`, ...).
     pub fn from_config_file(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
+        let path = &home_expanded(path.as_ref());
         let text = std::fs::read_to_string(path).map_err(|e| {
             KeyFileError::error(
                 CONFIG_FILE,
@@ -396,6 +404,14 @@ impl TokenProvider for OAuth2TokenExchangeCredentials {
     }
 }
 
+/// `path` with a leading `~/` read as `$HOME/` (unchanged without a home).
+fn home_expanded(path: &Path) -> std::path::PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) if !home.is_empty() => Path::new(&home).join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
 impl Fetch for Exchange {
     fn fetch(&self) -> BoxFuture<'_, Result<Fetched>> {
         Box::pin(self.exchange())
@@ -403,6 +419,11 @@ impl Fetch for Exchange {
 }
 
 impl Exchange {
+    /// One exchange. Once the endpoint has granted a token, a refusal is taken as passing
+    /// (an identity provider rotating its keys, a clock skew on a JWT's `iat`) and reads as
+    /// [`ErrorKind::Unavailable`], so that it is tried again with a backoff, as ydb-go-sdk
+    /// does, instead of failing every session start (and stopping a session manager) for
+    /// good: what was accepted once is likely to be accepted again.
     async fn exchange(&self) -> Result<Fetched> {
         let (form, sent) = self.form()?;
         let answer = http::exchange(
@@ -413,7 +434,26 @@ impl Exchange {
         )
         .await?;
         let what = format!("the OAuth 2.0 token endpoint {}", self.endpoint);
-        token_answer(&what, &answer, &scope_param(&self.scope), &sent)
+        match token_answer(&what, &answer, &scope_param(&self.scope), &sent) {
+            Ok(fetched) => {
+                self.granted.store(true, Ordering::Relaxed);
+                Ok(fetched)
+            }
+            Err(err)
+                if err.kind() == ErrorKind::Unauthorized
+                    && self.granted.load(Ordering::Relaxed) =>
+            {
+                Err(Error::caused_by(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "{what} refused an exchange it granted before; it is tried again, \
+                         since such a refusal usually passes: {err}"
+                    ),
+                    &err,
+                ))
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// The form to post, and the secrets in it (kept out of any error the answer leads to).
@@ -1224,6 +1264,22 @@ mod tests {
         assert!(JwtTokenSource::new("ES256", broken).is_err());
         assert_eq!(der_element(&[0x30, 0x85, 0, 0, 0, 0, 1]), None);
         assert_eq!(der(0x04, &[7; 200])[..3], [0x04, 0x81, 200]);
+    }
+
+    #[test]
+    fn a_leading_tilde_is_the_home_directory() {
+        for same in [
+            "/etc/oauth2.json",
+            "oauth2.json",
+            "~user/oauth2.json",
+            "a/~/b",
+        ] {
+            assert_eq!(home_expanded(Path::new(same)), Path::new(same));
+        }
+        if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            let expanded = home_expanded(Path::new("~/.ydb/oauth2.json"));
+            assert_eq!(expanded, Path::new(&home).join(".ydb/oauth2.json"));
+        }
     }
 
     #[test]
