@@ -48,6 +48,8 @@
 
 mod net;
 mod proto;
+mod quoter;
+mod rate_limiter;
 mod service;
 pub(crate) mod state;
 mod world;
@@ -72,8 +74,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
+use ydb_coordination_proto::rate_limiter::v1::rate_limiter_service_server::RateLimiterServiceServer;
 
 use self::net::Net;
+use self::rate_limiter::RateLimiter;
 use self::service::{CoordinationService, DiscoveryService, Shared};
 use self::world::World;
 use crate::proto::NodeConfigProto;
@@ -284,6 +288,7 @@ impl EmulatorBuilder {
             .add_service(CoordinationService(shared.clone()))
             .add_service(DiscoveryService(shared.clone()))
             .add_service(service::AuthService(shared.clone()))
+            .add_service(RateLimiterServiceServer::new(RateLimiter(shared.clone())))
             .serve_with_incoming_shutdown(
                 UnboundedReceiverStream::new(conn_rx),
                 shutdown.clone().cancelled_owned(),
