@@ -50,10 +50,14 @@ const TICK: Duration = Duration::from_millis(100);
 const DEFAULT_PREFETCH: f64 = 0.2;
 /// §3: refill starts below this fraction of the bucket when the effective value is 0.
 const DEFAULT_WATERMARK: f64 = 0.75;
-/// §7.3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize` (1 ms).
+/// §7.3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize`.
 const PACE_SLACK: Duration = Duration::from_millis(2);
 /// §7.3: the quoter caps a request's deadline at one day.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
+/// Longest pace `Charge` computes (about 31 years): beyond any deadline, and finite.
+const MAX_PACE_MICROS: f64 = 1e15;
+/// §7.3: the quoter's scheduler granularity (`ScheduleTickSize`).
+const SCHEDULE_TICK: Duration = Duration::from_millis(1);
 /// YDB's `TICK_RATE_EPSILON`: a tick rate below this is zero (nothing can be granted).
 const TICK_RATE_EPSILON: f64 = 1e-10;
 /// §4.2: the `metric_fields` keys YDB copies (the newer server's list, with `database`).
@@ -232,10 +236,11 @@ impl Bucket {
         if self.tick_rate < TICK_RATE_EPSILON {
             return Err(None);
         }
-        let pace = Duration::from_secs_f64((amount / self.tick_rate * TICK.as_secs_f64()).min(
-            // Far beyond any deadline (capped at a day); keeps the conversion finite.
-            1e9,
-        ));
+        // In whole microseconds, as YDB's `lround`; capped far beyond any deadline (a day).
+        let pace_us = (amount / self.tick_rate * TICK.as_micros() as f64)
+            .round()
+            .min(MAX_PACE_MICROS);
+        let pace = Duration::from_micros(pace_us as u64);
         let fulfil = self.last_allocated.and_then(|last| last.checked_add(pace));
         let due = fulfil.is_none_or(|at| at <= now);
         if self.balance >= 0.0 {
@@ -679,14 +684,14 @@ impl Quoter {
                     // §8.1: no operation timeout, no waiting.
                     Err(_) if wait.is_zero() => Acquired::Now(expired),
                     Err(retry) => {
-                        bucket.retry_at = retry;
+                        bucket.retry_at = retry.map(|at| granular(epoch, at));
                         bucket.queue.push_back(call);
                         self.waiters.insert(
                             call,
                             Waiter {
                                 path: path.to_string(),
                                 amount,
-                                deadline: now + wait,
+                                deadline: granular(epoch, now + wait),
                                 expired,
                             },
                         );
@@ -867,7 +872,7 @@ impl Quoter {
                     answers.push((call, StatusCode::Success));
                 }
                 Err(retry) => {
-                    bucket.retry_at = retry;
+                    bucket.retry_at = retry.map(|at| granular(epoch, at));
                     break;
                 }
             }
@@ -909,6 +914,14 @@ fn missing(path: &str) -> Rejection {
         status: StatusCode::NotFound,
         message: format!("Resource with path \"{path}\" doesn't exist."),
     }
+}
+
+/// `at` rounded up to the quoter's 1 ms scheduler grid from `epoch` (YDB's
+/// `TimeToGranularity`, on absolute time).
+fn granular(epoch: Instant, at: Instant) -> Instant {
+    let elapsed = at.saturating_duration_since(epoch).as_nanos();
+    let step = SCHEDULE_TICK.as_nanos();
+    epoch + Duration::from_nanos(u64::try_from(elapsed.div_ceil(step) * step).unwrap_or(u64::MAX))
 }
 
 /// The first point of the 100 ms grid from `epoch` strictly after `now`.

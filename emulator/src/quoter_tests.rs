@@ -659,3 +659,122 @@ fn a_dropped_node_answers_its_waiters() {
     let (call, _) = rig.acquire(0, "res", Units::Required(1), wait(HOUR));
     assert_eq!(rig.quoter.shutdown(), [(call, StatusCode::BadRequest)]);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Required {
+            child: bool,
+            amount: u64,
+            timeout_ms: u64,
+            cancel_ms: u64,
+        },
+        Used {
+            child: bool,
+            amount: u64,
+        },
+        Pause(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<bool>(), 0u64..30, 0u64..3_000, 0u64..3_000).prop_map(
+                |(child, amount, timeout_ms, cancel_ms)| Op::Required {
+                    child,
+                    amount,
+                    timeout_ms,
+                    cancel_ms
+                }
+            ),
+            (any::<bool>(), 0u64..30).prop_map(|(child, amount)| Op::Used { child, amount }),
+            (0u64..700).prop_map(Op::Pause),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the calls, every waiting acquire is answered exactly once, by its
+        /// deadline; and the `required` units granted never exceed the two buckets, the root's
+        /// rate over the time passed and one overdraft per bucket.
+        #[test]
+        fn every_waiter_is_answered_once_and_the_rate_holds(
+            rate in 1u32..50,
+            child_rate in 0u32..60,
+            ops in prop::collection::vec(op(), 1..60),
+        ) {
+            let rate = f64::from(rate);
+            let mut rig = Rig::with(&[("r", hdrr(rate)), ("r/c", hdrr(f64::from(child_rate)))]);
+            let mut ms = 0;
+            let mut waiting = BTreeMap::new();
+            let mut spent = 0u64;
+            let mut biggest = 0u64;
+            for op in ops {
+                match op {
+                    Op::Pause(d) => ms += d,
+                    Op::Used { child, amount } => {
+                        let path = if child { "r/c" } else { "r" };
+                        let (_, got) = rig.acquire(ms, path, Units::Used(amount), wait(0));
+                        // Reports of use are never refused, nor bounded.
+                        prop_assert_eq!(got, Acquired::Now(StatusCode::Success));
+                    }
+                    Op::Required { child, amount, timeout_ms, cancel_ms } => {
+                        let path = if child { "r/c" } else { "r" };
+                        let t = AcquireTimeouts {
+                            operation_timeout: Duration::from_millis(timeout_ms),
+                            cancel_after: Duration::from_millis(cancel_ms),
+                        };
+                        biggest = biggest.max(amount);
+                        match rig.acquire(ms, path, Units::Required(amount), t) {
+                            (_, Acquired::Now(StatusCode::Success)) => spent += amount,
+                            (_, Acquired::Now(_)) => {}
+                            (call, Acquired::Waiting) => {
+                                let (wait, _) = t.deadline();
+                                waiting.insert(call, (amount, ms + wait.as_millis() as u64));
+                            }
+                        }
+                    }
+                }
+            }
+            rig.run_until(ms + 3_000);
+            let mut answered = BTreeSet::new();
+            for &(call, status, at) in &rig.answers {
+                prop_assert!(answered.insert(call), "answered twice: {}", call);
+                let (amount, deadline) = waiting[&call];
+                prop_assert!(at <= deadline, "answered at {} after its deadline {}", at, deadline);
+                if status == StatusCode::Success {
+                    spent += amount;
+                }
+            }
+            prop_assert_eq!(answered.len(), waiting.len());
+            prop_assert_eq!(rig.quoter.next_deadline().is_some(), rig.quoter.any_consuming());
+            // Both buckets' prefetch, the root's quantum per tick since the start, one overdraft.
+            let ticks = (ms + 3_000) / 100 + 1;
+            let bound = 2.0 * rate * DEFAULT_PREFETCH + rate / 10.0 * ticks as f64 + 2.0 * biggest as f64;
+            prop_assert!(spent as f64 <= bound + 1e-6, "spent {} > {}", spent, bound);
+        }
+    }
+}
+
+#[test]
+fn extreme_amounts_and_rates_do_not_break_the_clock() {
+    let mut rig = Rig::with(&[("r", hdrr(f64::MAX)), ("r/slow", hdrr(1e-300))]);
+    for path in ["r", "r/slow"] {
+        for units in [
+            Units::Required(u64::MAX),
+            Units::Used(u64::MAX),
+            Units::Required(u64::MAX),
+        ] {
+            let t = AcquireTimeouts {
+                operation_timeout: Duration::from_secs(61),
+                cancel_after: Duration::from_secs(60),
+            };
+            rig.acquire(0, path, units, t);
+        }
+    }
+    rig.run_until(120_000);
+    assert!(rig.answers.iter().all(|a| a.1 == StatusCode::Cancelled));
+    assert_eq!(rig.answers.len(), 2);
+    assert!(rig.answers.iter().all(|a| a.2 == 60_000));
+}
