@@ -722,3 +722,112 @@ async fn with_authentication_on_a_call_needs_a_token() {
         .operation;
     assert_eq!(status(operation), StatusCode::Success);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_go_sdk_integration_flow() {
+    // §11 #38 (ydb-go-sdk tests/integration/ratelimiter_test.go).
+    let (_emulator, mut c) = start().await;
+    assert_eq!(
+        create(&mut c, NODE, resource("res", hdrr(1.0, 2.0))).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        describe(&mut c, "res").await.unwrap(),
+        resource("res", hdrr(1.0, 2.0))
+    );
+    assert_eq!(
+        alter(&mut c, resource("res", hdrr(3.0, 4.0))).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        describe(&mut c, "res").await.unwrap(),
+        resource("res", hdrr(3.0, 4.0))
+    );
+    assert_eq!(list(&mut c, "res", true).await.unwrap(), ["res"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let acquire = |units| acquire_request("res", units, 2_000, 2_000);
+    use acquire_resource_request::Units;
+    assert_eq!(
+        send_acquire(&mut c, acquire(Units::Required(1))).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        send_acquire(&mut c, acquire(Units::Used(10_000))).await,
+        StatusCode::Success
+    );
+    let start = Instant::now();
+    assert_eq!(
+        send_acquire(&mut c, acquire(Units::Required(10_000))).await,
+        StatusCode::Timeout
+    );
+    assert_eq!(since(start), 2_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prefetch_coefficient_is_inherited_and_sizes_the_bucket() {
+    // §11 #34.
+    let (_emulator, mut c) = start().await;
+    let root = HierarchicalDrrSettings {
+        prefetch_coefficient: 1000.0,
+        ..hdrr(100.0, 0.0)
+    };
+    assert_eq!(
+        create(&mut c, NODE, resource("root", root)).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        create(&mut c, NODE, resource("root/leaf", hdrr(0.0, 0.0))).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        required(&mut c, "root/leaf", 1, 500).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        required(&mut c, "root/leaf", 90_000, 500).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        required(&mut c, "root/leaf", 20_000, 500).await,
+        StatusCode::Success
+    );
+    assert_eq!(
+        required(&mut c, "root/leaf", 1, 500).await,
+        StatusCode::Timeout
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_altered_rate_applies_to_a_saturating_consumer() {
+    // §11 #28: 100/s, then 400/s from the next tick.
+    let (_emulator, mut c) = start().await;
+    assert_eq!(
+        create(&mut c, NODE, resource("root", hdrr(100.0, 0.0))).await,
+        StatusCode::Success
+    );
+    let start = Instant::now();
+    let mut granted = 0;
+    while since(start) < 1_000 {
+        assert_eq!(
+            required(&mut c, "root", 1, 10_000).await,
+            StatusCode::Success
+        );
+        granted += 1;
+    }
+    // 20 of prefetch, then 10 per tick at 0.1 … 0.9 s, and the first of the tick at 1 s.
+    assert_eq!(granted, 111);
+    assert_eq!(
+        alter(&mut c, resource("root", hdrr(400.0, 0.0))).await,
+        StatusCode::Success
+    );
+    let mut granted = 0;
+    while since(start) < 2_000 {
+        assert_eq!(
+            required(&mut c, "root", 1, 10_000).await,
+            StatusCode::Success
+        );
+        granted += 1;
+    }
+    // The rest of the tick at 1 s, then 40 per tick at 1.1 … 1.9 s, and one at 2 s.
+    assert_eq!(granted, 9 + 9 * 40 + 1);
+}
