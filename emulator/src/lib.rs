@@ -1,10 +1,11 @@
 //! An in-process emulator of YDB's coordination service.
 //!
-//! It serves the real gRPC protocol (`Ydb.Coordination.V1.CoordinationService` and
-//! `Ydb.Discovery.V1.DiscoveryService`) on a loopback TCP port, so the `ydb-coordination`
-//! client, the official `ydb` crate or any other YDB SDK can talk to it unchanged. Its
-//! semaphores, sessions, queues, watches, timeouts and status codes behave as a YDB
-//! coordination node's do, with the few differences listed below.
+//! It serves the real gRPC protocol (`Ydb.Coordination.V1.CoordinationService`,
+//! `Ydb.RateLimiter.V1.RateLimiterService` and `Ydb.Discovery.V1.DiscoveryService`) on a
+//! loopback TCP port, so the `ydb-coordination` client, the official `ydb` crate or any other
+//! YDB SDK can talk to it unchanged. Its semaphores, sessions, queues, watches, timeouts and
+//! status codes behave as a YDB coordination node's do, and so do the rate limiter's resources
+//! on each node (see [Rate limiter](#rate-limiter)), with the few differences listed below.
 //!
 //! It shares nothing with the client but the protocol types generated into `ydb-grpc`. The
 //! `ydb-coordination` crate re-exports it as `ydb_coordination::emulator` under its `emulator`
@@ -36,18 +37,78 @@
 //!   rejected steal can kick the legitimate stream first; the emulator behaves as the tablet).
 //! - An update with oversized data is rejected without being applied (YDB replies
 //!   `BAD_REQUEST` but applies it).
-//! - Consistency modes and rate-limiter settings are stored and reported, not acted on.
+//! - Consistency modes and the node's rate-limiter counters mode are stored and reported, not
+//!   acted on.
 //! - Owners in a describe come sorted by `order_id` (YDB's order is unspecified).
+//!
+//! # Rate limiter
+//!
+//! Each coordination node has a tree of rate-limiter resources (created with the node, dropped
+//! with it), served by `Ydb.RateLimiter.V1.RateLimiterService` on the same listeners, following
+//! `ydb-rate-limiter-semantics.md`: resource paths and their checks, create (ALREADY_EXISTS
+//! only for identical settings), alter as a full replacement, drop of leaves only, list
+//! (recursive, or the path alone), describe of the stored (not the inherited) settings,
+//! metering configs stored and echoed, the statuses of every refusal; and `AcquireResource` as
+//! one YDB server node answers it, with the faithful model of the spec's §10.1: the tablet's
+//! hierarchical DRR on 100 ms ticks (children share their parent's rate, each capped at its
+//! own), the node's local bucket of `rate × prefetch` (full at first use, so the first
+//! `required` is granted whatever its size), the quoter's pacing and overdraft (a `required`
+//! amount over the bucket is granted into debt, later ones wait it off), `used` never waiting,
+//! a FIFO queue per resource, deadlines (TIMEOUT, or CANCELLED when `0 < cancel_after <
+//! operation_timeout`). At 10 units/s, sequential one-unit acquires finish at 0, 0, 0.1,
+//! 0.2, … s. [`Emulator::restart`] keeps the resources, their settings and the node-side
+//! balances (debt and waiting acquires included), as a YDB tablet restart does.
+//!
+//! Differences from YDB:
+//!
+//! - One server node: no per-node sharing of a resource between several proxies (§10.3).
+//! - The quoter's feeds of a queued resource run right after the tablet's tick (YDB's run on
+//!   the quoter's own 100 ms chain, up to a tick later), messages between tablet, proxy and
+//!   quoter take no time, and the local quota channel does not expire after two feeds: grant
+//!   times can be earlier than YDB's by less than a tick.
+//! - Without an operation timeout, an acquire that cannot be granted at once gets TIMEOUT at
+//!   once (YDB's deadline is "now" rounded up to its 1 ms scheduler, so a grant within that
+//!   millisecond is possible there).
+//! - An acquire with an empty resource path gets BAD_REQUEST (YDB answers INTERNAL_ERROR, or
+//!   fails an assertion on a node that has not seen the coordination node yet).
+//! - Replicated-bucket leaves, `immediately_fill_up_to` and metering are stored and echoed, not
+//!   acted on; there is no billing.
+//! - List answers in sorted order (YDB's is unspecified); a missing coordination node is
+//!   SCHEME_ERROR on the control plane, as in YDB since 2025-04 (INTERNAL_ERROR before).
+//! - Administrator rights for metering are not checked (every caller may set it).
+//!
+//! Corrections to `ydb-rate-limiter-semantics.md` found in YDB's source
+//! (`ydb/core/quoter/quoter_service.cpp`):
+//!
+//! - §7.3: a grant on the pace branch of `Charge` also lowers the free balance to the new
+//!   balance (`if (FreeBalance > Balance) FreeBalance = Balance`); the pace is counted in whole
+//!   microseconds (`lround`); a request not granted is retried at `LastAllocated + pace`
+//!   (rounded up to 1 ms) when that is later than now, else at the next feed.
+//! - §7.3: a feed sets balance, free balance and tick rate to the sum of the quota channels,
+//!   and the proxy clears its channel while its local quota is not positive, so in debt the
+//!   quoter's balance is 0 and its tick rate 0 (nothing is granted); the debt is the proxy's.
+//! - §7.4: paced grants land 2 ms early, from `LastAllocated = max(now - 2 ms, fulfil)`: at
+//!   1 unit/s sequential one-unit acquires finish at 0, 0.998, 1.998, … s, and 5-unit requests
+//!   at 10/s at 0, 0.498, 0.998, … s (the table's round numbers hold where grants come on a
+//!   feed, as for one-unit requests at 10/s).
+//! - §4.4 step 4: the quoter compares the coordination path with its canonical form `/a/b`,
+//!   so a relative path (`Root/node`) is INTERNAL_ERROR too, not only a trailing or doubled
+//!   slash (in the quoter service read; the newer RPC also passes the database, which a newer
+//!   quoter, not read, may use to resolve relative paths).
 //!
 //! # Layout
 //!
 //! The node's rules are a pure state machine (`state.rs`: methods that take `now` and return
-//! effects, unit-tested without a runtime, following `ydb-coordination-semantics.md`); `world.rs`
+//! effects, unit-tested without a runtime, following `ydb-coordination-semantics.md`), and so
+//! are its rate limiter's (`quoter.rs`, following `ydb-rate-limiter-semantics.md`); `world.rs`
 //! holds the nodes and routes effects to streams; `service.rs` is the thin tonic shell (one task
-//! per stream, one timer task); `net.rs` is the loopback TCP layer the fault controls act on.
+//! per stream, one timer task) and `rate_limiter.rs` the rate limiter's, on the generated server
+//! of `ydb-coordination-proto`; `net.rs` is the loopback TCP layer the fault controls act on.
 
 mod net;
 mod proto;
+mod quoter;
+mod rate_limiter;
 mod service;
 pub(crate) mod state;
 mod world;
@@ -72,8 +133,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
+use ydb_coordination_proto::rate_limiter::v1::rate_limiter_service_server::RateLimiterServiceServer;
 
 use self::net::Net;
+use self::rate_limiter::RateLimiter;
 use self::service::{CoordinationService, DiscoveryService, Shared};
 use self::world::World;
 use crate::proto::NodeConfigProto;
@@ -284,6 +347,7 @@ impl EmulatorBuilder {
             .add_service(CoordinationService(shared.clone()))
             .add_service(DiscoveryService(shared.clone()))
             .add_service(service::AuthService(shared.clone()))
+            .add_service(RateLimiterServiceServer::new(RateLimiter(shared.clone())))
             .serve_with_incoming_shutdown(
                 UnboundedReceiverStream::new(conn_rx),
                 shutdown.clone().cancelled_owned(),
@@ -445,7 +509,9 @@ impl Emulator {
     /// Simulates a restart of every coordination node's tablet: each open session stream gets
     /// `failure{UNAVAILABLE}` and closes; all state is kept; every session is detached with
     /// its timeout plus the node's grace period; the reattach sequence check is reset and
-    /// waiting acquires' timers restart with their full timeout.
+    /// waiting acquires' timers restart with their full timeout. The rate limiter carries on:
+    /// its resources and settings are the tablet's persisted state, and balances, debt and
+    /// waiting `AcquireResource` calls belong to the server node, which re-subscribes.
     pub fn restart(&self) {
         self.shared.with_world(|w| w.restart(Instant::now()));
     }

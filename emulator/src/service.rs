@@ -75,7 +75,7 @@ impl Shared {
     }
 
     /// Whether a request carries an accepted token (always, when auth is off).
-    fn authorized<T>(&self, req: &Request<T>) -> bool {
+    pub(crate) fn authorized<T>(&self, req: &Request<T>) -> bool {
         let Some(auth) = &self.auth else {
             return true;
         };
@@ -145,7 +145,7 @@ pub(crate) fn ping_period(timeout_millis: u64) -> Duration {
     Duration::from_millis((timeout_millis / 3).clamp(10, 5_000))
 }
 
-fn database_of<T>(req: &Request<T>) -> Option<String> {
+pub(crate) fn database_of<T>(req: &Request<T>) -> Option<String> {
     req.metadata()
         .get("x-ydb-database")
         .and_then(|v| v.to_str().ok())
@@ -469,10 +469,10 @@ impl tonic::server::StreamingService<SessionRequest> for SessionSvc {
     }
 }
 
-type Any = ydb_grpc::google_proto_workaround::protobuf::Any;
+pub(crate) type Any = ydb_grpc::google_proto_workaround::protobuf::Any;
 
 /// Packs a result message the way protobuf's `PackFrom` does.
-fn pack(type_name: &str, message: &impl Message) -> Option<Any> {
+pub(crate) fn pack(type_name: &str, message: &impl Message) -> Option<Any> {
     Some(Any {
         type_url: format!("type.googleapis.com/{type_name}"),
         value: message.encode_to_vec(),
@@ -480,7 +480,7 @@ fn pack(type_name: &str, message: &impl Message) -> Option<Any> {
 }
 
 /// A completed operation: YDB's unary calls answer gRPC OK with the status inside.
-fn operation(result: Result<Option<Any>, AdminError>) -> Operation {
+pub(crate) fn operation(result: Result<Option<Any>, AdminError>) -> Operation {
     match result {
         Ok(value) => Operation {
             ready: true,

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use prost::Message;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::quoter::{AcquireTimeouts, Acquired, Answer, CallId, Quoter, Rejection, Units};
 use super::state::{Effect, NodeState, StreamId};
 use crate::proto::{NodeConfigProto, SessionResponse, StatusCode};
 
@@ -37,6 +38,15 @@ pub(crate) struct StreamSlot {
 pub(crate) struct AdminError {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
+}
+
+impl From<Rejection> for AdminError {
+    fn from(r: Rejection) -> Self {
+        Self {
+            status: r.status,
+            message: r.message,
+        }
+    }
 }
 
 impl AdminError {
@@ -117,6 +127,11 @@ pub(crate) struct World {
     pub(crate) streams: HashMap<StreamId, StreamSlot>,
     next_stream: StreamId,
     pub(crate) traffic: Traffic,
+    /// The rate-limiter resources of each node, by node path.
+    pub(crate) quoters: BTreeMap<String, Quoter>,
+    /// Where the answers of waiting `AcquireResource` calls go.
+    acquires: HashMap<CallId, oneshot::Sender<StatusCode>>,
+    next_call: CallId,
 }
 
 impl World {
@@ -171,7 +186,7 @@ impl World {
         self.apply(effects);
     }
 
-    /// Fires every due timer on every node.
+    /// Fires every due timer on every node, the rate limiters' too.
     pub(crate) fn advance(&mut self, now: Instant) {
         let effects: Vec<Effect> = self
             .nodes
@@ -179,17 +194,57 @@ impl World {
             .flat_map(|n| n.advance(now))
             .collect();
         self.apply(effects);
+        let answers: Vec<Answer> = self
+            .quoters
+            .values_mut()
+            .flat_map(|q| q.advance(now))
+            .collect();
+        self.answer(answers);
     }
 
-    /// The earliest timer of any node.
+    /// The earliest timer of any node or rate limiter.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.nodes
-            .values()
-            .filter_map(NodeState::next_deadline)
-            .min()
+        let nodes = self.nodes.values().filter_map(NodeState::next_deadline);
+        let quoters = self.quoters.values().filter_map(Quoter::next_deadline);
+        nodes.chain(quoters).min()
     }
 
-    /// Restarts every node's tablet.
+    /// `AcquireResource` on a node's rate limiter; a waiting call is answered on `reply`.
+    /// A missing node is `BadRequest` (§4.4 step 5).
+    pub(crate) fn acquire(
+        &mut self,
+        now: Instant,
+        node: &str,
+        resource: &str,
+        units: Units,
+        timeouts: AcquireTimeouts,
+        reply: oneshot::Sender<StatusCode>,
+    ) -> Acquired {
+        let Some(quoter) = self.quoters.get_mut(node) else {
+            return Acquired::Now(StatusCode::BadRequest);
+        };
+        self.next_call += 1;
+        let call = self.next_call;
+        let acquired = quoter.acquire(now, call, resource, units, timeouts);
+        if acquired == Acquired::Waiting {
+            self.acquires.insert(call, reply);
+        }
+        acquired
+    }
+
+    /// Delivers the answers of waiting acquires (a caller that gave up misses its answer).
+    pub(crate) fn answer(&mut self, answers: Vec<Answer>) {
+        for (call, status) in answers {
+            if let Some(reply) = self.acquires.remove(&call) {
+                let _ = reply.send(status);
+            }
+        }
+    }
+
+    /// Restarts every node's tablet. The rate limiters carry on unchanged: their resources
+    /// and settings are the tablet's persisted state (§5), while balances, debt and waiting
+    /// acquires live on the server node's proxy and quoter, which reconnect and re-subscribe
+    /// (§7.8); the tablet accumulates nothing between ticks that a restart could lose (§7.1).
     pub(crate) fn restart(&mut self, now: Instant) {
         let effects: Vec<Effect> = self
             .nodes
@@ -216,6 +271,7 @@ impl World {
             // "already exists", which the RPC layer reports as SUCCESS) and leaves its config.
             return Ok(());
         }
+        self.quoters.insert(path.clone(), Quoter::default());
         self.nodes.insert(path, NodeState::new(config));
         Ok(())
     }
@@ -241,6 +297,13 @@ impl World {
         let mut node = self.nodes.remove(path).ok_or_else(|| path_missing(path))?;
         let effects = node.shutdown();
         self.apply(effects);
+        // The resources go with the node (§5); waiting acquires fail as YDB's do (§7.8).
+        let answers = self
+            .quoters
+            .remove(path)
+            .map(|mut q| q.shutdown())
+            .unwrap_or_default();
+        self.answer(answers);
         Ok(())
     }
 
