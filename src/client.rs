@@ -249,8 +249,36 @@ impl Client {
         self.transport.database()
     }
 
+    /// The rate-limiter resources of the coordination node `node` (absolute, or relative to
+    /// the database).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// use ydb_coordination::{Client, NodeConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// client.create_node("quotas", NodeConfig::new()).await?;
+    /// let limiter = client.rate_limiter("quotas");
+    /// assert_eq!(limiter.node(), "/local/quotas");
+    /// assert!(limiter.list_resources("", true).await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rate_limiter(&self, node: &str) -> crate::RateLimiter {
+        crate::RateLimiter::new(self.clone(), node)
+    }
+
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
     /// A node path as the server wants it: absolute, or made absolute inside the database.
-    fn full_path(&self, path: &str) -> String {
+    pub(crate) fn full_path(&self, path: &str) -> String {
         if path.starts_with('/') {
             path.to_string()
         } else {

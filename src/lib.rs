@@ -133,6 +133,7 @@ mod endpoints;
 mod error;
 mod manager;
 pub(crate) mod proto;
+mod rate_limiter;
 pub mod recipes;
 mod retry;
 mod session;
@@ -163,6 +164,9 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Issue, Result, RetryRule, StatusCode};
 pub use manager::{SessionManager, SessionStream};
+pub use rate_limiter::{
+    MAX_ACQUIRE_WAIT, RateLimited, RateLimiter, ResourceDescription, ResourceSettings,
+};
 pub use recipes::{
     Acquiring, BoundedLease, BoundedMutexGuard, BoundedRwLockReadGuard, BoundedRwLockWriteGuard,
     BoundedSemaphorePermit, Candidate, Election, Group, Leader, Leadership, Member, Membership,
@@ -173,3 +177,6 @@ pub use session::{
     Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,
     SessionState, WaitingAcquire, WatchStream, WatchUpdate,
 };
+/// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
+/// is ([`ResourceSettings::metering`]).
+pub use ydb_coordination_proto::rate_limiter as rate_limiter_proto;

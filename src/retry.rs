@@ -74,6 +74,47 @@ pub(crate) async fn idempotent<M, T, F, Fut>(
     transport: &Transport,
     what: &str,
     message: M,
+    call: F,
+) -> Result<T>
+where
+    M: Clone,
+    F: FnMut(Channel, tonic::Request<M>) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let attempts = Attempts {
+        idempotent: true,
+        budget: transport.request_timeout(),
+        per_attempt: transport.attempt_timeout(),
+    };
+    unary(transport, what, message, attempts, call).await
+}
+
+/// How [`unary`] repeats a call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempts {
+    /// Whether doing the call twice leaves things as doing it once: a call that is not is
+    /// repeated only after failures that say it was not carried out
+    /// ([`RetryRule::Always`](crate::RetryRule::Always)).
+    pub(crate) idempotent: bool,
+    /// All attempts together (`Duration::MAX`: no limit).
+    pub(crate) budget: Duration,
+    /// One attempt's wait for its answer.
+    pub(crate) per_attempt: Duration,
+}
+
+/// The loop of [`idempotent`], for any call: as there, but repeated as `attempts` says. A
+/// call that is not idempotent is never repeated after an attempt that may have been
+/// carried out (a timed-out or broken one).
+///
+/// # Cancel safety
+///
+/// Dropping the future abandons the attempt in flight; one already sent may still be
+/// carried out by the server.
+pub(crate) async fn unary<M, T, F, Fut>(
+    transport: &Transport,
+    what: &str,
+    message: M,
+    attempts: Attempts,
     mut call: F,
 ) -> Result<T>
 where
@@ -81,8 +122,11 @@ where
     F: FnMut(Channel, tonic::Request<M>) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let budget = transport.request_timeout();
-    let per_attempt = transport.attempt_timeout();
+    let Attempts {
+        idempotent,
+        budget,
+        per_attempt,
+    } = attempts;
     // `later`: a request timeout of `Duration::MAX` means no limit, not an overflow.
     let deadline = crate::clock::later(Instant::now(), budget);
     let backoff = Backoff::default();
@@ -141,7 +185,7 @@ where
             }
             continue;
         }
-        let Some(wait) = delay(&err, true, tries, &backoff, rand::random::<f64>()) else {
+        let Some(wait) = delay(&err, idempotent, tries, &backoff, rand::random::<f64>()) else {
             return Err(err);
         };
         if Instant::now() + wait >= deadline {

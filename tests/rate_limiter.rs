@@ -1,0 +1,261 @@
+//! The rate-limiter client against the emulator, on paused time: resources created, altered,
+//! listed, described and dropped with their typed errors; acquires that wait, time out
+//! without taking anything, or do not wait; used units that never wait and leave debt; a
+//! stream paced by a resource; a fleet of acquirers sharing one rate.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::within;
+use futures::StreamExt;
+use tokio::time::Instant;
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::{Client, ErrorKind, NodeConfig, RateLimiter, ResourceSettings};
+
+const NODE: &str = "quotas";
+
+async fn limiter() -> (Emulator, RateLimiter) {
+    let emulator = within(Emulator::builder().start()).await.unwrap();
+    let client = within(Client::connect(&emulator.connection_string()))
+        .await
+        .unwrap();
+    within(client.create_node(NODE, NodeConfig::new()))
+        .await
+        .unwrap();
+    (emulator, client.rate_limiter(NODE))
+}
+
+fn rate(units_per_second: f64) -> ResourceSettings {
+    ResourceSettings::new().max_units_per_second(units_per_second)
+}
+
+fn millis_since(start: Instant) -> u128 {
+    start.elapsed().as_millis()
+}
+
+#[tokio::test(start_paused = true)]
+async fn resources_are_created_altered_listed_described_and_dropped() {
+    let (_emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(100.0).prefetch_coefficient(0.5)))
+        .await
+        .unwrap();
+    within(limiter.create_resource("api/tenant-a", rate(20.0)))
+        .await
+        .unwrap();
+    within(limiter.create_resource("api/tenant-b", ResourceSettings::new()))
+        .await
+        .unwrap();
+
+    let mut all = within(limiter.list_resources("", true)).await.unwrap();
+    all.sort();
+    assert_eq!(all, ["api", "api/tenant-a", "api/tenant-b"]);
+    let mut children = within(limiter.list_resources("api", true)).await.unwrap();
+    children.sort();
+    assert_eq!(children, ["api", "api/tenant-a", "api/tenant-b"]);
+
+    let described = within(limiter.describe_resource("api")).await.unwrap();
+    assert_eq!(described.path(), "api");
+    assert_eq!(described.settings(), &rate(100.0).prefetch_coefficient(0.5));
+    // Alter replaces the settings as a whole.
+    within(limiter.alter_resource("api", rate(50.0)))
+        .await
+        .unwrap();
+    let described = within(limiter.describe_resource("api")).await.unwrap();
+    assert_eq!(described.settings(), &rate(50.0));
+    let inheriting = within(limiter.describe_resource("api/tenant-b"))
+        .await
+        .unwrap();
+    assert_eq!(inheriting.settings(), &ResourceSettings::new());
+
+    // A parent with children stays; children first, then the parent.
+    let err = within(limiter.drop_resource("api")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    for path in ["api/tenant-a", "api/tenant-b", "api"] {
+        within(limiter.drop_resource(path)).await.unwrap();
+    }
+    assert!(
+        within(limiter.list_resources("", true))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_requests_get_their_kinds() {
+    let (emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(10.0)))
+        .await
+        .unwrap();
+    let kind = |r: ydb_coordination::Result<()>| r.unwrap_err().kind();
+    // The server's answers.
+    let again = limiter.create_resource("api", rate(10.0));
+    assert_eq!(kind(within(again).await), ErrorKind::AlreadyExists);
+    let rootless = limiter.create_resource("other", ResourceSettings::new());
+    assert_eq!(kind(within(rootless).await), ErrorKind::InvalidArgument);
+    let negative = limiter.create_resource("neg", rate(-1.0));
+    assert_eq!(kind(within(negative).await), ErrorKind::InvalidArgument);
+    let orphan = limiter.create_resource("missing/child", rate(1.0));
+    assert_eq!(kind(within(orphan).await), ErrorKind::InvalidArgument);
+    let absent = limiter.describe_resource("absent").await.map(drop);
+    assert_eq!(kind(absent), ErrorKind::NotFound);
+    assert_eq!(
+        kind(within(limiter.drop_resource("absent")).await),
+        ErrorKind::NotFound
+    );
+    // YDB answers an acquire of a resource that does not exist with BAD_REQUEST.
+    assert_eq!(
+        kind(within(limiter.acquire("absent", 1)).await),
+        ErrorKind::InvalidArgument
+    );
+    // Refused here, nothing sent.
+    for bad in ["", "/api", "api/", "a//b", "with space"] {
+        assert_eq!(
+            kind(within(limiter.acquire(bad, 1)).await),
+            ErrorKind::InvalidArgument,
+            "{bad:?}"
+        );
+        let created = limiter.create_resource(bad, rate(1.0));
+        assert_eq!(kind(within(created).await), ErrorKind::InvalidArgument);
+    }
+    let nan = limiter.create_resource("nan", rate(f64::NAN));
+    assert_eq!(kind(within(nan).await), ErrorKind::InvalidArgument);
+    // A node that does not exist.
+    let client = within(Client::connect(&emulator.connection_string()))
+        .await
+        .unwrap();
+    let elsewhere = client.rate_limiter("nowhere");
+    let listed = within(elsewhere.list_resources("", true)).await.map(drop);
+    assert_eq!(kind(listed), ErrorKind::NotFound);
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquires_at_ten_a_second_are_granted_every_100_ms() {
+    let (_emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(10.0)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..6 {
+        within(limiter.acquire("api", 1)).await.unwrap();
+        times.push(millis_since(start));
+    }
+    assert_eq!(times, [0, 0, 100, 200, 300, 400]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_that_cannot_be_granted_in_time_takes_nothing() {
+    let (_emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(1.0)))
+        .await
+        .unwrap();
+    // The bucket's first unit, then the next one is a second away.
+    within(limiter.acquire("api", 1)).await.unwrap();
+    let start = Instant::now();
+    let err = within(limiter.acquire_timeout("api", 1, Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(millis_since(start), 300, "the server gave up at the wait");
+    // Nothing was taken: the next unit still comes on time.
+    within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(millis_since(start) <= 1000, "{}", millis_since(start));
+
+    // try_acquire does not wait.
+    let start = Instant::now();
+    assert!(!within(limiter.try_acquire("api", 1)).await.unwrap());
+    assert!(millis_since(start) < 10);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(within(limiter.try_acquire("api", 1)).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn used_units_never_wait_and_leave_debt_that_acquires_wait_off() {
+    let (_emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(10.0)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    within(limiter.report_used("api", 20)).await.unwrap();
+    assert_eq!(millis_since(start), 0);
+    // Two seconds of debt: an acquire within one second is not granted.
+    let err = within(limiter.acquire_timeout("api", 1, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let waited = millis_since(start);
+    assert!((1_800..=2_200).contains(&waited), "{waited}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_stream_yields_at_the_resources_rate() {
+    let (_emulator, limiter) = limiter().await;
+    within(limiter.create_resource("emails", rate(10.0)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    let mut paced = limiter.limit_stream("emails", 1, futures::stream::iter(0..5));
+    while let Some(item) = within(paced.next()).await {
+        times.push((item.unwrap(), millis_since(start)));
+    }
+    assert_eq!(times, [(0, 0), (1, 0), (2, 100), (3, 200), (4, 300)]);
+    // An item whose units cannot be taken yields the error and stays for the next poll.
+    let mut failing = limiter.limit_stream("absent", 1, futures::stream::iter([7]));
+    let err = within(failing.next()).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    within(limiter.create_resource("absent", rate(10.0)))
+        .await
+        .unwrap();
+    assert_eq!(within(failing.next()).await.unwrap().unwrap(), 7);
+    assert!(within(failing.next()).await.is_none());
+    // `run` takes the units, then runs the work.
+    let out = within(limiter.run("emails", 1, async { 42 }))
+        .await
+        .unwrap();
+    assert_eq!(out, 42);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_of_acquirers_shares_one_rate() {
+    let (emulator, limiter) = limiter().await;
+    within(limiter.create_resource("payments", rate(20.0)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        // Each worker its own client, as each pod of a fleet has.
+        let client = within(Client::connect(&emulator.connection_string()))
+            .await
+            .unwrap();
+        let limiter = client.rate_limiter(NODE);
+        workers.push(tokio::spawn(async move {
+            let mut granted = 0u32;
+            while start.elapsed() < Duration::from_secs(10) {
+                if limiter
+                    .acquire_timeout("payments", 1, Duration::from_secs(30))
+                    .await
+                    .is_ok()
+                {
+                    granted += 1;
+                }
+            }
+            granted
+        }));
+    }
+    let mut total = 0;
+    for worker in workers {
+        total += within(worker).await.unwrap();
+    }
+    // 20 a second for 10 s, the first bucket's prefetch and each worker's last call on top.
+    assert!((200..=215).contains(&total), "{total}");
+}
