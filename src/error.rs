@@ -318,7 +318,8 @@ impl Error {
         let class = match status.source() {
             Some(cause) => {
                 let scan = Scan::of(cause);
-                classify::transport_failure(!(scan.connect || scan.tcp), scan.tls_handshake())
+                let sent = !(scan.connect || scan.tcp || scan.unsent);
+                classify::transport_failure(sent, scan.tls_handshake())
             }
             None => classify::grpc_code(status.code()),
         };
@@ -653,6 +654,8 @@ struct Scan {
     dns: bool,
     addr: Option<SocketAddr>,
     bad_data: bool,
+    /// hyper gave the request up before writing it (its connection had closed).
+    unsent: bool,
 }
 
 impl Scan {
@@ -666,6 +669,9 @@ impl Scan {
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
             scan.transport |= e.is::<tonic::transport::Error>();
             scan.timeout |= e.is::<tonic::TimeoutExpired>();
+            scan.unsent |= e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_canceled);
             if let Some(hyper) = HyperConnectError::parse(e) {
                 scan.tcp = true;
                 scan.dns |= hyper.dns;

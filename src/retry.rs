@@ -12,9 +12,9 @@
 //! says whether the request may go again ([`RetryRule::Idempotent`](crate::RetryRule::Idempotent) ones only because these
 //! calls are idempotent: an attempt that timed out or lost its connection may have been
 //! carried out), and [`Error::blames_endpoint`] whether the next attempt must avoid the
-//! endpoint. A call that is not idempotent would be repeated only after a failure whose
-//! rule is [`RetryRule::Always`](crate::RetryRule::Always) (the server did not carry it out); none goes through this
-//! loop today.
+//! endpoint. A call that is not idempotent (a rate-limiter acquire, through [`unary`]) is
+//! repeated only after a failure whose rule is [`RetryRule::Always`](crate::RetryRule::Always)
+//! (the server did not carry it out).
 
 use std::future::Future;
 use std::time::Duration;
@@ -59,8 +59,8 @@ pub(crate) fn delay(
 /// attempt, is blamed (preferred last, reconnected) and the next attempt goes elsewhere.
 /// An attempt that timed out may have been carried out by the server: repeating it is safe
 /// only because every call sent through here is idempotent (the module docs). A call that
-/// is not must not come through this loop; it would give up after such an attempt, since
-/// [`delay`] repeats only what its rule allows for a non-idempotent call.
+/// is not goes through [`unary`] with `idempotent: false`, which gives up after such an
+/// attempt.
 ///
 /// Credentials that cannot give a token fail the call at once: they retry their own
 /// source. A token the server rejects is renewed once ([`Transport::token_rejected`]) and

@@ -27,6 +27,12 @@ async fn limiter() -> (Emulator, RateLimiter) {
     (emulator, client.rate_limiter(NODE))
 }
 
+async fn client_of(emulator: &Emulator) -> Client {
+    within(Client::connect(&emulator.connection_string()))
+        .await
+        .unwrap()
+}
+
 fn rate(units_per_second: f64) -> ResourceSettings {
     ResourceSettings::new().max_units_per_second(units_per_second)
 }
@@ -37,7 +43,7 @@ fn millis_since(start: Instant) -> u128 {
 
 #[tokio::test(start_paused = true)]
 async fn resources_are_created_altered_listed_described_and_dropped() {
-    let (_emulator, limiter) = limiter().await;
+    let (emulator, limiter) = limiter().await;
     within(limiter.create_resource("api", rate(100.0).prefetch_coefficient(0.5)))
         .await
         .unwrap();
@@ -54,6 +60,15 @@ async fn resources_are_created_altered_listed_described_and_dropped() {
     let mut children = within(limiter.list_resources("api", true)).await.unwrap();
     children.sort();
     assert_eq!(children, ["api", "api/tenant-a", "api/tenant-b"]);
+    // Not recursive: the resource alone; the roots for an empty path.
+    let alone = within(limiter.list_resources("api", false)).await.unwrap();
+    assert_eq!(alone, ["api"]);
+    let roots = within(limiter.list_resources("", false)).await.unwrap();
+    assert_eq!(roots, ["api"]);
+    // A node path in another spelling is the same node, for every call.
+    let spelled = client_of(&emulator).await.rate_limiter("/local//quotas/");
+    assert_eq!(spelled.node(), "/local/quotas");
+    within(spelled.acquire("api", 1)).await.unwrap();
 
     let described = within(limiter.describe_resource("api")).await.unwrap();
     assert_eq!(described.path(), "api");
@@ -208,15 +223,23 @@ async fn a_paced_stream_yields_at_the_resources_rate() {
         times.push((item.unwrap(), millis_since(start)));
     }
     assert_eq!(times, [(0, 0), (1, 0), (2, 100), (3, 200), (4, 300)]);
-    // An item whose units cannot be taken yields the error and stays for the next poll.
-    let mut failing = limiter.limit_stream("absent", 1, futures::stream::iter([7]));
-    let err = within(failing.next()).await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    within(limiter.create_resource("absent", rate(10.0)))
+    // Units that no try can take (no such resource, a bad path): the error, then the end.
+    for path in ["absent", "bad path"] {
+        let mut failing = limiter.limit_stream(path, 1, futures::stream::iter([7, 8]));
+        let err = within(failing.next()).await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(within(failing.next()).await.is_none());
+    }
+    // Units not there in time: the error, and the item waits for another try.
+    within(limiter.create_resource("slow", rate(1.0)))
         .await
         .unwrap();
-    assert_eq!(within(failing.next()).await.unwrap().unwrap(), 7);
-    assert!(within(failing.next()).await.is_none());
+    // 15 s of debt: more than an acquire's wait (the request timeout, 10 s).
+    within(limiter.report_used("slow", 15)).await.unwrap();
+    let mut retried = limiter.limit_stream("slow", 1, futures::stream::iter([9]));
+    let err = within(retried.next()).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(within(retried.next()).await.unwrap().unwrap(), 9);
     // `run` takes the units, then runs the work.
     let out = within(limiter.run("emails", 1, async { 42 }))
         .await
@@ -258,4 +281,34 @@ async fn a_fleet_of_acquirers_shares_one_rate() {
     }
     // 20 a second for 10 s, the first bucket's prefetch and each worker's last call on top.
     assert!((200..=215).contains(&total), "{total}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_is_repeated_only_when_it_was_not_carried_out() {
+    let (emulator, limiter) = limiter().await;
+    within(limiter.create_resource("api", rate(10.0)))
+        .await
+        .unwrap();
+    // The connection broke (and the client saw it) and the next one is refused: nothing
+    // was sent, so the acquire goes again and is granted.
+    emulator.net().cut();
+    emulator.net().refuse_next(1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    within(limiter.acquire("api", 1)).await.unwrap();
+
+    // An acquire the server holds (the resource is 3 s in debt) when the connection
+    // breaks: it may be granted there, so it is not sent again; the caller is told.
+    within(limiter.report_used("api", 30)).await.unwrap();
+    let waiting = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            limiter
+                .acquire_timeout("api", 1, Duration::from_secs(5))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    emulator.net().cut();
+    let err = within(waiting).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown);
 }

@@ -9,7 +9,8 @@ use futures::Stream;
 use futures::future::BoxFuture;
 
 use super::RateLimiter;
-use crate::error::Result;
+use crate::config::Backoff;
+use crate::error::{Result, RetryRule};
 
 /// A stream paced by a rate-limiter resource: each item of the inner stream is yielded once
 /// `units` of the resource were taken for it (as [`RateLimiter::acquire`] takes them), so
@@ -18,7 +19,12 @@ use crate::error::Result;
 ///
 /// An item is pulled from the inner stream first, then waits for its units: the inner
 /// stream ending costs nothing. When an acquire fails, the error is yielded
-/// (`Some(Err(_))`) and the item is kept: the next poll acquires for it again.
+/// (`Some(Err(_))`). After an error that another try would repeat (a resource that does not
+/// exist, a bad path: [`RetryRule::Never`](crate::RetryRule::Never)) the stream ends;
+/// after any other (a timeout, an outage) the item is kept and the next poll acquires for
+/// it again after a backoff. Units an acquire may have taken before it failed
+/// ([`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown)) are taken again for
+/// the item: the stream runs below the rate, never above it.
 ///
 /// # Examples
 ///
@@ -51,6 +57,11 @@ pub struct RateLimited<S: Stream> {
     /// The item pulled from `inner`, waiting for its units.
     item: Option<S::Item>,
     acquiring: Option<BoxFuture<'static, Result<()>>>,
+    /// The wait before the next acquire after a failed one, and how many failed in a row.
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    failures: u32,
+    /// An acquire failed for good: nothing more is yielded.
+    ended: bool,
 }
 
 // Nothing is pinned in place: the inner stream and the acquire are boxed, the item is
@@ -64,6 +75,7 @@ impl<S: Stream> fmt::Debug for RateLimited<S> {
             .field("resource", &self.path)
             .field("units", &self.units)
             .field("waiting", &self.item.is_some())
+            .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +89,9 @@ impl<S: Stream> RateLimited<S> {
             inner: Box::pin(inner),
             item: None,
             acquiring: None,
+            pause: None,
+            failures: 0,
+            ended: false,
         }
     }
 
@@ -91,6 +106,15 @@ impl<S: Stream> Stream for RateLimited<S> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(pause) = &mut this.pause {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
         if this.item.is_none() {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(item)) => this.item = Some(item),
@@ -107,8 +131,21 @@ impl<S: Stream> Stream for RateLimited<S> {
             Poll::Ready(result) => {
                 this.acquiring = None;
                 match result {
-                    Ok(()) => Poll::Ready(this.item.take().map(Ok)),
-                    Err(e) => Poll::Ready(Some(Err(e))),
+                    Ok(()) => {
+                        this.failures = 0;
+                        Poll::Ready(this.item.take().map(Ok))
+                    }
+                    Err(e) => {
+                        if e.retry_rule() == RetryRule::Never {
+                            this.ended = true;
+                            this.item = None;
+                        } else {
+                            let wait = Backoff::default().delay(this.failures, rand::random());
+                            this.failures = this.failures.saturating_add(1);
+                            this.pause = Some(Box::pin(tokio::time::sleep(wait)));
+                        }
+                        Poll::Ready(Some(Err(e)))
+                    }
                 }
             }
         }

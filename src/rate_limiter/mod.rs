@@ -25,7 +25,7 @@ use ydb_coordination_proto::rate_limiter::{
 use ydb_grpc::google_proto_workaround::protobuf::Duration as ProtoDuration;
 
 use crate::client::Client;
-use crate::error::{Error, ErrorKind, Result, StatusCode};
+use crate::error::{Error, ErrorKind, Result, RetryRule, StatusCode};
 use crate::retry::{self, Attempts};
 use crate::transport;
 
@@ -96,7 +96,11 @@ struct Call<'a> {
 
 impl RateLimiter {
     pub(crate) fn new(client: Client, node: &str) -> Self {
-        let node = client.full_path(node);
+        // `/a/b`, as an acquire needs it (the other calls take any spelling; an acquire of
+        // `/local/quotas/` is INTERNAL_ERROR on YDB).
+        let full = client.full_path(node);
+        let parts: Vec<&str> = full.split('/').filter(|p| !p.is_empty()).collect();
+        let node = format!("/{}", parts.join("/"));
         Self {
             inner: Arc::new(Inner { client, node }),
         }
@@ -193,9 +197,9 @@ impl RateLimiter {
         .map(drop)
     }
 
-    /// The paths of `path` and its children (all descendants with `recursive`), or with an
-    /// empty `path` of the roots (every resource with `recursive`). The order is the
-    /// server's (unspecified).
+    /// With `recursive`, the paths of `path` and all its descendants; without it, `path`
+    /// alone (if it exists). With an empty `path`: the roots, or with `recursive` every
+    /// resource. The order is the server's (unspecified).
     ///
     /// # Errors
     ///
@@ -311,9 +315,12 @@ impl RateLimiter {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when the units were not available within `wait` (nothing
-    /// was taken; in the rare race where the server's own timer answers first, it may have
-    /// been); [`ErrorKind::InvalidArgument`] for a path that is not canonical or a resource
+    /// [`ErrorKind::Timeout`] when the units were not available within `wait`: nothing was
+    /// taken. [`ErrorKind::OutcomeUnknown`] when the units may have been taken: the answer
+    /// did not come (the connection broke after the request went out, or no answer within
+    /// `wait` and a margin), or the server's operation timer answered, which can race a
+    /// grant; count the units as used rather than acquire them again.
+    /// [`ErrorKind::InvalidArgument`] for a path that is not canonical or a resource
     /// that does not exist (YDB answers `BAD_REQUEST` for both); [`ErrorKind::Unavailable`]
     /// and transport errors when no endpoint answered.
     ///
@@ -326,7 +333,7 @@ impl RateLimiter {
         let wait = wait.min(MAX_ACQUIRE_WAIT);
         match self.take(path, Units::Required(units), wait, &what).await {
             Ok(()) => Ok(()),
-            Err(e) if not_granted(&e) => Err(Error::caused_by(
+            Err(e) if e.kind() == ErrorKind::Timeout => Err(Error::caused_by(
                 ErrorKind::Timeout,
                 format!(
                     "{what}: not available within {wait:?}; nothing was taken: try again \
@@ -339,7 +346,10 @@ impl RateLimiter {
     }
 
     /// Takes `units` from the resource `path` if they are available now, without waiting:
-    /// `false` if they are not (nothing was taken).
+    /// `false` if they are not (nothing was taken). The request carries no operation
+    /// timeout, which YDB reads as "within about a millisecond": on a YDB node that has not
+    /// served the resource yet, setting it up can take longer, so the first try there can
+    /// be `false` with units available.
     ///
     /// # Errors
     ///
@@ -357,7 +367,7 @@ impl RateLimiter {
             .await
         {
             Ok(()) => Ok(true),
-            Err(e) if not_granted(&e) => Ok(false),
+            Err(e) if e.kind() == ErrorKind::Timeout => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -437,8 +447,8 @@ impl RateLimiter {
     }
 
     /// One `AcquireResource`: `units` of `path`, the server waiting at most `wait` (zero:
-    /// not at all), with the metrics and the span. Units not granted in time are the
-    /// server's `CANCELLED` or `TIMEOUT` ([`not_granted`]).
+    /// not at all), with the metrics and the span. The error's kind says what was taken
+    /// ([`outcome`]): [`ErrorKind::Timeout`] nothing, [`ErrorKind::OutcomeUnknown`] perhaps.
     async fn take(&self, path: &str, units: Units, wait: Duration, what: &str) -> Result<()> {
         let span = tracing::debug_span!("rate_limiter.acquire", resource = path, ?units);
         self.take_in_span(path, units, wait, what)
@@ -454,18 +464,21 @@ impl RateLimiter {
         what: &str,
     ) -> Result<()> {
         let path = checked_path(path, what)?.to_string();
+        let wait = wait.min(MAX_ACQUIRE_WAIT);
         let (amount, mode) = match units {
             Units::Required(n) => (n, "required"),
             Units::Used(n) => (n, "used"),
         };
         let message = AcquireResourceRequest {
-            operation_params: Some(acquire_params(wait)),
+            operation_params: None,
             coordination_node_path: self.inner.node.clone(),
             resource_path: path,
             units: Some(units),
         };
-        // The server gives up its wait at `wait`; the call waits for that answer a little
-        // longer, and repeats only what was not carried out.
+        // The server gives up its wait by `wait` from now; the call waits for that answer a
+        // little longer, and repeats only what was not carried out. A repeat asks the
+        // server for what is left of the wait, so its answer still comes in time.
+        let started = Instant::now();
         let limit = wait.saturating_add(ANSWER_MARGIN);
         let call = Call {
             what,
@@ -475,15 +488,24 @@ impl RateLimiter {
                 per_attempt: limit,
             },
         };
-        let started = Instant::now();
+        let deadline = crate::clock::later(started, wait);
         let result = self
-            .call(call, message, |mut c, r| async move {
-                Ok(c.acquire_resource(r).await?.into_inner().operation)
+            .call(call, message, move |mut c, mut r| {
+                let left = if wait.is_zero() {
+                    Duration::ZERO
+                } else {
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1))
+                };
+                r.get_mut().operation_params = Some(acquire_params(left));
+                async move { Ok(c.acquire_resource(r).await?.into_inner().operation) }
             })
-            .await;
+            .await
+            .map_err(|e| outcome(e, wait));
         let outcome = match &result {
             Ok(_) => "granted",
-            Err(e) if not_granted(e) => "timed_out",
+            Err(e) if e.kind() == ErrorKind::Timeout => "timed_out",
             Err(_) => "error",
         };
         tracing::debug!(outcome, elapsed = ?started.elapsed(), "acquire answered");
@@ -559,7 +581,11 @@ fn acquire_params(wait: Duration) -> OperationParams {
     }
 }
 
+/// The longest `google.protobuf.Duration` (10,000 years).
+const MAX_PROTO_SECONDS: u64 = 315_576_000_000;
+
 fn proto_duration(d: Duration) -> ProtoDuration {
+    let d = d.min(Duration::from_secs(MAX_PROTO_SECONDS));
     ProtoDuration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         // Below 10^9: fits.
@@ -567,13 +593,39 @@ fn proto_duration(d: Duration) -> ProtoDuration {
     }
 }
 
-/// Whether the server answered that the units were not granted in time: `CANCELLED` at
-/// `cancel_after`, `TIMEOUT` at the operation timeout or for an acquire that may not wait.
-fn not_granted(err: &Error) -> bool {
-    matches!(
-        err.status(),
-        Some(StatusCode::Cancelled | StatusCode::Timeout)
-    )
+/// What a failed acquire took, in its kind:
+/// - [`ErrorKind::Timeout`]: nothing. The server gave up the wait at `cancel_after`
+///   (`CANCELLED`), or an acquire that may not wait (`wait` zero, no operation timer) was
+///   not granted at once (`TIMEOUT`).
+/// - [`ErrorKind::OutcomeUnknown`]: perhaps the units. The server's operation timer answered
+///   (`TIMEOUT` while it could wait: YDB's timer can race a grant), no answer came in time,
+///   or the connection broke after the request went out.
+/// - Anything else as it is (the server refused it: nothing was taken).
+fn outcome(err: Error, wait: Duration) -> Error {
+    let server = err.status();
+    let taken_maybe = match server {
+        Some(StatusCode::Cancelled) => false,
+        Some(StatusCode::Timeout) => !wait.is_zero(),
+        Some(_) => return err,
+        None => matches!(
+            (err.kind(), err.retry_rule()),
+            (ErrorKind::Timeout, _) | (ErrorKind::Transport, RetryRule::Idempotent)
+        ),
+    };
+    if taken_maybe {
+        Error::caused_by(
+            ErrorKind::OutcomeUnknown,
+            format!(
+                "{err}; the units may have been taken: count them as used rather than \
+                 acquire them again"
+            ),
+            &err,
+        )
+    } else if server.is_some() {
+        Error::caused_by(ErrorKind::Timeout, format!("{err}"), &err)
+    } else {
+        err
+    }
 }
 
 /// `path` if it is a canonical resource path (what the server accepts): not empty, no
@@ -627,24 +679,33 @@ mod tests {
         // No wait: no timeout, which the server reads as "now or never".
         let now = acquire_params(Duration::ZERO);
         assert_eq!((now.operation_timeout, now.cancel_after), (None, None));
-        // The longest wait is a day; even an unbounded one does not overflow.
+        // Even an unbounded wait is a valid protobuf duration.
         let long = proto_duration(Duration::MAX);
-        assert_eq!(long.seconds, i64::MAX);
+        assert_eq!(long.seconds, 315_576_000_000);
     }
 
     #[test]
-    fn cancelled_and_timeout_statuses_read_as_not_granted() {
-        for status in [StatusCode::Cancelled, StatusCode::Timeout] {
-            assert!(
-                not_granted(&Error::from_status(status, "acquire")),
-                "{status:?}"
-            );
-        }
-        assert!(!not_granted(&Error::from_status(
-            StatusCode::BadRequest,
-            "x"
-        )));
-        // A client-side timeout (no answer) is not the server's "not granted".
-        assert!(!not_granted(&Error::new(ErrorKind::Timeout, "no answer")));
+    fn a_failed_acquire_says_whether_units_may_have_been_taken() {
+        let kind = |err: Error, wait: u64| outcome(err, Duration::from_secs(wait)).kind();
+        let status = |s| Error::from_status(s, "acquire");
+        // The server gave up the wait, or a try was not granted at once: nothing taken.
+        assert_eq!(kind(status(StatusCode::Cancelled), 5), ErrorKind::Timeout);
+        assert_eq!(kind(status(StatusCode::Timeout), 0), ErrorKind::Timeout);
+        // The operation timer can race a grant; so can a lost answer.
+        assert_eq!(
+            kind(status(StatusCode::Timeout), 5),
+            ErrorKind::OutcomeUnknown
+        );
+        let silent = Error::new(ErrorKind::Timeout, "no answer");
+        assert_eq!(kind(silent, 5), ErrorKind::OutcomeUnknown);
+        // Refusals took nothing and keep their kinds.
+        assert_eq!(
+            kind(status(StatusCode::BadRequest), 5),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            kind(status(StatusCode::Unavailable), 5),
+            ErrorKind::Unavailable
+        );
     }
 }

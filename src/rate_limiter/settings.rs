@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// The settings of a rate-limiter resource. Each is unset by default; an unset one is taken
 /// from the parent resource (a root needs
 /// [`max_units_per_second`](ResourceSettings::max_units_per_second)). On the wire zero is
-/// unset, so a setting set to `0.0` reads back as unset.
+/// unset for the four rates and coefficients, so one set to `0.0` reads back as unset.
 ///
 /// # Examples
 ///
@@ -72,15 +72,17 @@ impl ResourceSettings {
         self
     }
 
-    /// In a replicated bucket, the floor the shared bucket is refilled to after reports of
-    /// consumption (YDB marks it experimental).
+    /// In a replicated bucket, the level (negative: a debt) the shared bucket is raised to
+    /// after reports of consumption; YDB takes only negative values and marks it
+    /// experimental.
     pub fn immediately_fill_up_to(mut self, units: f64) -> Self {
         self.immediately_fill_up_to = Some(units);
         self
     }
 
     /// Makes the resource a replicated bucket: nodes consume locally and report every
-    /// `report_interval` (`None`: YDB's default, 5 s). Experimental in YDB.
+    /// `report_interval` (`None`: YDB's default, 5 s; else at least a millisecond).
+    /// Experimental in YDB.
     pub fn replicated_bucket(mut self, report_interval: Option<Duration>) -> Self {
         self.replicated_bucket = Some(report_interval);
         self
@@ -148,10 +150,30 @@ impl ResourceSettings {
                 ));
             }
         }
+        if let Some(up_to) = self.immediately_fill_up_to.filter(|v| *v >= 0.0) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{what}: immediately_fill_up_to is {up_to}: YDB takes only a negative level"
+                ),
+            ));
+        }
+        if self.replicated_bucket == Some(Some(Duration::ZERO)) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{what}: the replicated bucket's report interval is zero: give a positive one, or none for YDB's default"
+                ),
+            ));
+        }
+        let millis = |d: Duration| {
+            // Rounded up: 1.5 ms is reported every 2 ms, not 1.
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            u64::try_from(ms).unwrap_or(u64::MAX)
+        };
         let replicated = self.replicated_bucket.map(|interval| {
             LeafBehavior::ReplicatedBucket(ReplicatedBucketSettings {
-                report_interval_ms: interval
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)),
+                report_interval_ms: interval.map(millis),
             })
         });
         let drr = HierarchicalDrrSettings {
@@ -256,6 +278,7 @@ mod tests {
             .prefetch_watermark(0.5)
             .immediately_fill_up_to(-3.0)
             .replicated_bucket(Some(Duration::from_millis(250)));
+        assert!(settings.to_proto("a", "t").is_ok());
         let wire = settings.to_proto("a/b", "t").ok();
         let back = wire.map(ResourceDescription::from_proto);
         assert_eq!(back.as_ref().map(ResourceDescription::path), Some("a/b"));
@@ -276,11 +299,32 @@ mod tests {
     }
 
     #[test]
-    fn numbers_that_are_not_finite_are_refused() {
+    fn numbers_ydb_would_refuse_or_misread_are_refused() {
+        let refused = |settings: ResourceSettings| {
+            settings.to_proto("a", "t").err().map(|e| e.kind()) == Some(ErrorKind::InvalidArgument)
+        };
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            let settings = ResourceSettings::new().prefetch_watermark(bad);
-            let kind = settings.to_proto("a", "t").err().map(|e| e.kind());
-            assert_eq!(kind, Some(ErrorKind::InvalidArgument), "{bad}");
+            assert!(
+                refused(ResourceSettings::new().prefetch_watermark(bad)),
+                "{bad}"
+            );
         }
+        for not_negative in [0.0, 5.0] {
+            assert!(refused(
+                ResourceSettings::new().immediately_fill_up_to(not_negative)
+            ));
+        }
+        assert!(refused(
+            ResourceSettings::new().replicated_bucket(Some(Duration::ZERO))
+        ));
+        let odd = ResourceSettings::new().replicated_bucket(Some(Duration::from_micros(1500)));
+        let sent = odd.to_proto("a", "t").ok().and_then(|r| match r.r#type {
+            Some(resource::Type::HierarchicalDrr(d)) => d.leaf_behavior,
+            None => None,
+        });
+        let Some(LeafBehavior::ReplicatedBucket(bucket)) = sent else {
+            panic!("not replicated: {sent:?}");
+        };
+        assert_eq!(bucket.report_interval_ms, Some(2));
     }
 }
