@@ -1,6 +1,7 @@
 //! `ydb-coord`: coordination nodes, semaphores and locked commands from the shell.
 
 mod admin;
+mod child;
 mod duration;
 mod fail;
 mod fleet;
