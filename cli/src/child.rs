@@ -120,3 +120,15 @@ pub(crate) async fn run(
         lost,
     })
 }
+
+/// Runs the command as [`run`] does, with nothing that stops it but its own end; returns its
+/// exit code.
+pub(crate) async fn run_to_end(
+    command: &[OsString],
+    env: &[(&str, String)],
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let never = CancellationToken::new();
+    let end = run(command, env, never, Duration::ZERO, signals, || {}).await?;
+    Ok(end.code)
+}
