@@ -61,8 +61,8 @@ pub(crate) enum Action {
         at: ResourceArgs,
         #[command(flatten)]
         settings: SettingsArgs,
-        /// Read the current settings first and change only the flags given (a setting cannot
-        /// be unset this way: alter without --keep does that).
+        /// Read the current settings first and change only the flags given (not atomic: an
+        /// alter in between is overwritten; a setting cannot be unset this way).
         #[arg(long)]
         keep: bool,
     },
@@ -415,23 +415,19 @@ async fn obtain(
     if used {
         return limiter.report_used(resource, units).await.map(|()| true);
     }
-    let timed = |e: &Error| e.kind() == ErrorKind::Timeout;
-    match wait {
-        Wait::AtOnce => limiter.try_acquire(resource, units).await,
-        Wait::For(d) => match limiter.acquire_timeout(resource, units, d).await {
-            Err(e) if timed(&e) => Ok(false),
-            r => r.map(|()| true),
-        },
-        // The server keeps an acquire for a day at the most: ask again until granted.
-        Wait::Forever => loop {
-            match limiter
-                .acquire_timeout(resource, units, MAX_ACQUIRE_WAIT)
-                .await
-            {
-                Err(e) if timed(&e) => continue,
-                r => break r.map(|()| true),
-            }
-        },
+    let mut left = match wait {
+        Wait::AtOnce => return limiter.try_acquire(resource, units).await,
+        Wait::For(d) => d,
+        Wait::Forever => Duration::MAX,
+    };
+    // The server keeps an acquire for a day at the most: a longer wait asks again.
+    loop {
+        let this = left.min(MAX_ACQUIRE_WAIT);
+        match limiter.acquire_timeout(resource, units, this).await {
+            Err(e) if e.kind() == ErrorKind::Timeout && left > this => left -= this,
+            Err(e) if e.kind() == ErrorKind::Timeout => return Ok(false),
+            r => return r.map(|()| true),
+        }
     }
 }
 
