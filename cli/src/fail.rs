@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ydb_coordination::{Error, ErrorKind};
+use ydb_coordination::{Error, ErrorKind, StatusCode};
 
 /// Exit code: the command could not be carried out (connection, missing node, server error).
 pub(crate) const ERROR: u8 = 1;
@@ -100,6 +100,33 @@ pub(crate) fn semaphore_error(verb: &str, name: &str, node: &str, err: &Error) -
     }
 }
 
+/// The errors of operations on a rate-limiter resource: a missing node (`SCHEME_ERROR`) or
+/// resource (`NOT_FOUND`) named as such.
+pub(crate) fn resource_error(verb: &str, resource: &str, node: &str, err: &Error) -> Failure {
+    match (err.kind(), err.status()) {
+        (ErrorKind::NotFound, Some(StatusCode::SchemeError)) => {
+            Failure::new(format!("coordination node {node} not found"))
+        }
+        (ErrorKind::NotFound, _) => Failure::new(format!(
+            "rate-limiter resource {resource:?} not found on {node}"
+        )),
+        (ErrorKind::AlreadyExists, _) => Failure::new(format!(
+            "rate-limiter resource {resource:?} already exists on {node}"
+        )),
+        _ => {
+            // The library's message names the operation and the resource already.
+            let message = describe(err);
+            if message.contains(&format!("{resource:?}")) {
+                Failure::new(format!("{message} (on {node})"))
+            } else {
+                Failure::new(format!(
+                    "{verb} rate-limiter resource {resource:?} on {node}: {message}"
+                ))
+            }
+        }
+    }
+}
+
 /// The errors of opening a session (or any node-level call) on `node`.
 pub(crate) fn node_error(verb: &str, node: &str, err: &Error) -> Failure {
     match err.kind() {
@@ -119,6 +146,22 @@ mod tests {
     fn messages_stay_on_one_line() {
         let f = Failure::new("first\n  second\tthird");
         assert_eq!(f.to_string(), "error: first second third");
+    }
+
+    #[test]
+    fn a_missing_resource_is_told_from_a_missing_node() {
+        let err = Error::from_status(StatusCode::NotFound, "describe");
+        let f = resource_error("describe", "api", "/local/app", &err);
+        assert_eq!(
+            f.to_string(),
+            r#"error: rate-limiter resource "api" not found on /local/app"#
+        );
+        let err = Error::from_status(StatusCode::SchemeError, "describe");
+        let f = resource_error("describe", "api", "/local/app", &err);
+        assert_eq!(
+            f.to_string(),
+            "error: coordination node /local/app not found"
+        );
     }
 
     #[test]

@@ -1,21 +1,17 @@
-//! `lock` and `elect`: acquire, run a command under the lease, stop it if the lease may be
-//! lost, release.
+//! `lock` and `elect`: acquire, run a command under the lease (`child.rs`), stop it if the
+//! lease may be lost, release.
 
 use std::ffi::OsString;
 use std::future::Future;
 use std::io::IsTerminal;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::time::{Instant, sleep, sleep_until, timeout};
-use tokio_util::sync::CancellationToken;
+use tokio::time::{Instant, timeout};
 use ydb_coordination::{Acquiring, DescribeOptions, Error, ErrorKind, Lease, Session};
 
+use super::child;
 use super::duration;
 use super::fail::{self, Failure, semaphore_error};
 use super::output::Out;
@@ -176,7 +172,7 @@ async fn hold_and_run(
             },
         )
     };
-    let end = run_child(
+    let end = child::run(
         &req.command,
         &env,
         lease.token(),
@@ -387,108 +383,4 @@ async fn queue_line(session: &Session, req: &Request, started: Instant) -> Strin
         ),
         None => format!("{head}: {holders}"),
     }
-}
-
-/// How the command ended.
-#[derive(Debug)]
-struct ChildEnd {
-    code: u8,
-    lost: bool,
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(fail::ERROR),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(fail::ERROR),
-        (None, None) => fail::ERROR,
-    }
-}
-
-/// Sends `sig` to the command's process group (it runs in its own), or to the command
-/// alone if it left the group.
-fn signal_group(pid: Pid, sig: Signal) {
-    if killpg(pid, sig).is_err() {
-        let _ = kill(pid, sig);
-    }
-}
-
-/// Runs the command in its own process group with `env` added; forwards the signals
-/// `ydb-coord` receives; when `token` fires, sends SIGTERM, then SIGKILL after `grace`.
-async fn run_child(
-    command: &[OsString],
-    env: &[(&str, String)],
-    token: CancellationToken,
-    grace: Duration,
-    signals: &mut Signals,
-    on_lost: impl FnOnce(),
-) -> Result<ChildEnd, Failure> {
-    let Some((program, args)) = command.split_first() else {
-        return Err(Failure::with_code(fail::USAGE, "no command given after --"));
-    };
-    let shown = program.to_string_lossy();
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => fail::NOT_FOUND,
-                _ => fail::CANNOT_EXECUTE,
-            };
-            Failure::with_code(code, format!("cannot run {shown:?}: {e}"))
-        })?;
-    let pid = Pid::from_raw(
-        i32::try_from(child.id())
-            .map_err(|_| Failure::new("the command's process id is out of range"))?,
-    );
-    let (tx, mut exited) = oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let mut on_lost = Some(on_lost);
-    let mut kill_at: Option<Instant> = None;
-    let status = loop {
-        let kill_timer = async {
-            match kill_at {
-                Some(at) => sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            status = &mut exited => break status,
-            sig = signals.recv() => signal_group(pid, sig),
-            () = token.cancelled(), if on_lost.is_some() => {
-                if let Some(f) = on_lost.take() {
-                    f();
-                }
-                signal_group(pid, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
-            }
-            () = kill_timer => {
-                signal_group(pid, Signal::SIGKILL);
-                kill_at = None;
-            }
-        }
-    };
-    let status = status
-        .map_err(|_| Failure::new("lost track of the command"))?
-        .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?;
-    let lost = on_lost.is_none();
-    if lost {
-        // The command is gone; whatever else it started in its group gets the rest of
-        // the grace period, then SIGKILL.
-        let deadline = kill_at.unwrap_or_else(Instant::now);
-        while killpg(pid, None).is_ok() {
-            if Instant::now() >= deadline {
-                let _ = killpg(pid, Signal::SIGKILL);
-                break;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-    Ok(ChildEnd {
-        code: exit_code(status),
-        lost,
-    })
 }

@@ -1,11 +1,13 @@
 //! `ydb-coord`: coordination nodes, semaphores and locked commands from the shell.
 
 mod admin;
+mod child;
 mod duration;
 mod fail;
 mod fleet;
 mod lock;
 mod output;
+mod ratelimit;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -36,15 +38,18 @@ Examples:
   ydb-coord --json watch /local/app pool
   ydb-coord group join /local/app web --data \"$(hostname):8080\"
   ydb-coord publish /local/app config 'replicas=3'
+  ydb-coord ratelimit create /local/app payments --rate 20
+  ydb-coord ratelimit run /local/app payments --wait 10s -- ./charge.sh 42
 
 Credentials come from the environment, as in the YDB SDKs: YDB_ACCESS_TOKEN_CREDENTIALS,
 YDB_STATIC_CREDENTIALS_USER and YDB_STATIC_CREDENTIALS_PASSWORD, YDB_ANONYMOUS_CREDENTIALS=1.
 
 Exit codes:
-  0    success (lock, elect: the command's own exit code is passed through)
+  0    success (lock, elect, ratelimit run: the command's own exit code is passed through)
   1    error (connection, missing node or semaphore, server error)
   2    bad command line
-  75   lock or leadership not obtained in time (--wait elapsed, or --no-wait and it is held)
+  75   lock, leadership or rate-limiter units not obtained in time (--wait elapsed, or
+       --no-wait and it is held or the units are not available now)
   76   the lease may have been lost while the command ran; the command was stopped
   126  the command could not be executed;  127  the command was not found
   128+N  the command was killed by signal N (or ydb-coord was interrupted while waiting)";
@@ -119,7 +124,7 @@ A password on the command line is visible to other users of the machine (ps): us
 local trials only.";
 
 /// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
-/// commands and leader election.
+/// commands, leader election and rate limits.
 #[derive(Debug, Parser)]
 #[command(name = "ydb-coord", version, after_help = MAIN_HELP)]
 struct Cli {
@@ -182,6 +187,13 @@ enum Command {
     Semaphore {
         #[command(subcommand)]
         action: SemaphoreAction,
+    },
+    /// Rate-limiter resources: create, alter, list, describe and drop them; take units
+    /// before a command.
+    #[command(after_help = ratelimit::RATELIMIT_HELP)]
+    Ratelimit {
+        #[command(subcommand)]
+        action: ratelimit::Action,
     },
     /// Run a command while holding a lock; release it when the command exits.
     #[command(after_help = LOCK_HELP)]
@@ -595,8 +607,9 @@ impl Conn {
 
 /// The subcommand words of the command line (`ydb-coord lock`, `ydb-coord node create`).
 fn subcommand_of(args: &[OsString]) -> String {
-    const TOP: [&str; 9] = [
+    const TOP: [&str; 10] = [
         "node",
+        "ratelimit",
         "semaphore",
         "lock",
         "elect",
@@ -606,15 +619,15 @@ fn subcommand_of(args: &[OsString]) -> String {
         "publish",
         "subscribe",
     ];
-    const ACTIONS: [&str; 10] = [
+    const ACTIONS: [&str; 13] = [
         "create", "alter", "describe", "drop", "update", "delete", "help", "join", "members",
-        "watch",
+        "watch", "list", "acquire", "run",
     ];
     let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
     let mut out = vec!["ydb-coord"];
     if let Some(i) = words.iter().position(|w| TOP.contains(w)) {
         out.push(words[i]);
-        if matches!(words[i], "node" | "semaphore" | "group")
+        if matches!(words[i], "node" | "semaphore" | "group" | "ratelimit")
             && let Some(action) = words.get(i + 1).filter(|w| ACTIONS.contains(w))
         {
             out.push(action);
@@ -651,7 +664,10 @@ fn usage_error(err: &clap::Error, args: &[OsString]) -> String {
         first = "error: invalid command line".to_string();
     }
     let subcommand = subcommand_of(args);
-    let takes_command = subcommand == "ydb-coord lock" || subcommand == "ydb-coord elect";
+    let takes_command = matches!(
+        subcommand.as_str(),
+        "ydb-coord lock" | "ydb-coord elect" | "ydb-coord ratelimit run"
+    );
     let has_separator = args.iter().any(|a| a == "--");
     let invalid: Vec<String> = match err.get(ContextKind::InvalidArg) {
         Some(ContextValue::String(s)) => vec![s.clone()],
@@ -741,6 +757,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let auth = Auth { tokens, users };
             emulator(listen, tls, database, nodes, auth).await
         }
+        Command::Ratelimit { action } => ratelimit::run(&conn, action, out).await,
         Command::Node { action } => {
             let client = conn.client().await?;
             let (path, op) = match action {

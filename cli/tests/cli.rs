@@ -201,10 +201,7 @@ fn json_output_parses() {
     let o = env.run(&["--json", "lock", NODE, "job", "--", "echo", "out"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "out\n");
-    let events: Vec<Value> = stderr(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = stderr_json(&o);
     assert_eq!(events.len(), 2, "{}", stderr(&o));
     assert_eq!(events[0]["event"], "acquired");
     assert!(events[0]["fencing_token"].as_u64().is_some());

@@ -110,6 +110,14 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The JSON objects a run printed on stderr (its `--json` events), one a line.
+pub fn stderr_json(o: &Output) -> Vec<Value> {
+    stderr(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}
+
 /// Waits for `child` to exit, killing it and failing the test after `LIMIT`.
 pub fn wait_exit(child: &mut Child) -> ExitStatus {
     let deadline = Instant::now() + LIMIT;

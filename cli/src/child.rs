@@ -1,0 +1,134 @@
+//! Running a command for `lock`, `elect` and `ratelimit run`: in its own process group, with
+//! the signals `ydb-coord` receives forwarded to it, stopped (SIGTERM, then SIGKILL) when a
+//! token fires, its exit status turned into an exit code (126/127 when it cannot start).
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::fail::{self, Failure};
+use super::lock::Signals;
+
+/// How the command ended.
+#[derive(Debug)]
+pub(crate) struct ChildEnd {
+    pub(crate) code: u8,
+    /// The token fired while it ran (it was stopped).
+    pub(crate) lost: bool,
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(fail::ERROR),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(fail::ERROR),
+        (None, None) => fail::ERROR,
+    }
+}
+
+/// Sends `sig` to the command's process group (it runs in its own), or to the command
+/// alone if it left the group.
+fn signal_group(pid: Pid, sig: Signal) {
+    if killpg(pid, sig).is_err() {
+        let _ = kill(pid, sig);
+    }
+}
+
+/// Runs the command in its own process group with `env` added; forwards the signals
+/// `ydb-coord` receives; when `token` fires, sends SIGTERM, then SIGKILL after `grace`.
+pub(crate) async fn run(
+    command: &[OsString],
+    env: &[(&str, String)],
+    token: CancellationToken,
+    grace: Duration,
+    signals: &mut Signals,
+    on_lost: impl FnOnce(),
+) -> Result<ChildEnd, Failure> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(Failure::with_code(fail::USAGE, "no command given after --"));
+    };
+    let shown = program.to_string_lossy();
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => fail::NOT_FOUND,
+                _ => fail::CANNOT_EXECUTE,
+            };
+            Failure::with_code(code, format!("cannot run {shown:?}: {e}"))
+        })?;
+    let pid = Pid::from_raw(
+        i32::try_from(child.id())
+            .map_err(|_| Failure::new("the command's process id is out of range"))?,
+    );
+    let (tx, mut exited) = oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let mut on_lost = Some(on_lost);
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = &mut exited => break status,
+            sig = signals.recv() => signal_group(pid, sig),
+            () = token.cancelled(), if on_lost.is_some() => {
+                if let Some(f) = on_lost.take() {
+                    f();
+                }
+                signal_group(pid, Signal::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
+            () = kill_timer => {
+                signal_group(pid, Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    let status = status
+        .map_err(|_| Failure::new("lost track of the command"))?
+        .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?;
+    let lost = on_lost.is_none();
+    if lost {
+        // The command is gone; whatever else it started in its group gets the rest of
+        // the grace period, then SIGKILL.
+        let deadline = kill_at.unwrap_or_else(Instant::now);
+        while killpg(pid, None).is_ok() {
+            if Instant::now() >= deadline {
+                let _ = killpg(pid, Signal::SIGKILL);
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(ChildEnd {
+        code: exit_code(status),
+        lost,
+    })
+}
+
+/// Runs the command as [`run`] does, with nothing that stops it but its own end; returns its
+/// exit code.
+pub(crate) async fn run_to_end(
+    command: &[OsString],
+    env: &[(&str, String)],
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let never = CancellationToken::new();
+    let end = run(command, env, never, Duration::ZERO, signals, || {}).await?;
+    Ok(end.code)
+}
