@@ -1380,10 +1380,11 @@ fn rate_cells(r: &rate::Rate) -> [[String; 6]; 2] {
                 fmt_rate(rate::RATE)
             ),
             format!(
-                "{} ({} units in {})",
+                "{} ({} units granted in {}, the bucket of {:.0} included)",
                 joined(&|a| format!("{:.3}×", a.ratio())),
                 joined(&|a| group(a.units as u64)),
                 fmt_duration(r.achieved.first().map_or(Duration::ZERO, |a| a.window)),
+                rate::BUCKET,
             ),
             "no rate-limiter client ¹²".to_string(),
             format!("configured {}", fmt_rate(rate::RATE)),
@@ -1410,19 +1411,19 @@ fn rate_cells(r: &rate::Rate) -> [[String; 6]; 2] {
 fn rate_note(r: &rate::Rate) -> String {
     format!(
         "¹² Row 11: one client on the in-process emulator in real time; for each count a fresh \
-         resource of {rate}, and that many tasks each acquiring one unit at a time \
-         (`acquire_timeout` bounded by the window's end) until the window ends. A unit counts \
-         by when its acquire returned; the first {warm} are left out, since the node's \
-         prefetch bucket ({bucket:.0} units at the default prefetch coefficient, rate × 0.2) \
-         is granted at once then, so the window measures the steady rate only. The server \
-         paces the units within its 100 ms ticks, so either edge of the window can misplace \
-         about one unit. Latency: {n} acquires of one unit of a resource at {big:e} units/s \
-         (never waiting), alternating in batches of 50 with as many `describe_node` calls on \
-         the same client, the floor of one unary call. The `ydb` crate has no rate-limiter \
-         client, so there is nothing to put side by side.",
+         resource of {rate}, and that many tasks each acquiring one unit at a time for {window} \
+         (`acquire_timeout` bounded by the window's end, so the server grants nothing after \
+         it). Achieved rate: the units granted less the node's prefetch bucket ({bucket:.0} \
+         units at the default prefetch coefficient, rate × 0.2, full at the first acquire and \
+         granted at once), over the window; counting grants rather than timing them keeps a \
+         stall of the machine from moving units across the window's edges. Latency: {n} \
+         acquires of one unit of a resource at {big:e} units/s (never waiting), alternating \
+         in batches of 50 with as many `describe_node` calls on the same client, the floor of \
+         one unary call. The `ydb` crate has no rate-limiter client, so there is nothing to \
+         put side by side.",
         rate = fmt_rate(rate::RATE),
-        warm = fmt_duration(rate::WARM_UP),
-        bucket = rate::RATE * 0.2,
+        window = fmt_duration(r.achieved.first().map_or(Duration::ZERO, |a| a.window)),
+        bucket = rate::BUCKET,
         n = group(r.latency.acquire.len() as u64),
         big = rate::UNLIMITED,
     )
