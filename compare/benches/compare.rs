@@ -17,9 +17,11 @@
 //! 9. growth: a queue of 10, 1,000 and 10,000 sessions on one mutex, what one more queued
 //!    acquire and a handoff cost at each depth;
 //! 10. growth: 1,000 and 10,000 idle sessions (RSS, keepalive CPU), 10,000 and 100,000 held
-//!     leases (RSS; a reattach under them).
+//!     leases (RSS; a reattach under them);
+//! 11. the rate limiter: the rate 1, 10 and 100 acquirers achieve against the configured one,
+//!     and the round trip of an acquire that does not wait next to one unary call.
 //!
-//! Rows 1 to 4, 8, 9 and 10's reattach run under a time limit: a row that does not finish within it (a peer
+//! Rows 1 to 4, 8, 9, 10's reattach and 11 run under a time limit: a row that does not finish within it (a peer
 //! that stops answering) is reported as failed, with the reason, and the next row runs. The
 //! rows that measure child processes (5, 7) give each client child at most 180 s. An emulator
 //! child (rows 5, 7, 8) has 30 s for each answer (its address, its CPU time): one that gives
@@ -27,7 +29,7 @@
 //! crate failed.
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10` selects rows (default all);
+//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10,11` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1;
@@ -41,6 +43,8 @@ mod cpu;
 mod growth;
 #[path = "compare/memory.rs"]
 mod memory;
+#[path = "compare/rate.rs"]
+mod rate;
 #[path = "compare/stats.rs"]
 mod stats;
 
@@ -142,7 +146,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+            Err(_) => (1..=11).collect(),
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -1355,6 +1359,76 @@ fn growth_ratios(small: &growth::Depth, large: &growth::Depth) -> [String; 6] {
     )
 }
 
+/// Row 11's lines.
+fn rate_cells(r: &rate::Rate) -> [[String; 6]; 2] {
+    let joined = |f: &dyn Fn(&rate::Achieved) -> String| {
+        r.achieved.iter().map(f).collect::<Vec<_>>().join(" / ")
+    };
+    let worst = r
+        .achieved
+        .iter()
+        .map(|a| (a.ratio() - 1.0).abs())
+        .fold(0.0, f64::max);
+    let acquirers = joined(&|a| a.acquirers.to_string());
+    let l = &r.latency;
+    let (p50, p99, floor) = (l.acquire_at(0.5), l.acquire_at(0.99), l.describe_median());
+    [
+        [
+            "11".to_string(),
+            format!(
+                "Rate limiter: achieved ÷ configured {}, {acquirers} acquirers of one unit each ¹²",
+                fmt_rate(rate::RATE)
+            ),
+            format!(
+                "{} ({} units granted in {}, the bucket of {:.0} included)",
+                joined(&|a| format!("{:.3}×", a.ratio())),
+                joined(&|a| group(a.units as u64)),
+                fmt_duration(r.achieved.first().map_or(Duration::ZERO, |a| a.window)),
+                rate::BUCKET,
+            ),
+            "no rate-limiter client ¹²".to_string(),
+            format!("configured {}", fmt_rate(rate::RATE)),
+            format!("off by {:.1}% at most (target ≤ 2%)", worst * 100.0),
+        ],
+        [
+            "11".to_string(),
+            "Rate limiter: `acquire` that does not wait, p50 / p99 round trip ¹²".to_string(),
+            format!("{} / {}", fmt_duration(p50), fmt_duration(p99)),
+            "—".to_string(),
+            format!(
+                "one unary call (`describe_node`), p50: {}",
+                fmt_duration(floor)
+            ),
+            format!(
+                "{} describe_node",
+                ratio(p50.as_secs_f64(), floor.as_secs_f64())
+            ),
+        ],
+    ]
+}
+
+/// Row 11's note.
+fn rate_note(r: &rate::Rate) -> String {
+    format!(
+        "¹² Row 11: one client on the in-process emulator in real time; for each count a fresh \
+         resource of {rate}, and that many tasks each acquiring one unit at a time for {window} \
+         (`acquire_timeout` bounded by the window's end, so the server grants nothing after \
+         it). Achieved rate: the units granted less the node's prefetch bucket ({bucket:.0} \
+         units at the default prefetch coefficient, rate × 0.2, full at the first acquire and \
+         granted at once), over the window; counting grants rather than timing them keeps a \
+         stall of the machine from moving units across the window's edges. Latency: {n} \
+         acquires of one unit of a resource at {big:e} units/s (never waiting), alternating \
+         in batches of 50 with as many `describe_node` calls on the same client, the floor of \
+         one unary call. The `ydb` crate has no rate-limiter client, so there is nothing to \
+         put side by side.",
+        rate = fmt_rate(rate::RATE),
+        window = fmt_duration(r.achieved.first().map_or(Duration::ZERO, |a| a.window)),
+        bucket = rate::BUCKET,
+        n = group(r.latency.acquire.len() as u64),
+        big = rate::UNLIMITED,
+    )
+}
+
 fn main() -> R<()> {
     if let Ok(role) = std::env::var(memory::ROLE_VAR) {
         return memory::child(&role);
@@ -1904,6 +1978,13 @@ fn main() -> R<()> {
 
     if cfg.has(10) {
         row_scale_of_items(&rt, &cfg, &mut rows, &mut notes);
+    }
+
+    if cfg.has(11)
+        && let Some(r) = capped(&rt, &cfg, &mut rows, "11", "rate limiter", rate::row(&cfg))
+    {
+        rows.extend(rate_cells(&r));
+        notes.push(rate_note(&r));
     }
 
     println!(

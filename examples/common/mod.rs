@@ -13,6 +13,22 @@ pub struct Setup {
     pub client: Client,
     pub node: String,
     pub emulator: Option<Emulator>,
+    /// Where `client` connected, for more clients (one per pod of a fleet).
+    pub connection: String,
+}
+
+impl Setup {
+    /// Another client to the same database, with its own connections.
+    pub async fn connect(&self) -> Result<Client, ydb_coordination::Error> {
+        connect(&self.connection).await
+    }
+}
+
+async fn connect(connection: &str) -> Result<Client, ydb_coordination::Error> {
+    Client::builder(connection)
+        .credentials(Credentials::from_env()?)
+        .build()
+        .await
 }
 
 /// Connects and makes a fresh coordination node named `name`.
@@ -25,10 +41,7 @@ pub async fn setup(name: &str) -> Result<Setup, Box<dyn std::error::Error>> {
             (emulator.connection_string(), Some(emulator))
         }
     };
-    let client = Client::builder(&conn)
-        .credentials(Credentials::from_env()?)
-        .build()
-        .await?;
+    let client = connect(&conn).await?;
     let node = format!("{}/examples-{name}", client.database());
     let _ = client.drop_node(&node).await;
     client.create_node(&node, NodeConfig::new()).await?;
@@ -36,6 +49,7 @@ pub async fn setup(name: &str) -> Result<Setup, Box<dyn std::error::Error>> {
         client,
         node,
         emulator,
+        connection: conn,
     })
 }
 

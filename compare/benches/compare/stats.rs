@@ -17,14 +17,9 @@ impl Summary {
         }
         let mut sorted = samples.to_vec();
         sorted.sort_unstable();
-        let rank = |q: f64| {
-            let n = sorted.len();
-            let i = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-            sorted.get(i).copied().unwrap_or_default()
-        };
         Some(Self {
-            median: rank(0.5),
-            p90: rank(0.9),
+            median: nearest_rank(&sorted, 0.5),
+            p90: nearest_rank(&sorted, 0.9),
         })
     }
 
@@ -36,6 +31,13 @@ impl Summary {
             fmt_duration(self.p90)
         )
     }
+}
+
+/// The `q` quantile of `sorted` (ascending) by nearest rank; zero when it is empty.
+pub(crate) fn nearest_rank(sorted: &[Duration], q: f64) -> Duration {
+    let n = sorted.len();
+    let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+    sorted.get(i).copied().unwrap_or_default()
 }
 
 /// A duration in µs below 10 ms, in ms below 10 s, else in s.
