@@ -295,13 +295,14 @@ impl Client {
         F: Fn(CoordinationServiceClient<Channel>, tonic::Request<M>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
-        crate::retry::idempotent(&self.transport, what, message, |channel, request| {
-            let operation = call(CoordinationServiceClient::new(channel), request);
-            async move {
-                let operation = operation.await.map_err(|s| Error::from_grpc(s, what))?;
-                transport::check(operation, what)
-            }
-        })
+        let attempts = crate::retry::Attempts::idempotent(&self.transport);
+        crate::retry::operation(
+            &self.transport,
+            what,
+            message,
+            attempts,
+            |channel, request| call(CoordinationServiceClient::new(channel), request),
+        )
         .await
     }
 

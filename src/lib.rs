@@ -7,7 +7,9 @@
 //! when the lease is released or may have been lost, and a fencing token. The
 //! [`recipes`] ([`Mutex`], [`Semaphore`], [`RwLock`], [`Election`], [`MultiLock`]) use
 //! tokio's and etcd's verbs; [`Group`] (membership, service discovery) and [`Published`] (a
-//! small value with subscribers) are what fleets build on them; a [`SessionManager`] replaces lost sessions and re-takes held locks. The
+//! small value with subscribers) are what fleets build on them; a [`SessionManager`] replaces lost sessions and re-takes held locks.
+//! [`Client::rate_limiter`] reaches the node's other half, YDB's distributed rate limiter
+//! ([`RateLimiter`]: resources, and units a fleet takes from them). The
 //! [`emulator`] (feature `emulator`) runs YDB's coordination service in process.
 //!
 //! # Quick start

@@ -25,6 +25,7 @@ use tonic::transport::Channel;
 use crate::config::Backoff;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::Transport;
+use ydb_grpc::ydb_proto::operations::Operation;
 
 /// The wait before attempt `attempt + 1` of a call (`idempotent` or not) whose attempt
 /// `attempt` (0-based) failed with `err`, or `None` when its [`RetryRule`](crate::RetryRule) says trying again
@@ -81,12 +82,14 @@ where
     F: FnMut(Channel, tonic::Request<M>) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let attempts = Attempts {
-        idempotent: true,
-        budget: transport.request_timeout(),
-        per_attempt: transport.attempt_timeout(),
-    };
-    unary(transport, what, message, attempts, call).await
+    unary(
+        transport,
+        what,
+        message,
+        Attempts::idempotent(transport),
+        call,
+    )
+    .await
 }
 
 /// How [`unary`] repeats a call.
@@ -100,6 +103,45 @@ pub(crate) struct Attempts {
     pub(crate) budget: Duration,
     /// One attempt's wait for its answer.
     pub(crate) per_attempt: Duration,
+}
+
+impl Attempts {
+    /// An idempotent call within the transport's request and attempt timeouts.
+    pub(crate) fn idempotent(transport: &Transport) -> Self {
+        Self {
+            idempotent: true,
+            budget: transport.request_timeout(),
+            per_attempt: transport.attempt_timeout(),
+        }
+    }
+}
+
+/// [`unary`] for a call answered with a YDB operation: `send` sends the request on a
+/// channel, a gRPC failure reads as the crate's error and the operation's status is checked.
+///
+/// # Cancel safety
+///
+/// As [`unary`].
+pub(crate) async fn operation<M, F, Fut>(
+    transport: &Transport,
+    what: &str,
+    message: M,
+    attempts: Attempts,
+    send: F,
+) -> Result<Operation>
+where
+    M: Clone,
+    F: Fn(Channel, tonic::Request<M>) -> Fut,
+    Fut: Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
+{
+    unary(transport, what, message, attempts, |channel, request| {
+        let answer = send(channel, request);
+        async move {
+            let operation = answer.await.map_err(|s| Error::from_grpc(s, what))?;
+            crate::transport::check(operation, what)
+        }
+    })
+    .await
 }
 
 /// The loop of [`idempotent`], for any call: as there, but repeated as `attempts` says. A

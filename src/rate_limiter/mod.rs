@@ -88,12 +88,6 @@ struct Inner {
     node: String,
 }
 
-/// What one call sends: its name (for errors and logs), and how it is repeated.
-struct Call<'a> {
-    what: &'a str,
-    attempts: Attempts,
-}
-
 impl RateLimiter {
     pub(crate) fn new(client: Client, node: &str) -> Self {
         // `/a/b`, as an acquire needs it (the other calls take any spelling; an acquire of
@@ -480,17 +474,14 @@ impl RateLimiter {
         // server for what is left of the wait, so its answer still comes in time.
         let started = Instant::now();
         let limit = wait.saturating_add(ANSWER_MARGIN);
-        let call = Call {
-            what,
-            attempts: Attempts {
-                idempotent: false,
-                budget: limit,
-                per_attempt: limit,
-            },
+        let attempts = Attempts {
+            idempotent: false,
+            budget: limit,
+            per_attempt: limit,
         };
         let deadline = crate::clock::later(started, wait);
         let result = self
-            .call(call, message, move |mut c, mut r| {
+            .call(what, attempts, message, move |mut c, mut r| {
                 let left = if wait.is_zero() {
                     Duration::ZERO
                 } else {
@@ -524,37 +515,27 @@ impl RateLimiter {
         F: Fn(RateLimiterServiceClient<Channel>, tonic::Request<M>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
-        let transport = self.inner.client.transport();
-        let attempts = Attempts {
-            idempotent: true,
-            budget: transport.request_timeout(),
-            per_attempt: transport.attempt_timeout(),
-        };
-        self.call(Call { what, attempts }, message, send).await
+        let attempts = Attempts::idempotent(self.inner.client.transport());
+        self.call(what, attempts, message, send).await
     }
 
-    /// One call of the service, repeated as `call.attempts` says.
-    async fn call<M, F, Fut>(&self, call: Call<'_>, message: M, send: F) -> Result<Operation>
+    /// One call of the service, repeated as `attempts` says.
+    async fn call<M, F, Fut>(
+        &self,
+        what: &str,
+        attempts: Attempts,
+        message: M,
+        send: F,
+    ) -> Result<Operation>
     where
         M: Clone,
         F: Fn(RateLimiterServiceClient<Channel>, tonic::Request<M>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
-        let what = call.what;
         let transport = self.inner.client.transport();
-        retry::unary(
-            transport,
-            what,
-            message,
-            call.attempts,
-            |channel, request| {
-                let operation = send(RateLimiterServiceClient::new(channel), request);
-                async move {
-                    let operation = operation.await.map_err(|s| Error::from_grpc(s, what))?;
-                    transport::check(operation, what)
-                }
-            },
-        )
+        retry::operation(transport, what, message, attempts, |channel, request| {
+            send(RateLimiterServiceClient::new(channel), request)
+        })
         .await
     }
 }
