@@ -141,6 +141,7 @@ mod retry;
 mod session;
 #[cfg(test)]
 mod sim;
+pub mod space;
 mod transport;
 
 #[cfg(feature = "emulator")]
@@ -179,6 +180,7 @@ pub use session::{
     Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,
     SessionState, WaitingAcquire, WatchStream, WatchUpdate,
 };
+pub use space::LockSpace;
 /// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
 /// is ([`ResourceSettings::metering`]).
 pub use ydb_coordination_proto::rate_limiter as rate_limiter_proto;

@@ -38,6 +38,7 @@ mod semaphore;
 mod source;
 
 pub use self::acquiring::Acquiring;
+pub(crate) use self::acquiring::optional;
 pub use self::bounded::BoundedLease;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub use self::follow::Following;

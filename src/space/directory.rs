@@ -1,0 +1,469 @@
+//! A lock space's directory: the coordination node where its layout is published and its
+//! processes report the epochs they run. [`Link`] is a process's side (follow, report);
+//! [`SpaceDirectory`] the operator's (show, start and finish a reshard).
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::layout::{Layout, lagging};
+use crate::client::Client;
+use crate::config::SessionOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::manager::SessionManager;
+use crate::recipes::{Group, Membership, Published};
+
+/// How long a reshard step waits for the directory's admin lock (another operator's step).
+const ADMIN_WAIT: Duration = Duration::from_secs(30);
+
+/// Between attempts to join the members after a failure.
+const REJOIN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What a member reports, as its group data.
+#[derive(Serialize, Deserialize)]
+struct Report {
+    epoch: u64,
+}
+
+/// A member of a lock space: one process, as its directory sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpaceMember {
+    /// The member's session on the directory node.
+    pub session_id: u64,
+    /// The oldest epoch the process runs (`None`: its report is not one; it counts as
+    /// lagging behind every epoch).
+    pub epoch: Option<u64>,
+}
+
+/// The recipes of a space `space` on its directory node.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    manager: SessionManager,
+    space: String,
+    layout: Published,
+    members: Group,
+}
+
+impl Link {
+    pub(crate) fn new(
+        client: &Client,
+        path: &str,
+        space: &str,
+        options: SessionOptions,
+    ) -> Result<Self> {
+        if space.is_empty() || space.len() > 256 || space.contains('/') {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("space name {space:?} must be 1 to 256 bytes without '/'"),
+            ));
+        }
+        let manager = client.session_manager(path, options);
+        Ok(Self {
+            layout: manager.published(&format!("{space}/layout")),
+            members: manager.group(&format!("{space}/members")),
+            space: space.to_string(),
+            manager,
+        })
+    }
+
+    /// The published layout.
+    pub(crate) async fn read(&self) -> Result<Layout> {
+        let bytes = self.layout.get().await?;
+        if bytes.is_empty() {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "lock space {:?} has no layout published; publish one with `ydb-coord space init`",
+                    self.space
+                ),
+            ));
+        }
+        Layout::from_bytes(&bytes)
+    }
+
+    /// The published layout, or `initial` published first when there is none.
+    pub(crate) async fn read_or_publish(&self, initial: Option<Layout>) -> Result<Layout> {
+        match (self.read().await, initial) {
+            (Err(e), Some(initial)) if e.kind() == ErrorKind::NotFound => {
+                self.under_admin_lock(|current| async move {
+                    match current {
+                        Some(current) => Ok((current, false)),
+                        None => Ok((initial, true)),
+                    }
+                })
+                .await
+            }
+            (read, _) => read,
+        }
+    }
+
+    /// The members and the epochs they report.
+    pub(crate) async fn members(&self) -> Result<Vec<SpaceMember>> {
+        Ok(self
+            .members
+            .members()
+            .await?
+            .into_iter()
+            .map(|m| SpaceMember {
+                session_id: m.session_id,
+                epoch: serde_json::from_slice::<Report>(&m.data)
+                    .ok()
+                    .map(|r| r.epoch),
+            })
+            .collect())
+    }
+
+    /// Runs `step` (from the published layout, if any, to the layout to publish and whether
+    /// to publish it) while holding the space's admin lock, so two operators' steps never
+    /// interleave; returns the layout published at the end.
+    async fn under_admin_lock<F, Fut>(&self, step: F) -> Result<Layout>
+    where
+        F: FnOnce(Option<Layout>) -> Fut,
+        Fut: std::future::Future<Output = Result<(Layout, bool)>>,
+    {
+        let admin = self.manager.mutex(&format!("{}/admin", self.space));
+        let Some(guard) = admin.lock_timeout(ADMIN_WAIT).await? else {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "another operator's step on lock space {:?} held its admin lock for {ADMIN_WAIT:?}; try again",
+                    self.space
+                ),
+            ));
+        };
+        let current = match self.read().await {
+            Ok(layout) => Some(layout),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let (next, publish) = step(current).await?;
+        if publish {
+            if guard.is_lost() {
+                return Err(Error::new(
+                    ErrorKind::Aborted,
+                    "the directory's admin lock was lost during the step; nothing was published, try again",
+                ));
+            }
+            self.layout.publish(&next.to_bytes()).await?;
+        }
+        let _ = guard.unlock().await;
+        Ok(next)
+    }
+
+    /// Starts following the published layout and reporting the epoch of `shared`, after
+    /// joining the members once (so the process is seen before it takes a lock).
+    pub(crate) async fn start(&self, shared: Weak<Shared>, stop: CancellationToken) -> Result<()> {
+        let reported = match shared.upgrade() {
+            Some(s) => s.reported.subscribe(),
+            None => return Ok(()),
+        };
+        let epoch = *reported.borrow();
+        let membership = self.members.join(&report(epoch)).await?;
+        tokio::spawn(self.clone().follow(shared, stop.clone()));
+        tokio::spawn(self.clone().report(reported, membership, epoch, stop));
+        Ok(())
+    }
+
+    /// The task that follows the published layout.
+    async fn follow(self, shared: Weak<Shared>, stop: CancellationToken) {
+        let mut values = self.layout.subscribe();
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                next = values.next() => next,
+            };
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            match next {
+                Some(Ok(bytes)) => match Layout::from_bytes(&bytes) {
+                    Ok(layout) => shared.follow(layout),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lock space layout unreadable; the last one stays");
+                        shared.set_error(Some(e));
+                    }
+                },
+                Some(Err(e)) => {
+                    shared.set_error(Some(e));
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// The task that keeps the process a member reporting the epoch in `reported`: a new
+    /// membership each time the epoch changes (it only grows: a member never reports an
+    /// older epoch than before).
+    async fn report(
+        self,
+        mut reported: tokio::sync::watch::Receiver<u64>,
+        mut membership: Membership,
+        mut epoch: u64,
+        stop: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => {
+                    let _ = membership.leave().await;
+                    return;
+                }
+                changed = reported.changed() => {
+                    if changed.is_err() {
+                        let _ = membership.leave().await;
+                        return;
+                    }
+                }
+            }
+            let now = *reported.borrow_and_update();
+            if now == epoch {
+                continue;
+            }
+            let _ = membership.leave().await;
+            let data = report(now);
+            membership = loop {
+                let joined = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    joined = self.members.join(&data) => joined,
+                };
+                match joined {
+                    Ok(m) => break m,
+                    Err(e) if self.manager.is_stopped() => {
+                        tracing::debug!(error = %e, "lock space directory stopped");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lock space could not report its epoch; trying again");
+                        tokio::time::sleep(REJOIN_BACKOFF).await;
+                    }
+                }
+            };
+            epoch = now;
+        }
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        self.manager.shutdown().await;
+    }
+}
+
+fn report(epoch: u64) -> Vec<u8> {
+    serde_json::to_vec(&Report { epoch }).unwrap_or_default()
+}
+
+/// A lock space's directory, for the operator: the published layout, the members and
+/// the epochs they run, and the steps of a reshard, each refused while a member lags.
+///
+/// A reshard from `A` to `B` is two steps: [`SpaceDirectory::begin`] publishes the
+/// transition `A+B`; once every member runs it, [`SpaceDirectory::finish`] publishes `B`.
+/// Each step holds the space's admin lock on the directory, so operators' steps never
+/// interleave, and checks the members first ([`Layout::check_advance`]).
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// use ydb_coordination::space::{Layout, SpaceDirectory};
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/dir").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let directory = SpaceDirectory::new(&client, "/local/dir", "billing", SessionOptions::new())?;
+/// directory.init(Layout::new(1, ["n1", "n2"])?).await?;
+/// let moving = directory.begin_add("n3").await?; // no member lags: published
+/// assert_eq!(moving.epoch(), 2);
+/// let done = directory.finish().await?;
+/// assert_eq!(done.nodes(), ["n1", "n2", "n3"]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceDirectory {
+    link: Link,
+}
+
+impl SpaceDirectory {
+    /// The directory of the space `space` on the coordination node `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for a space name that is empty, over 256 bytes or has
+    /// a `/`.
+    pub fn new(client: &Client, path: &str, space: &str, options: SessionOptions) -> Result<Self> {
+        Ok(Self {
+            link: Link::new(client, path, space, options)?,
+        })
+    }
+
+    /// The published layout.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotFound`] when none is published; [`ErrorKind::InvalidArgument`] when
+    /// the value is not a layout; session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn layout(&self) -> Result<Layout> {
+        self.link.read().await
+    }
+
+    /// The members now, each with the epoch it reports.
+    ///
+    /// # Errors
+    ///
+    /// Session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn members(&self) -> Result<Vec<SpaceMember>> {
+        self.link.members().await
+    }
+
+    /// Publishes the first layout of the space.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::AlreadyExists`] when another layout is published (the same one is
+    /// fine); session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the layout published or not.
+    pub async fn init(&self, layout: Layout) -> Result<Layout> {
+        self.link
+            .under_admin_lock(|current| async move {
+                match current {
+                    Some(current) if current == layout => Ok((current, false)),
+                    Some(current) => Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("the space already has the layout {current}; reshard it instead"),
+                    )),
+                    None => Ok((layout, true)),
+                }
+            })
+            .await
+    }
+
+    /// Starts a reshard to the nodes `nodes`: publishes the transition from the published
+    /// (stable) layout.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] when a member still runs an older epoch than the
+    /// published one, or the published layout is a transition; as [`Layout::begin`];
+    /// session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the transition published or not.
+    pub async fn begin<S: AsRef<str>>(&self, nodes: impl IntoIterator<Item = S>) -> Result<Layout> {
+        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_string()).collect();
+        self.step(move |current| current.begin(nodes)).await
+    }
+
+    /// Starts a reshard that adds `node` (see [`SpaceDirectory::begin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceDirectory::begin`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceDirectory::begin`].
+    pub async fn begin_add(&self, node: &str) -> Result<Layout> {
+        self.step(|current| current.add_node(node)).await
+    }
+
+    /// Starts a reshard that removes `node` (see [`SpaceDirectory::begin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceDirectory::begin`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceDirectory::begin`].
+    pub async fn begin_remove(&self, node: &str) -> Result<Layout> {
+        self.step(|current| current.remove_node(node)).await
+    }
+
+    /// Finishes the reshard in progress: publishes the new layout, once every member runs
+    /// the transition.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] while a member still runs the old layout (or a lock
+    /// taken in it), or when no reshard is in progress; session errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the new layout published or not.
+    pub async fn finish(&self) -> Result<Layout> {
+        self.step(Layout::finish).await
+    }
+
+    /// The members that run an epoch older than the published one, oldest first: what a
+    /// step waits for.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceDirectory::layout`] and [`SpaceDirectory::members`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lagging(&self) -> Result<Vec<super::Lagging>> {
+        let layout = self.layout().await?;
+        let members = self.members().await?;
+        Ok(lagging(layout.epoch(), epochs(&members)))
+    }
+
+    /// Closes the directory's session.
+    ///
+    /// # Cancel safety
+    ///
+    /// The manager is asked to stop at once; dropping the future skips the wait.
+    pub async fn shutdown(&self) {
+        self.link.shutdown().await;
+    }
+
+    /// One step from the published layout to `next(published)`, checked against the
+    /// members.
+    async fn step(&self, next: impl FnOnce(&Layout) -> Result<Layout>) -> Result<Layout> {
+        let link = self.link.clone();
+        self.link
+            .under_admin_lock(|current| async move {
+                let current = current.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::NotFound,
+                        "the space has no layout published; publish one with `ydb-coord space init`",
+                    )
+                })?;
+                let next = next(&current)?;
+                let members = link.members().await?;
+                current.check_advance(&next, epochs(&members))?;
+                Ok((next, true))
+            })
+            .await
+    }
+}
+
+/// The (session, epoch) pairs of `members`; one that reports no epoch runs epoch 0.
+fn epochs(members: &[SpaceMember]) -> Vec<(u64, u64)> {
+    members
+        .iter()
+        .map(|m| (m.session_id, m.epoch.unwrap_or(0)))
+        .collect()
+}

@@ -1,0 +1,776 @@
+//! Layouts of a [`LockSpace`](super::LockSpace): which coordination nodes hold the names,
+//! how a name's place is found in a layout and in the transition between two, and the
+//! fencing token a lock in a space carries. Pure: no I/O, no clock.
+//!
+//! # Epochs
+//!
+//! Every layout the fleet is told to run has an epoch, one greater than the last: a
+//! *stable* layout `A` (epoch `e`), the *transition* `A+B` (epoch `e + 1`), the stable `B`
+//! (epoch `e + 2`), and so on. A process may run the layout of epoch `E + 1` only when
+//! every process runs at least `E` ([`Layout::check_advance`]): so processes running `A`
+//! and processes running `B` never coexist, only `A` with `A+B` and `A+B` with `B`.
+//!
+//! # Where a name lives
+//!
+//! In a stable layout a name lives on one node, [`placement::place`](super::placement::place)
+//! over the layout's nodes. In a transition it lives in both places, the old first, then
+//! the new ([`Layout::parts`]); a lock is taken in both, in that order (so two processes
+//! cannot deadlock), and a counted semaphore takes its permits in both. Processes running
+//! `A` and `A+B` meet on the `A` place, those running `A+B` and `B` on the `B` place, so
+//! exclusion and limits hold at every moment.
+//!
+//! # Fencing tokens
+//!
+//! A lock in a space carries a [`SpaceToken`], `(epoch, order id)` compared in that order.
+//! The order id is the node's fencing token in the place the epoch names. In a stable
+//! layout the epoch is the layout's own. In a transition it is the old layout's while the
+//! next stable layout has not been published (the transition's holders then alternate with
+//! the old layout's on the old place, whose order ids grow), and the new layout's once it
+//! has (they then alternate with the new layout's on the new place): a holder in a
+//! transition reads the published layout after it has both places, which tells the two
+//! apart ([`Layout::token`]). So every holder of a name has a greater token than every
+//! holder before it, across any number of moves.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::placement::place;
+use crate::error::{Error, ErrorKind, Result};
+
+/// The longest node name a layout accepts, in bytes.
+pub const MAX_NODE_NAME_LEN: usize = 255;
+
+/// The most nodes a layout may name.
+pub const MAX_NODES: usize = 4096;
+
+/// The format tag of an encoded layout ([`Layout::to_bytes`]).
+const FORMAT: &str = "ydb-coordination/lock-space-layout/1";
+
+/// A layout: the coordination nodes (by the names the space knows them by) that hold a
+/// lock space's names, in one epoch; while resharding, also the nodes it moves to.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::space::Layout;
+///
+/// let a = Layout::new(1, ["n1", "n2"])?;
+/// assert_eq!(a.parts("job-7").len(), 1);
+/// let moving = a.add_node("n3")?; // the transition A+B, epoch 2
+/// assert!(moving.is_transition());
+/// assert_eq!(moving.epoch(), 2);
+/// let b = moving.finish()?; // B, epoch 3
+/// assert_eq!(b.nodes(), ["n1", "n2", "n3"]);
+/// // Bytes for a `Published` value, and back.
+/// assert_eq!(Layout::from_bytes(&b.to_bytes())?, b);
+/// # Ok::<(), ydb_coordination::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Layout {
+    epoch: u64,
+    nodes: Vec<String>,
+    next: Option<Vec<String>>,
+}
+
+/// What a layout is on the wire (a published value).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    format: String,
+    epoch: u64,
+    nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    next: Option<Vec<String>>,
+}
+
+/// One place of a name in a layout: a node, and the epochs whose holders meet there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Part {
+    /// The node's name in the layout.
+    pub node: String,
+    /// The name's place in the old layout (in a stable layout: its only place).
+    pub old: bool,
+    /// The name's place in the new layout (in a stable layout: its only place).
+    pub new: bool,
+}
+
+/// A fencing token of a lock in a [`LockSpace`](super::LockSpace): ordered by epoch, then
+/// by the node's order id, so it grows across moves of the name between nodes (see the
+/// [module docs](self)).
+///
+/// A protected resource stores the greatest token it has seen for the name and refuses a
+/// write carrying a smaller one, as with a plain `u64` token: compare the pair, or store
+/// [`SpaceToken::to_u128`] in one column (it orders the same way).
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::space::SpaceToken;
+///
+/// let before_move = SpaceToken::new(1, 900);
+/// let after_move = SpaceToken::new(3, 4);
+/// assert!(after_move > before_move);
+/// assert!(after_move.to_u128() > before_move.to_u128());
+/// assert_eq!(SpaceToken::from_u128(after_move.to_u128()), after_move);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SpaceToken {
+    /// The epoch of the layout whose place gave the order id.
+    pub epoch: u64,
+    /// The node's fencing token (the owner's order id) in that place.
+    pub order: u64,
+}
+
+impl SpaceToken {
+    /// The token `(epoch, order)`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::SpaceToken;
+    /// assert!(SpaceToken::new(2, 1) > SpaceToken::new(1, 7));
+    /// ```
+    pub const fn new(epoch: u64, order: u64) -> Self {
+        Self { epoch, order }
+    }
+
+    /// The token as one number, `epoch << 64 | order`, ordered as the token is.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::SpaceToken;
+    /// assert_eq!(SpaceToken::new(1, 2).to_u128(), (1u128 << 64) | 2);
+    /// ```
+    pub const fn to_u128(self) -> u128 {
+        ((self.epoch as u128) << 64) | self.order as u128
+    }
+
+    /// The token [`SpaceToken::to_u128`] made.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::SpaceToken;
+    /// assert_eq!(SpaceToken::from_u128(5 << 64 | 9), SpaceToken::new(5, 9));
+    /// ```
+    pub const fn from_u128(v: u128) -> Self {
+        Self {
+            epoch: (v >> 64) as u64,
+            order: v as u64,
+        }
+    }
+}
+
+impl fmt::Display for SpaceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.order)
+    }
+}
+
+/// A member of the fleet that runs an older epoch than a step needs
+/// ([`Layout::check_advance`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lagging {
+    /// The member's session on the directory node.
+    pub session_id: u64,
+    /// The epoch it runs.
+    pub epoch: u64,
+}
+
+impl Layout {
+    /// A stable layout of `nodes` (sorted, each once) in `epoch`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for epoch 0, no nodes, more than [`MAX_NODES`], or a
+    /// node name that is empty or over [`MAX_NODE_NAME_LEN`] bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let layout = Layout::new(1, ["b", "a", "b"])?;
+    /// assert_eq!(layout.nodes(), ["a", "b"]);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn new<S: AsRef<str>>(epoch: u64, nodes: impl IntoIterator<Item = S>) -> Result<Self> {
+        if epoch == 0 {
+            return Err(invalid("a layout's epoch starts at 1"));
+        }
+        Ok(Self {
+            epoch,
+            nodes: node_set(nodes)?,
+            next: None,
+        })
+    }
+
+    /// The layout's epoch.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// assert_eq!(Layout::new(4, ["a"])?.epoch(), 4);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The nodes (in a transition: the old layout's), sorted.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// assert_eq!(Layout::new(1, ["a"])?.add_node("b")?.nodes(), ["a"]);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// In a transition, the new layout's nodes, sorted.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let moving = Layout::new(1, ["a"])?.add_node("b")?;
+    /// assert_eq!(moving.next(), Some(&["a".to_string(), "b".to_string()][..]));
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn next(&self) -> Option<&[String]> {
+        self.next.as_deref()
+    }
+
+    /// Whether this is a transition `A+B`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// assert!(!Layout::new(1, ["a"])?.is_transition());
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn is_transition(&self) -> bool {
+        self.next.is_some()
+    }
+
+    /// Every node the layout names (in a transition, both sides'), sorted, each once.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let moving = Layout::new(1, ["a", "b"])?.remove_node("a")?.finish()?.add_node("c")?;
+    /// assert_eq!(moving.all_nodes(), ["b", "c"]);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn all_nodes(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = self
+            .nodes
+            .iter()
+            .chain(self.next.iter().flatten())
+            .map(String::as_str)
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// The places of `name`, in the order a lock takes them: in a stable layout one; in a
+    /// transition the old place, then the new one (one part if the name does not move).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let a = Layout::new(1, ["n1"])?;
+    /// let moving = a.begin(["n2"])?;
+    /// let parts = moving.parts("job");
+    /// assert_eq!((parts[0].node.as_str(), parts[1].node.as_str()), ("n1", "n2"));
+    /// assert!(parts[0].old && parts[1].new);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn parts(&self, name: &str) -> Vec<Part> {
+        let old = self.place_in(&self.nodes, name);
+        let Some(next) = &self.next else {
+            return vec![Part {
+                node: old,
+                old: true,
+                new: true,
+            }];
+        };
+        let new = self.place_in(next, name);
+        if new == old {
+            return vec![Part {
+                node: old,
+                old: true,
+                new: true,
+            }];
+        }
+        vec![
+            Part {
+                node: old,
+                old: true,
+                new: false,
+            },
+            Part {
+                node: new,
+                old: false,
+                new: true,
+            },
+        ]
+    }
+
+    /// The node of `name` among `nodes` (never empty: a layout always has a node).
+    fn place_in(&self, nodes: &[String], name: &str) -> String {
+        place(nodes.iter().map(String::as_str), name)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The fencing token of a lock taken in this layout, from the order ids it got in each
+    /// of [`Layout::parts`] (`orders[i]` for part `i`) and, in a transition, the epoch of
+    /// the layout published after both parts were held (`published`; `None`: no directory,
+    /// the old layout's rule). See the [module docs](self) for why this orders holders.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::space::{Layout, SpaceToken};
+    /// let moving = Layout::new(1, ["n1"])?.begin(["n2"])?; // epoch 2
+    /// // While the transition is what is published: the old place's order id.
+    /// assert_eq!(moving.token(&[40, 3], Some(2)), SpaceToken::new(1, 40));
+    /// // Once the new layout (epoch 3) is: the new place's.
+    /// assert_eq!(moving.token(&[40, 3], Some(3)), SpaceToken::new(3, 3));
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn token(&self, orders: &[u64], published: Option<u64>) -> SpaceToken {
+        let order_of = |i: usize| orders.get(i).copied().unwrap_or_default();
+        if self.next.is_none() {
+            return SpaceToken::new(self.epoch, order_of(0));
+        }
+        let last = orders.len().saturating_sub(1);
+        if published.is_some_and(|p| p > self.epoch) {
+            SpaceToken::new(self.epoch + 1, order_of(last))
+        } else {
+            SpaceToken::new(self.epoch - 1, order_of(0))
+        }
+    }
+
+    /// The transition from this stable layout to one of `nodes`, one epoch on.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] when this is a transition already (finish it
+    /// first) or `nodes` are the layout's own; [`ErrorKind::InvalidArgument`] for a node set
+    /// [`Layout::new`] refuses.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let moving = Layout::new(1, ["a"])?.begin(["a", "b"])?;
+    /// assert_eq!((moving.epoch(), moving.is_transition()), (2, true));
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn begin<S: AsRef<str>>(&self, nodes: impl IntoIterator<Item = S>) -> Result<Self> {
+        if self.is_transition() {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "the layout of epoch {} is a transition already; finish it before starting another",
+                    self.epoch
+                ),
+            ));
+        }
+        let next = node_set(nodes)?;
+        if next == self.nodes {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                "the new layout has the same nodes as the current one; nothing would move",
+            ));
+        }
+        Ok(Self {
+            epoch: self.epoch + 1,
+            nodes: self.nodes.clone(),
+            next: Some(next),
+        })
+    }
+
+    /// The transition to this layout's nodes and `node` (see [`Layout::begin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Layout::begin`]; adding a node the layout has is `PreconditionFailed`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// assert!(Layout::new(1, ["a"])?.add_node("a").is_err());
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn add_node(&self, node: &str) -> Result<Self> {
+        self.begin(self.nodes.iter().map(String::as_str).chain([node]))
+    }
+
+    /// The transition to this layout's nodes without `node` (see [`Layout::begin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Layout::begin`]; removing a node the layout lacks is `PreconditionFailed`,
+    /// removing the last one `InvalidArgument`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let moving = Layout::new(1, ["a", "b"])?.remove_node("b")?;
+    /// assert_eq!(moving.next(), Some(&["a".to_string()][..]));
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn remove_node(&self, node: &str) -> Result<Self> {
+        self.begin(self.nodes.iter().filter(|n| *n != node))
+    }
+
+    /// The stable layout this transition moves to, one epoch on.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] when this is not a transition.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let b = Layout::new(1, ["a"])?.add_node("b")?.finish()?;
+    /// assert_eq!((b.epoch(), b.nodes().len(), b.is_transition()), (3, 2, false));
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn finish(&self) -> Result<Self> {
+        let Some(next) = &self.next else {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "the layout of epoch {} is not a transition; there is nothing to finish",
+                    self.epoch
+                ),
+            ));
+        };
+        Ok(Self {
+            epoch: self.epoch + 1,
+            nodes: next.clone(),
+            next: None,
+        })
+    }
+
+    /// Whether `next` may follow this layout now, with the fleet's members running the
+    /// epochs `members` (session id, epoch): it must be this layout's next step (one epoch
+    /// on, from [`Layout::begin`] or [`Layout::finish`]), and no member may run an epoch
+    /// older than this layout's.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] naming the first lagging member, or when `next` is
+    /// not this layout's next step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let moving = Layout::new(1, ["a"])?.add_node("b")?;
+    /// let done = moving.finish()?;
+    /// assert!(moving.check_advance(&done, [(7, 2), (9, 2)]).is_ok());
+    /// assert!(moving.check_advance(&done, [(7, 2), (9, 1)]).is_err()); // 9 still runs A
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn check_advance(
+        &self,
+        next: &Layout,
+        members: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<()> {
+        let follows = next.epoch == self.epoch + 1
+            && match (&self.next, &next.next) {
+                (None, Some(_)) => next.nodes == self.nodes,
+                (Some(to), None) => next.nodes == *to,
+                _ => false,
+            };
+        if !follows {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "the layout of epoch {} is not the next step after epoch {}; start from the published layout",
+                    next.epoch, self.epoch
+                ),
+            ));
+        }
+        if let Some(lag) = lagging(self.epoch, members).first() {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "member session {} still runs epoch {}, older than the published {}; wait until every member runs it",
+                    lag.session_id, lag.epoch, self.epoch
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The layout as bytes, the value a directory publishes (JSON with a format tag).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// let bytes = Layout::new(1, ["a"])?.to_bytes();
+    /// assert!(std::str::from_utf8(&bytes).is_ok());
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let wire = Wire {
+            format: FORMAT.to_string(),
+            epoch: self.epoch,
+            nodes: self.nodes.clone(),
+            next: self.next.clone(),
+        };
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// The layout [`Layout::to_bytes`] made.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for bytes that are not a layout (another format,
+    /// malformed JSON, a node set [`Layout::new`] refuses).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::Layout;
+    /// assert!(Layout::from_bytes(b"{}").is_err());
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let wire: Wire = serde_json::from_slice(bytes).map_err(|e| {
+            Error::with_source(
+                ErrorKind::InvalidArgument,
+                "the published value is not a lock-space layout; publish one with `ydb-coord space init`",
+                e,
+            )
+        })?;
+        if wire.format != FORMAT {
+            return Err(invalid(format!(
+                "the layout's format is {:?}, not {FORMAT:?}; upgrade this process",
+                wire.format
+            )));
+        }
+        let stable = Self::new(wire.epoch, wire.nodes)?;
+        match wire.next {
+            None => Ok(stable),
+            Some(next) if wire.epoch >= 2 => Ok(Self {
+                next: Some(node_set(next)?),
+                ..stable
+            }),
+            Some(_) => Err(invalid("a transition's epoch is at least 2")),
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "epoch {}: {}", self.epoch, self.nodes.join(","))?;
+        if let Some(next) = &self.next {
+            write!(f, " -> {}", next.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// The members (session id, epoch) that run an epoch older than `epoch`, oldest first.
+///
+/// ```
+/// # use ydb_coordination::space::layout::lagging;
+/// let lag = lagging(3, [(1, 3), (2, 2), (5, 1)]);
+/// assert_eq!(lag.iter().map(|l| l.session_id).collect::<Vec<_>>(), [5, 2]);
+/// ```
+pub fn lagging(epoch: u64, members: impl IntoIterator<Item = (u64, u64)>) -> Vec<Lagging> {
+    let mut lag: Vec<Lagging> = members
+        .into_iter()
+        .filter(|&(_, e)| e < epoch)
+        .map(|(session_id, epoch)| Lagging { session_id, epoch })
+        .collect();
+    lag.sort_by_key(|l| (l.epoch, l.session_id));
+    lag
+}
+
+/// `nodes` checked, sorted and each once.
+fn node_set<S: AsRef<str>>(nodes: impl IntoIterator<Item = S>) -> Result<Vec<String>> {
+    let mut set = Vec::new();
+    for node in nodes {
+        let node = node.as_ref();
+        if node.is_empty() || node.len() > MAX_NODE_NAME_LEN {
+            return Err(invalid(format!(
+                "node name {node:?} must be 1 to {MAX_NODE_NAME_LEN} bytes"
+            )));
+        }
+        set.push(node.to_string());
+    }
+    set.sort_unstable();
+    set.dedup();
+    if set.is_empty() {
+        return Err(invalid("a layout needs at least one node"));
+    }
+    if set.len() > MAX_NODES {
+        return Err(invalid(format!(
+            "a layout names at most {MAX_NODES} nodes, not {}",
+            set.len()
+        )));
+    }
+    Ok(set)
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidArgument, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(epoch: u64, nodes: &[&str]) -> Layout {
+        Layout::new(epoch, nodes.iter().copied()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn epochs_step_by_one_through_a_transition() {
+        let a = layout(5, &["a", "b"]);
+        let t = a.add_node("c").unwrap_or_else(|e| panic!("{e}"));
+        let b = t.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((a.epoch(), t.epoch(), b.epoch()), (5, 6, 7));
+        assert_eq!(t.all_nodes(), ["a", "b", "c"]);
+        assert_eq!(b.nodes(), ["a", "b", "c"]);
+        assert!(!b.is_transition());
+    }
+
+    #[test]
+    fn refused_steps_have_kinds() {
+        let a = layout(1, &["a"]);
+        let t = a.add_node("b").unwrap_or_else(|e| panic!("{e}"));
+        let kind = |r: Result<Layout>| r.err().map(|e| e.kind());
+        assert_eq!(kind(a.finish()), Some(ErrorKind::PreconditionFailed));
+        assert_eq!(kind(t.add_node("c")), Some(ErrorKind::PreconditionFailed));
+        assert_eq!(kind(a.add_node("a")), Some(ErrorKind::PreconditionFailed));
+        assert_eq!(kind(a.remove_node("a")), Some(ErrorKind::InvalidArgument));
+        assert_eq!(kind(a.add_node("")), Some(ErrorKind::InvalidArgument));
+        let long = "x".repeat(MAX_NODE_NAME_LEN + 1);
+        assert_eq!(kind(a.add_node(&long)), Some(ErrorKind::InvalidArgument));
+        assert_eq!(
+            kind(Layout::new(0, ["a"])),
+            Some(ErrorKind::InvalidArgument)
+        );
+        assert_eq!(
+            kind(Layout::new(1, Vec::<String>::new())),
+            Some(ErrorKind::InvalidArgument)
+        );
+    }
+
+    #[test]
+    fn a_transition_places_a_moved_name_twice_old_first() {
+        let a = layout(1, &["a", "b", "c"]);
+        let t = a.add_node("d").unwrap_or_else(|e| panic!("{e}"));
+        let b = t.finish().unwrap_or_else(|e| panic!("{e}"));
+        let (mut moved, mut stayed) = (0, 0);
+        for i in 0..2000 {
+            let name = format!("job-{i}");
+            let (pa, pt, pb) = (a.parts(&name), t.parts(&name), b.parts(&name));
+            assert_eq!(pa.len(), 1);
+            assert_eq!(pb.len(), 1);
+            assert_eq!(pt[0].node, pa[0].node, "the old place comes first");
+            assert_eq!(
+                pt[pt.len() - 1].node,
+                pb[0].node,
+                "the new place comes last"
+            );
+            if pt.len() == 2 {
+                moved += 1;
+                assert_eq!(pb[0].node, "d", "names move only onto the new node");
+                assert!(pt[0].old && !pt[0].new && !pt[1].old && pt[1].new);
+            } else {
+                stayed += 1;
+                assert!(pt[0].old && pt[0].new);
+            }
+        }
+        assert!(
+            moved > 300 && stayed > 1200,
+            "{moved} moved, {stayed} stayed"
+        );
+    }
+
+    /// The token rule orders every holder of a name after the ones before it, on a
+    /// history where holders of A, A+B and B alternate in the two phases.
+    #[test]
+    fn tokens_grow_across_both_phases_of_a_move() {
+        let a = layout(1, &["n1"]);
+        let t = a.begin(["n2"]).unwrap_or_else(|e| panic!("{e}"));
+        let b = t.finish().unwrap_or_else(|e| panic!("{e}"));
+        // Order ids on each node grow with each holder that takes a place there.
+        let (mut o1, mut o2) = (100u64, 1u64);
+        let mut last = SpaceToken::default();
+        let mut step = |token: SpaceToken| {
+            assert!(token > last, "{token} after {last}");
+            last = token;
+        };
+        // Phase one: A and A+B alternate, the transition is what is published.
+        for i in 0..6 {
+            o1 += 1;
+            if i % 2 == 0 {
+                step(a.token(&[o1], None));
+            } else {
+                o2 += 1;
+                step(t.token(&[o1, o2], Some(t.epoch())));
+            }
+        }
+        // Phase two: B is published; A+B and B alternate.
+        for i in 0..6 {
+            o2 += 1;
+            if i % 2 == 0 {
+                o1 += 1;
+                step(t.token(&[o1, o2], Some(b.epoch())));
+            } else {
+                step(b.token(&[o2], None));
+            }
+        }
+    }
+
+    #[test]
+    fn advance_needs_the_next_step_and_no_lagging_member() {
+        let a = layout(1, &["a"]);
+        let t = a.add_node("b").unwrap_or_else(|e| panic!("{e}"));
+        let b = t.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert!(a.check_advance(&t, [(1, 1), (2, 1)]).is_ok());
+        assert!(a.check_advance(&t, []).is_ok());
+        assert!(t.check_advance(&b, [(1, 2), (2, 3)]).is_ok());
+        let kind = |r: Result<()>| r.err().map(|e| e.kind());
+        assert_eq!(
+            kind(t.check_advance(&b, [(1, 2), (2, 1)])),
+            Some(ErrorKind::PreconditionFailed)
+        );
+        // Skipping the transition, or a step from elsewhere, is refused.
+        assert_eq!(
+            kind(a.check_advance(&b, [])),
+            Some(ErrorKind::PreconditionFailed)
+        );
+        let other = layout(1, &["z"])
+            .add_node("b")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            kind(a.check_advance(&other, [])),
+            Some(ErrorKind::PreconditionFailed)
+        );
+        assert_eq!(lagging(2, [(9, 1), (3, 1), (4, 2)])[0].session_id, 3);
+    }
+
+    #[test]
+    fn bytes_round_trip_and_bad_values_are_refused() {
+        let t = layout(1, &["a", "b"])
+            .remove_node("a")
+            .unwrap_or_else(|e| panic!("{e}"));
+        for l in [layout(3, &["x"]), t.clone()] {
+            assert_eq!(Layout::from_bytes(&l.to_bytes()).ok(), Some(l));
+        }
+        let bad: [&[u8]; 6] = [
+            b"",
+            b"not json",
+            br#"{"format":"other/1","epoch":1,"nodes":["a"]}"#,
+            br#"{"format":"ydb-coordination/lock-space-layout/1","epoch":0,"nodes":["a"]}"#,
+            br#"{"format":"ydb-coordination/lock-space-layout/1","epoch":1,"nodes":["a"],"next":["b"]}"#,
+            br#"{"format":"ydb-coordination/lock-space-layout/1","epoch":1,"nodes":["a"],"extra":1}"#,
+        ];
+        for b in bad {
+            assert_eq!(
+                Layout::from_bytes(b).err().map(|e| e.kind()),
+                Some(ErrorKind::InvalidArgument),
+                "{}",
+                String::from_utf8_lossy(b)
+            );
+        }
+    }
+}

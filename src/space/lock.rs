@@ -1,0 +1,1163 @@
+//! The locks of a [`LockSpace`]: each name taken in every place the layout gives it, in
+//! order, as a recipe lock on that node; one guard over all of them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::layout::SpaceToken;
+use super::{LockSpace, Shared, Ticket};
+use crate::config::{self, AcquireOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::recipes::{Prepare, Source, acquiring, optional};
+use crate::session::Lease;
+
+/// How long a lock that could not be had in full waits for the release of its parts.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// What a lock takes on each node.
+#[derive(Debug, Clone)]
+struct Spec {
+    options: AcquireOptions,
+    prepare: Prepare,
+    /// A persistent semaphore: the lease must end if it is force-deleted.
+    guard: bool,
+}
+
+/// How long an acquire waits.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Forever,
+    Until(Instant),
+}
+
+impl Wait {
+    fn timeout(timeout: Duration) -> Result<Self> {
+        config::check_acquire_timeout(timeout)?;
+        Ok(Instant::now()
+            .checked_add(timeout)
+            .map_or(Self::Forever, Self::Until))
+    }
+}
+
+/// A lock acquire in a [`LockSpace`]: a future of the guard (or `Option` of it for the
+/// `try_` and `_timeout` forms), which can first be asked whether it waits behind someone
+/// ([`SpaceAcquiring::queued`]).
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let open = || LockSpace::builder().node("n1", &client, "/local/n1")
+/// #     .layout(Layout::new(1, ["n1"]).unwrap()).open();
+/// // Two processes' spaces (one process holds one session per node).
+/// let (a, b) = (open().await?, open().await?);
+/// let held = a.mutex("nightly").lock().await?;
+/// let mut waiting = b.mutex("nightly").lock();
+/// assert!(waiting.queued().await);
+/// held.unlock().await?;
+/// let guard = waiting.await?;
+/// # drop(guard);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Cancel safety
+///
+/// Dropping it withdraws the request; parts already taken are released.
+#[must_use = "an acquire does nothing unless awaited"]
+pub struct SpaceAcquiring<T> {
+    future: BoxFuture<'static, Result<T>>,
+    queued: watch::Receiver<bool>,
+    done: Option<Result<T>>,
+}
+
+impl<T> std::fmt::Debug for SpaceAcquiring<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpaceAcquiring")
+            .field("queued", &*self.queued.borrow())
+            .field("done", &self.done.is_some())
+            .finish()
+    }
+}
+
+impl<T: Send + 'static> SpaceAcquiring<T> {
+    fn new(start: impl FnOnce(watch::Sender<bool>) -> BoxFuture<'static, Result<T>>) -> Self {
+        let (tx, queued) = watch::channel(false);
+        Self {
+            future: start(tx),
+            queued,
+            done: None,
+        }
+    }
+
+    /// Waits until a part of the lock is queued behind another holder (`true`) or the
+    /// acquire completed without queuing (`false`: awaiting it then returns at once).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the acquire stays in progress; await it afterwards.
+    pub async fn queued(&mut self) -> bool {
+        if self.done.is_some() {
+            return false;
+        }
+        let mut queued = self.queued.clone();
+        let done = tokio::select! {
+            biased;
+            done = &mut self.future => done,
+            q = queued.wait_for(|q| *q) => return q.is_ok(),
+        };
+        self.done = Some(done);
+        *self.queued.borrow()
+    }
+}
+
+// Nothing of `T` is ever pinned: the outcome is only stored and moved out.
+impl<T> Unpin for SpaceAcquiring<T> {}
+
+impl<T> Future for SpaceAcquiring<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        if let Some(done) = self.done.take() {
+            return Poll::Ready(done);
+        }
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// A lock held in a [`LockSpace`]: the recipe locks of its name (names, for a
+/// [`SpaceMultiLock`]) on each node the layout placed it on, with its [`SpaceToken`].
+///
+/// Its [`token`](SpaceGuard::token) fires when any part is lost, when the lock's layout
+/// falls two epochs behind the published one, at the bound of a `_for` form, and when the
+/// guard is released or dropped. Dropping it releases every part (in a small task that
+/// also lets the process report a newer epoch once the releases are answered).
+#[derive(Debug)]
+pub struct SpaceGuard {
+    state: Arc<GuardState>,
+    _drop: DropGuard,
+}
+
+#[derive(Debug)]
+struct GuardState {
+    leases: StdMutex<Vec<Lease>>,
+    nodes: Vec<String>,
+    tokens: Vec<(String, SpaceToken)>,
+    epoch: u64,
+    lost: CancellationToken,
+    deadline: Option<Instant>,
+    ticket: StdMutex<Option<Ticket>>,
+}
+
+impl GuardState {
+    fn take_leases(&self) -> Vec<Lease> {
+        std::mem::take(&mut *self.leases.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Releases every part, waits for the answers, then gives up the epoch's claim.
+    /// (`false` at once when they were taken already: the lock had ended.) The claim is
+    /// given up only by whoever released the parts, once the servers answered.
+    async fn release(&self) -> Result<bool> {
+        let leases = self.take_leases();
+        self.lost.cancel();
+        if leases.is_empty() {
+            return Ok(false);
+        }
+        let released = release_all(leases).await;
+        self.ticket
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        released
+    }
+}
+
+impl SpaceGuard {
+    fn start(taken: Taken, deadline: Option<Instant>) -> Self {
+        let part_tokens: Vec<CancellationToken> = taken.leases.iter().map(Lease::token).collect();
+        let epoch_lost = taken.ticket.lost.clone();
+        let state = Arc::new(GuardState {
+            leases: StdMutex::new(taken.leases),
+            nodes: taken.nodes,
+            tokens: taken.tokens,
+            epoch: taken.ticket.epoch,
+            lost: CancellationToken::new(),
+            deadline,
+            ticket: StdMutex::new(Some(taken.ticket)),
+        });
+        let dropped = CancellationToken::new();
+        tokio::spawn(watch_guard(
+            state.clone(),
+            part_tokens,
+            epoch_lost,
+            dropped.clone(),
+        ));
+        Self {
+            state,
+            _drop: dropped.drop_guard(),
+        }
+    }
+
+    /// The fencing token (of the first name, for a multi-lock): comparable with every
+    /// other holder's of the same name in the space, across moves.
+    pub fn fencing_token(&self) -> SpaceToken {
+        self.state
+            .tokens
+            .first()
+            .map(|(_, t)| *t)
+            .unwrap_or_default()
+    }
+
+    /// Each name's fencing token, in the order the names were taken.
+    pub fn fencing_tokens(&self) -> &[(String, SpaceToken)] {
+        &self.state.tokens
+    }
+
+    /// The nodes the lock is held on, in the order they were taken.
+    pub fn nodes(&self) -> &[String] {
+        &self.state.nodes
+    }
+
+    /// The epoch of the layout the lock was taken in.
+    pub fn epoch(&self) -> u64 {
+        self.state.epoch
+    }
+
+    /// The bound of a `_for` form: when the lock ends by itself.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.state.deadline
+    }
+
+    /// A token that fires when the lock is lost or ends (see [`SpaceGuard`]).
+    pub fn token(&self) -> CancellationToken {
+        self.state.lost.clone()
+    }
+
+    /// Waits until the lock is lost or ends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn cancelled(&self) {
+        self.state.lost.cancelled().await;
+    }
+
+    /// Whether the lock is lost (or ended).
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.is_cancelled()
+    }
+
+    /// Releases every part and waits for the servers' answers (`false`: a part was already
+    /// lost).
+    ///
+    /// # Errors
+    ///
+    /// A session ended first (its server then releases what it held).
+    ///
+    /// # Cancel safety
+    ///
+    /// The releases are requested at once; dropping the future only skips the wait.
+    pub async fn unlock(self) -> Result<bool> {
+        self.state.release().await
+    }
+
+    /// The same as [`SpaceGuard::unlock`], for permits.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceGuard::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceGuard::unlock`].
+    pub async fn release(self) -> Result<bool> {
+        self.unlock().await
+    }
+}
+
+/// The task of a guard: fires its token when a part is lost, its epoch falls behind, its
+/// bound passes or it is dropped; then releases what is still held.
+async fn watch_guard(
+    state: Arc<GuardState>,
+    parts: Vec<CancellationToken>,
+    epoch_lost: CancellationToken,
+    dropped: CancellationToken,
+) {
+    let any_part = futures::future::select_all(
+        parts
+            .into_iter()
+            .map(|t| Box::pin(t.cancelled_owned()))
+            .collect::<Vec<_>>(),
+    );
+    let bound = async {
+        match state.deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = any_part => {}
+        () = epoch_lost.cancelled() => {}
+        () = bound => {}
+        () = dropped.cancelled() => {}
+        () = state.lost.cancelled() => {}
+    }
+    let _ = state.release().await;
+}
+
+/// Releases `leases` (the last taken first), waiting at most [`RELEASE_WAIT`] in all.
+async fn release_all(leases: Vec<Lease>) -> Result<bool> {
+    let releases = leases.into_iter().rev().map(Lease::release);
+    match tokio::time::timeout(RELEASE_WAIT, futures::future::join_all(releases)).await {
+        Ok(results) => results
+            .into_iter()
+            .try_fold(true, |all, r| r.map(|held| all && held)),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The parts of a lock, taken.
+struct Taken {
+    leases: Vec<Lease>,
+    nodes: Vec<String>,
+    tokens: Vec<(String, SpaceToken)>,
+    ticket: Ticket,
+}
+
+/// Takes `names` (sorted, each once) in every place of the layout run now, name by name
+/// and place by place; all of them or none.
+async fn take(
+    shared: Arc<Shared>,
+    names: Vec<String>,
+    spec: Spec,
+    wait: Wait,
+    queued: watch::Sender<bool>,
+) -> Result<Option<Taken>> {
+    for name in &names {
+        config::check_name(name)?;
+    }
+    loop {
+        let (layout, ticket) = shared.enter();
+        let mut leases = Vec::new();
+        let mut nodes = Vec::new();
+        let mut orders = Vec::new();
+        let mut failed = None;
+        'names: for name in &names {
+            let parts = layout.parts(name);
+            let mut mine = Vec::with_capacity(parts.len());
+            for part in &parts {
+                match take_part(&shared, &part.node, name, &spec, wait, &queued).await {
+                    Ok(Some(lease)) => {
+                        mine.push(lease.fencing_token());
+                        leases.push(lease);
+                        nodes.push(part.node.clone());
+                    }
+                    other => {
+                        failed = Some(other.map(|_| None));
+                        break 'names;
+                    }
+                }
+            }
+            orders.push((name.clone(), mine));
+        }
+        if let Some(outcome) = failed {
+            let _ = release_all(leases).await;
+            return outcome;
+        }
+        if leases.iter().any(Lease::is_lost) {
+            // A part was lost while the next was awaited: none of it is worth holding.
+            let _ = release_all(leases).await;
+            if matches!(wait, Wait::Until(d) if Instant::now() >= d) {
+                return Ok(None);
+            }
+            continue;
+        }
+        let published = if layout.is_transition() {
+            match shared.published_epoch().await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = release_all(leases).await;
+                    return Err(Error::caused_by(
+                        e.kind(),
+                        format!(
+                            "the lock was taken in a transition, but its fencing token needs the published layout, which could not be read ({e}); try again"
+                        ),
+                        &e,
+                    ));
+                }
+            }
+        } else {
+            None
+        };
+        let tokens = orders
+            .into_iter()
+            .map(|(name, o)| (name, layout.token(&o, published)))
+            .collect();
+        return Ok(Some(Taken {
+            leases,
+            nodes,
+            tokens,
+            ticket,
+        }));
+    }
+}
+
+/// One place of a name: the recipe lock on `node`.
+async fn take_part(
+    shared: &Shared,
+    node: &str,
+    name: &str,
+    spec: &Spec,
+    wait: Wait,
+    queued: &watch::Sender<bool>,
+) -> Result<Option<Lease>> {
+    let manager = shared.manager(node)?;
+    let mut options = spec.options.clone();
+    if let Wait::Until(deadline) = wait {
+        options = options.timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+    let guard = spec.guard;
+    let mut acquire = acquiring(
+        &Source::new(manager.clone()),
+        name,
+        options,
+        spec.prepare,
+        move |r| optional(if guard { r.inspect(Lease::guard) } else { r }),
+    );
+    if acquire.queued().await {
+        queued.send_replace(true);
+    }
+    acquire.await
+}
+
+/// The acquire of `names` in `space` with `spec`: a guard, or `None` if `wait` ran out.
+fn start(
+    space: &LockSpace,
+    names: Vec<String>,
+    spec: Spec,
+    wait: Result<Wait>,
+    bound: Option<Duration>,
+) -> SpaceAcquiring<Option<SpaceGuard>> {
+    let shared = space.shared().clone();
+    SpaceAcquiring::new(move |queued| {
+        Box::pin(async move {
+            let taken = take(shared, names, spec, wait?, queued).await?;
+            Ok(taken.map(|t| {
+                let deadline = bound.and_then(|b| {
+                    let first = t.leases.iter().map(Lease::granted_at).min();
+                    first.and_then(|f| f.checked_add(b))
+                });
+                SpaceGuard::start(t, deadline)
+            }))
+        })
+    })
+}
+
+/// The same acquire, waiting without a timeout: always a guard.
+fn start_plain(
+    space: &LockSpace,
+    names: Vec<String>,
+    spec: Spec,
+    bound: Option<Duration>,
+) -> SpaceAcquiring<SpaceGuard> {
+    let mut inner = start(space, names, spec, Ok(Wait::Forever), bound);
+    SpaceAcquiring {
+        queued: inner.queued.clone(),
+        done: None,
+        future: Box::pin(async move {
+            (&mut inner).await?.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Internal,
+                    "an acquire without a timeout ended without the lock",
+                )
+            })
+        }),
+    }
+}
+
+/// Holds a lock for as long as the stream is polled: a guard, and a new one each time the
+/// last one is lost or dropped; ends with the error that no retry would change.
+fn hold(make: impl Fn() -> SpaceAcquiring<SpaceGuard> + Send + Sync + 'static) -> SpaceHeld {
+    let stream = futures::stream::unfold(
+        (make, None::<CancellationToken>, false),
+        |(make, last, ended)| async move {
+            if ended {
+                return None;
+            }
+            if let Some(last) = &last {
+                last.cancelled().await;
+            }
+            match make().await {
+                Ok(guard) => {
+                    let token = guard.token();
+                    Some((Ok(guard), (make, Some(token), false)))
+                }
+                Err(e) => Some((Err(e), (make, None, true))),
+            }
+        },
+    );
+    Box::pin(stream)
+}
+
+/// A lock of a space held for as long as the stream is polled (see
+/// [`SpaceMutex::hold`]): a guard now, and a new one (with a greater token) each time the
+/// last one is lost or dropped. It ends with the error that stopped it (a manager that
+/// stopped).
+pub type SpaceHeld = BoxStream<'static, Result<SpaceGuard>>;
+
+/// A mutex in a [`LockSpace`], from [`LockSpace::mutex`]: on each node it is the same lock
+/// as [`SessionManager::mutex`](crate::SessionManager::mutex) of that name.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let space = LockSpace::builder()
+///     .node("n1", &client, "/local/n1")
+///     .node("n2", &client, "/local/n2")
+///     .layout(Layout::new(1, ["n1", "n2"])?)
+///     .open()
+///     .await?;
+/// let mutex = space.mutex("tenant-7/migrate");
+/// let guard = mutex.lock().await?;
+/// assert!(mutex.try_lock().await?.is_none());
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceMutex {
+    space: LockSpace,
+    name: String,
+    data: Vec<u8>,
+}
+
+impl SpaceMutex {
+    /// Data stored with the holder on each node (visible in describes).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.mutex("job").data("host-a");
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    fn spec(&self) -> Spec {
+        Spec {
+            options: AcquireOptions::exclusive()
+                .ephemeral(true)
+                .data(self.data.clone()),
+            prepare: Prepare::Nothing,
+            guard: false,
+        }
+    }
+
+    /// Waits for the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for a name over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// bytes; [`ErrorKind::PreconditionFailed`] for a layout naming a node the space was
+    /// not given; a node's manager errors once it stopped; in a transition, the directory's
+    /// errors reading the layout (the lock is released).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request; parts already taken are released.
+    pub fn lock(&self) -> SpaceAcquiring<SpaceGuard> {
+        start_plain(&self.space, vec![self.name.clone()], self.spec(), None)
+    }
+
+    /// Takes the lock only if it is free in every place now.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn try_lock(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.lock_timeout(Duration::ZERO)
+    }
+
+    /// Waits for the lock at most `timeout` in all; `None` if it passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`]; a timeout over a day is `InvalidArgument`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn lock_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+        start(
+            &self.space,
+            vec![self.name.clone()],
+            self.spec(),
+            Wait::timeout(timeout),
+            None,
+        )
+    }
+
+    /// Waits for the lock and holds it for at most `bound` from the first grant: at the
+    /// bound the guard's token fires and every part is released.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn lock_for(&self, bound: Duration) -> SpaceAcquiring<SpaceGuard> {
+        start_plain(
+            &self.space,
+            vec![self.name.clone()],
+            self.spec(),
+            Some(bound),
+        )
+    }
+
+    /// Holds the lock for as long as the stream is polled (see [`SpaceHeld`]).
+    pub fn hold(&self) -> SpaceHeld {
+        let mutex = self.clone();
+        hold(move || mutex.lock())
+    }
+}
+
+/// A counted semaphore in a [`LockSpace`], from [`LockSpace::semaphore`]: on each node the
+/// same semaphore as [`SessionManager::semaphore`](crate::SessionManager::semaphore); in a
+/// transition a permit is taken in both places, so the limit holds on both sides.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+/// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+/// let api = space.semaphore("fragile-api", 5);
+/// let permit = api.acquire(2).await?;
+/// assert!(api.try_acquire(4).await?.is_none());
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceSemaphore {
+    space: LockSpace,
+    name: String,
+    limit: u64,
+    data: Vec<u8>,
+}
+
+impl SpaceSemaphore {
+    /// Data stored with the holder on each node (visible in describes).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.semaphore("pool", 3).data("host-a");
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// The limit.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) {
+    /// assert_eq!(space.semaphore("pool", 3).limit(), 3);
+    /// # }
+    /// ```
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn spec(&self, n: u64) -> Result<Spec> {
+        if n == 0 || n > self.limit {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("cannot acquire {n} of {} tokens", self.limit),
+            ));
+        }
+        Ok(Spec {
+            options: AcquireOptions::new().count(n).data(self.data.clone()),
+            prepare: Prepare::Semaphore { limit: self.limit },
+            guard: true,
+        })
+    }
+
+    fn start(
+        &self,
+        n: u64,
+        wait: Result<Wait>,
+        bound: Option<Duration>,
+    ) -> SpaceAcquiring<Option<SpaceGuard>> {
+        let names = vec![self.name.clone()];
+        match self.spec(n) {
+            Ok(spec) => start(&self.space, names, spec, wait, bound),
+            Err(e) => SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e)))),
+        }
+    }
+
+    fn start_plain(&self, n: u64, bound: Option<Duration>) -> SpaceAcquiring<SpaceGuard> {
+        match self.spec(n) {
+            Ok(spec) => start_plain(&self.space, vec![self.name.clone()], spec, bound),
+            Err(e) => SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e)))),
+        }
+    }
+
+    /// Waits for `n` tokens.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for `n` of 0 or above the limit;
+    /// [`ErrorKind::PreconditionFailed`] when a node has the semaphore with another limit;
+    /// otherwise as [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request; permits already taken are released.
+    pub fn acquire(&self, n: u64) -> SpaceAcquiring<SpaceGuard> {
+        self.start_plain(n, None)
+    }
+
+    /// Takes `n` tokens only if they are free in every place now.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    pub fn try_acquire(&self, n: u64) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.acquire_timeout(n, Duration::ZERO)
+    }
+
+    /// Waits for `n` tokens at most `timeout` in all; `None` if it passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.start(n, Wait::timeout(timeout), None)
+    }
+
+    /// Waits for `n` tokens and holds them for at most `bound` from the first grant.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceSemaphore::acquire`].
+    pub fn acquire_for(&self, n: u64, bound: Duration) -> SpaceAcquiring<SpaceGuard> {
+        self.start_plain(n, Some(bound))
+    }
+
+    /// Holds `n` tokens for as long as the stream is polled (see [`SpaceHeld`]).
+    pub fn hold(&self, n: u64) -> SpaceHeld {
+        let semaphore = self.clone();
+        hold(move || semaphore.acquire(n))
+    }
+}
+
+/// A reader-writer lock in a [`LockSpace`], from [`LockSpace::rwlock`]: on each node the
+/// same lock as [`SessionManager::rwlock`](crate::SessionManager::rwlock).
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let open = || LockSpace::builder().node("n1", &client, "/local/n1")
+/// #     .layout(Layout::new(1, ["n1"]).unwrap()).open();
+/// // Two processes' spaces share the reads; a third cannot write meanwhile.
+/// let (p1, p2, p3) = (open().await?, open().await?, open().await?);
+/// let a = p1.rwlock("config").read().await?;
+/// let b = p2.rwlock("config").read().await?;
+/// assert!(p3.rwlock("config").try_write().await?.is_none());
+/// # drop((a, b));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceRwLock {
+    space: LockSpace,
+    name: String,
+    data: Vec<u8>,
+}
+
+impl SpaceRwLock {
+    /// Data stored with the holder on each node (visible in describes).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.rwlock("config").data("host-a");
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    fn spec(&self, write: bool) -> Spec {
+        let options = if write {
+            AcquireOptions::exclusive()
+        } else {
+            AcquireOptions::shared()
+        };
+        Spec {
+            options: options.ephemeral(true).data(self.data.clone()),
+            prepare: Prepare::Nothing,
+            guard: false,
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![self.name.clone()]
+    }
+
+    /// Waits for shared access.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn read(&self) -> SpaceAcquiring<SpaceGuard> {
+        start_plain(&self.space, self.names(), self.spec(false), None)
+    }
+
+    /// Waits for exclusive access.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn write(&self) -> SpaceAcquiring<SpaceGuard> {
+        start_plain(&self.space, self.names(), self.spec(true), None)
+    }
+
+    /// Shared access only if it can be had now.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn try_read(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.read_timeout(Duration::ZERO)
+    }
+
+    /// Exclusive access only if it can be had now.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn try_write(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.write_timeout(Duration::ZERO)
+    }
+
+    /// Waits for shared access at most `timeout`; `None` if it passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock_timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn read_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+        start(
+            &self.space,
+            self.names(),
+            self.spec(false),
+            Wait::timeout(timeout),
+            None,
+        )
+    }
+
+    /// Waits for exclusive access at most `timeout`; `None` if it passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock_timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMutex::lock`].
+    pub fn write_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+        start(
+            &self.space,
+            self.names(),
+            self.spec(true),
+            Wait::timeout(timeout),
+            None,
+        )
+    }
+
+    /// Holds shared access for as long as the stream is polled (see [`SpaceHeld`]).
+    pub fn hold_read(&self) -> SpaceHeld {
+        let lock = self.clone();
+        hold(move || lock.read())
+    }
+
+    /// Holds exclusive access for as long as the stream is polled (see [`SpaceHeld`]).
+    pub fn hold_write(&self) -> SpaceHeld {
+        let lock = self.clone();
+        hold(move || lock.write())
+    }
+}
+
+/// Several mutexes of a [`LockSpace`] taken together, all or none, from
+/// [`LockSpace::multi_lock`]; the names may live on different nodes.
+///
+/// The names are taken one after the other, sorted (each once), each in its places in
+/// order (in a transition, old then new): the same global order for every process,
+/// whichever layout of a reshard it runs, so overlapping sets cannot deadlock. Each part
+/// is the same lock as [`LockSpace::mutex`] of that name.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
+/// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
+/// let both = space.multi_lock(["account-42", "account-7"]).lock().await?;
+/// assert_eq!(both.fencing_tokens().len(), 2);
+/// both.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceMultiLock {
+    space: LockSpace,
+    names: Vec<String>,
+    data: Vec<u8>,
+}
+
+impl SpaceMultiLock {
+    /// Data stored with the holder of each lock (visible in describes).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.multi_lock(["a", "b"]).data("host-a");
+    /// # }
+    /// ```
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// The names, in the order they are taken.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) {
+    /// assert_eq!(space.multi_lock(["b", "a", "b"]).names(), ["a", "b"]);
+    /// # }
+    /// ```
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn spec(&self) -> Spec {
+        Spec {
+            options: AcquireOptions::exclusive()
+                .ephemeral(true)
+                .data(self.data.clone()),
+            prepare: Prepare::Nothing,
+            guard: false,
+        }
+    }
+
+    /// Waits for all the locks.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`]; no names is `InvalidArgument`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the request; locks already taken are released.
+    pub fn lock(&self) -> SpaceAcquiring<SpaceGuard> {
+        if let Err(e) = self.check() {
+            return SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e))));
+        }
+        start_plain(&self.space, self.names.clone(), self.spec(), None)
+    }
+
+    /// Takes all the locks only if each is free now.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMultiLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMultiLock::lock`].
+    pub fn try_lock(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.lock_timeout(Duration::ZERO)
+    }
+
+    /// Waits for all the locks at most `timeout` in all; `None` (and none held) if it
+    /// passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMultiLock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceMultiLock::lock`].
+    pub fn lock_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+        let wait = self.check().and_then(|()| Wait::timeout(timeout));
+        start(&self.space, self.names.clone(), self.spec(), wait, None)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.names.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a multi-lock needs at least one name",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl LockSpace {
+    /// The [`SpaceMutex`] `name`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.mutex("nightly-cleanup");
+    /// # }
+    /// ```
+    pub fn mutex(&self, name: &str) -> SpaceMutex {
+        SpaceMutex {
+            space: self.clone(),
+            name: name.to_string(),
+            data: Vec::new(),
+        }
+    }
+
+    /// The [`SpaceSemaphore`] `name` with `limit` tokens (created on each node if missing).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.semaphore("fragile-api", 5);
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: &str, limit: u64) -> SpaceSemaphore {
+        SpaceSemaphore {
+            space: self.clone(),
+            name: name.to_string(),
+            limit,
+            data: Vec::new(),
+        }
+    }
+
+    /// The [`SpaceRwLock`] `name`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.rwlock("config");
+    /// # }
+    /// ```
+    pub fn rwlock(&self, name: &str) -> SpaceRwLock {
+        SpaceRwLock {
+            space: self.clone(),
+            name: name.to_string(),
+            data: Vec::new(),
+        }
+    }
+
+    /// The [`SpaceMultiLock`] of `names` (sorted, each once).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.multi_lock(["account-42", "account-7"]);
+    /// # }
+    /// ```
+    pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> SpaceMultiLock {
+        let mut names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        names.sort_unstable();
+        names.dedup();
+        SpaceMultiLock {
+            space: self.clone(),
+            names,
+            data: Vec::new(),
+        }
+    }
+}
