@@ -15,6 +15,10 @@
 //! Time is `tokio::time`, so tests under `#[tokio::test(start_paused = true)]` see session and
 //! acquire timeouts fire deterministically.
 //!
+//! As YDB serves each coordination node from a tablet of its own, each node here has a lock of
+//! its own: sessions on different nodes are served in parallel, and a busy node never delays
+//! another (the rate limiters of all nodes share one more lock, apart from the nodes').
+//!
 //! # Examples
 //!
 //! ```
@@ -33,8 +37,9 @@
 //! # Differences from YDB
 //!
 //! - No access control: every request is allowed (YDB checks the node's ACL).
-//! - A single server node and tablet: no cross-node proxy races (on a multi-node YDB, a
-//!   rejected steal can kick the legitimate stream first; the emulator behaves as the tablet).
+//! - A single server node in front of the tablets: no cross-node proxy races (on a multi-node
+//!   YDB, a rejected steal can kick the legitimate stream first; the emulator behaves as the
+//!   tablet).
 //! - An update with oversized data is rejected without being applied (YDB replies
 //!   `BAD_REQUEST` but applies it).
 //! - Consistency modes and the node's rate-limiter counters mode are stored and reported, not
@@ -101,9 +106,11 @@
 //! The node's rules are a pure state machine (`state.rs`: methods that take `now` and return
 //! effects, unit-tested without a runtime, following `ydb-coordination-semantics.md`), and so
 //! are its rate limiter's (`quoter.rs`, following `ydb-rate-limiter-semantics.md`); `world.rs`
-//! holds the nodes and routes effects to streams; `service.rs` is the thin tonic shell (one task
-//! per stream, one timer task) and `rate_limiter.rs` the rate limiter's, on the generated server
-//! of `ydb-coordination-proto`; `net.rs` is the loopback TCP layer the fault controls act on.
+//! holds the nodes, each behind its own lock with the streams bound to it, routes a node's
+//! effects to its streams and gives the lock order; `service.rs` is the thin tonic shell (one
+//! task per stream, which goes straight to its node once attached, and one timer task) and
+//! `rate_limiter.rs` the rate limiter's, on the generated server of `ydb-coordination-proto`;
+//! `net.rs` is the loopback TCP layer the fault controls act on.
 
 mod net;
 mod proto;
@@ -305,7 +312,7 @@ impl EmulatorBuilder {
         let listener = TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let mut world = World::default();
+        let world = World::default();
         for path in &self.nodes {
             let path = if path.starts_with('/') {
                 path.clone()
@@ -324,7 +331,7 @@ impl EmulatorBuilder {
             database: self.database,
             advertised: std::sync::Mutex::new(vec![addr]),
             tls: self.tls.is_some(),
-            world: std::sync::Mutex::new(world),
+            world,
             changed: Notify::new(),
             shutdown: shutdown.clone(),
         });
@@ -486,7 +493,7 @@ impl Emulator {
     /// # }
     /// ```
     pub fn traffic(&self) -> Traffic {
-        self.shared.world().traffic
+        self.shared.world.traffic()
     }
 
     /// The network fault controls.
@@ -522,23 +529,20 @@ impl Emulator {
     pub fn expire_session(&self, node: &str, session_id: u64) -> bool {
         let path = self.absolute(node);
         self.shared.with_world(|w| {
-            let Ok(state) = w.node_mut(&path) else {
-                return false;
-            };
-            let (found, effects) = state.expire_session(Instant::now(), session_id);
-            w.apply(effects);
-            found
+            w.on_node(&path, |n| {
+                let (found, effects) = n.expire_session(Instant::now(), session_id);
+                n.apply(effects);
+                found
+            })
+            .unwrap_or(false)
         })
     }
 
     /// The ids of the sessions that exist on a node (attached or not), ascending.
     pub fn session_ids(&self, node: &str) -> Vec<u64> {
         let path = self.absolute(node);
-        let world = self.shared.world();
-        let mut ids = world
-            .nodes
-            .get(&path)
-            .map(|n| n.session_ids())
+        let mut ids = (self.shared.world)
+            .on_node(&path, |n| n.session_ids())
             .unwrap_or_default();
         ids.sort_unstable();
         ids
@@ -547,11 +551,8 @@ impl Emulator {
     /// The names of the semaphores that exist on a node (ephemeral ones included), sorted.
     pub fn semaphore_names(&self, node: &str) -> Vec<String> {
         let path = self.absolute(node);
-        let world = self.shared.world();
-        let mut names = world
-            .nodes
-            .get(&path)
-            .map(|n| n.semaphore_names())
+        let mut names = (self.shared.world)
+            .on_node(&path, |n| n.semaphore_names())
             .unwrap_or_default();
         names.sort_unstable();
         names

@@ -1,8 +1,9 @@
 //! The async shell of the rate limiter: `Ydb.RateLimiter.V1.RateLimiterService` on the
 //! generated tonic server, over the pure [`Quoter`](crate::quoter::Quoter) of each node in the
 //! [`World`](crate::world::World). Each call checks the token and the coordination-node path,
-//! runs the core under the world's lock and wraps the outcome in a completed operation; a
-//! waiting acquire awaits its answer, which the timer task's `advance` delivers.
+//! runs the core under the rate limiters' lock (the [`Quoters`](crate::world::Quoters), apart
+//! from the nodes' locks) and wraps the outcome in a completed operation; a waiting acquire
+//! awaits its answer, which the timer task's `advance` delivers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,8 +100,8 @@ impl RateLimiter {
         }
         let node = format!("/{}", components.join("/"));
         self.0.with_world(|w| {
-            let quoter = w
-                .quoters
+            let mut quoters = w.quoters();
+            let quoter = quoters
                 .get_mut(&node)
                 .ok_or(Refused::Bare(StatusCode::SchemeError))?;
             f(quoter, req).map_err(Refused::from)
@@ -178,7 +179,7 @@ impl RateLimiterService for RateLimiter {
             |q, r| Ok(q.drop_resource(&r.resource_path)?),
         );
         // §6.3: the dropped resource's waiters fail.
-        let r = r.map(|answers| shared.with_world(|w| w.answer(answers)));
+        let r = r.map(|answers| shared.with_world(|w| w.quoters().answer(answers)));
         Ok(Response::new(DropResourceResponse { operation: done(r) }))
     }
 
@@ -259,7 +260,7 @@ async fn acquire(shared: &Shared, r: AcquireResourceRequest) -> Operation {
     };
     let (tx, rx) = oneshot::channel();
     let acquired = shared.with_world(|w| {
-        w.acquire(
+        w.quoters().acquire(
             Instant::now(),
             &r.coordination_node_path,
             &r.resource_path,

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,9 +33,15 @@ use ydb_grpc::ydb_proto::discovery::{
 use ydb_grpc::ydb_proto::operations::Operation;
 use ydb_grpc::ydb_proto::scheme::{Entry, entry};
 
-use super::state::StreamId;
-use super::world::{AdminError, Outbound, World};
+use super::state::{Effect, StreamId};
+use super::world::{AdminError, Node, Outbound, Tablet, World};
 use crate::proto::{self, SessionRequest, SessionResponse, StatusCode, session_request};
+
+// Tests use `unwrap()` freely (house style, as in redis-rs); the library code never does.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[path = "service_tests.rs"]
+mod tests;
 
 /// Token checking, when the emulator was built with users or tokens.
 #[derive(Debug, Default)]
@@ -54,7 +60,8 @@ pub(crate) struct Shared {
     pub(crate) advertised: std::sync::Mutex<Vec<std::net::SocketAddr>>,
     /// Whether the listeners speak TLS (advertised endpoints say `ssl`).
     pub(crate) tls: bool,
-    pub(crate) world: std::sync::Mutex<World>,
+    /// The nodes, each behind its own lock, and the rate limiters.
+    pub(crate) world: World,
     /// Woken whenever state changed, so the timer task recomputes its deadline.
     pub(crate) changed: Notify,
     pub(crate) shutdown: CancellationToken,
@@ -63,13 +70,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn world(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Runs `f` on the world and wakes the timer task.
+    pub(crate) fn with_world<T>(&self, f: impl FnOnce(&World) -> T) -> T {
+        let out = f(&self.world);
+        self.changed.notify_one();
+        out
     }
 
-    /// Runs `f` on the world and wakes the timer task.
-    pub(crate) fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
-        let out = f(&mut self.world());
+    /// Runs `f` on a node under its lock, then wakes the timer task.
+    pub(crate) fn with_node<T>(&self, node: &Node, f: impl FnOnce(&mut Tablet<'_>) -> T) -> T {
+        let out = f(&mut node.lock());
         self.changed.notify_one();
         out
     }
@@ -125,7 +135,7 @@ impl Shared {
 /// Fires expiry and waiter deadlines.
 pub(crate) async fn run_timers(shared: Arc<Shared>) {
     loop {
-        let next = shared.world().next_deadline();
+        let next = shared.world.next_deadline();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -135,7 +145,7 @@ pub(crate) async fn run_timers(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = shared.changed.notified() => {}
-            _ = sleep => shared.world().advance(Instant::now()),
+            _ = sleep => shared.world.advance(Instant::now()),
         }
     }
 }
@@ -162,26 +172,22 @@ async fn run_stream(
     tx: mpsc::UnboundedSender<Outbound>,
 ) {
     let closed = shared.shutdown.child_token();
-    let id = shared.world().open_stream(tx.clone(), closed.clone());
-    let timeout_millis = tokio::select! {
+    let id = shared.world.open_stream();
+    let attached = tokio::select! {
         _ = closed.cancelled() => None,
-        first = inbound.next() => start(&shared, database.as_deref(), authorized, id, first, &tx),
+        first = inbound.next() => {
+            start(&shared, database.as_deref(), authorized, id, first, &tx, &closed)
+        }
     };
-    if let Some(timeout_millis) = timeout_millis {
-        serve_attached(
-            &shared,
-            id,
-            inbound,
-            &tx,
-            &closed,
-            ping_period(timeout_millis),
-        )
-        .await;
+    if let Some((node, timeout_millis)) = attached {
+        let period = ping_period(timeout_millis);
+        serve_attached(&shared, &node, id, inbound, &tx, &closed, period).await;
+        shared.with_node(&node, |n| n.close_stream(Instant::now(), id));
     }
-    shared.with_world(|w| w.close_stream(Instant::now(), id));
 }
 
-/// Handles the first message; returns the session timeout when the session is attached.
+/// Handles the first message; returns the node and the session timeout when the session is
+/// attached.
 fn start(
     shared: &Shared,
     database: Option<&str>,
@@ -189,7 +195,8 @@ fn start(
     id: StreamId,
     first: Option<Result<SessionRequest, Status>>,
     tx: &mpsc::UnboundedSender<Outbound>,
-) -> Option<u64> {
+    closed: &CancellationToken,
+) -> Option<(Arc<Node>, u64)> {
     let Some(Ok(first)) = first else {
         return None;
     };
@@ -207,40 +214,40 @@ fn start(
         return None;
     }
     let path = shared.resolve(database, &start.path);
-    shared.with_world(|world| {
-        let now = Instant::now();
-        let Ok(node) = world.node_mut(&path) else {
-            let _ = tx.send(Outbound::Message(proto::failure(
-                StatusCode::NotFound,
-                "Kesus not found",
-            )));
-            return None;
-        };
-        if !authorized {
-            let _ = tx.send(Outbound::Message(proto::failure(
-                StatusCode::Unauthorized,
-                "User has no access to the coordination node",
-            )));
-            return None;
-        }
-        let (session, effects) = node.attach(now, id, &start);
-        if session.is_some()
-            && let Some(slot) = world.streams.get_mut(&id)
-        {
-            slot.node = Some(path.clone());
-        }
-        world.apply(effects);
-        session.map(|_| {
-            // The first ping follows `session_started` at once; it is sent by the stream
-            // loop before it waits for anything.
-            start.timeout_millis
+    let node = shared.world.node(&path);
+    // `None`: there is no such node (or it was dropped since it was looked up).
+    let attached = node.as_deref().and_then(|node| {
+        shared.with_node(node, |tablet| {
+            if tablet.dropped() {
+                return None;
+            }
+            if !authorized {
+                let _ = tx.send(Outbound::Message(proto::failure(
+                    StatusCode::Unauthorized,
+                    "User has no access to the coordination node",
+                )));
+                return Some(None);
+            }
+            Some(tablet.open(Instant::now(), id, tx.clone(), closed.clone(), &start))
         })
-    })
+    });
+    let Some(session) = attached else {
+        let _ = tx.send(Outbound::Message(proto::failure(
+            StatusCode::NotFound,
+            "Kesus not found",
+        )));
+        return None;
+    };
+    // The first ping follows `session_started` at once; it is sent by the stream loop
+    // before it waits for anything.
+    let node = node.filter(|_| session.is_some())?;
+    Some((node, start.timeout_millis))
 }
 
 /// Serves an attached stream: requests, our pings, the client's pings and pongs.
 async fn serve_attached(
     shared: &Shared,
+    node: &Node,
     id: StreamId,
     mut inbound: Streaming<SessionRequest>,
     tx: &mpsc::UnboundedSender<Outbound>,
@@ -287,26 +294,11 @@ async fn serve_attached(
                     ) => return fail(StatusCode::BadRequest, "Unimplemented request"),
                     Some(req) => {
                         let stopping = matches!(req, R::SessionStop(_));
-                        let own = shared.with_world(|world| {
-                            let node = world.streams.get(&id).and_then(|s| s.node.clone());
-                            let Some(node) = node.and_then(|p| world.nodes.get_mut(&p)) else {
-                                // The node was dropped under the stream.
-                                fail(StatusCode::Unavailable, "Link failure");
-                                closed.cancel();
-                                return Vec::new();
-                            };
-                            world.traffic.requests += 1;
-                            let effects = node.request(Instant::now(), id, req);
-                            if !stopping {
-                                world.apply(effects);
-                                return Vec::new();
-                            }
-                            // YDB answers a stop only after the tablet destroyed the
-                            // session; hold back this stream's own answer (below).
-                            let (own, others): (Vec<_>, Vec<_>) =
-                                effects.into_iter().partition(|e| effect_stream(e) == id);
-                            world.apply(others);
-                            own
+                        let own = request(shared, node, id, req).unwrap_or_else(|| {
+                            // The node was dropped under the stream.
+                            fail(StatusCode::Unavailable, "Link failure");
+                            closed.cancel();
+                            Vec::new()
                         });
                         if stopping {
                             // A request that reached the server before the stop completed
@@ -324,7 +316,7 @@ async fn serve_attached(
                                     }
                                 }
                             }
-                            shared.with_world(|world| world.apply(own));
+                            shared.with_node(node, |n| n.apply(own));
                         }
                     }
                 }
@@ -333,15 +325,41 @@ async fn serve_attached(
     }
 }
 
+/// A request from an attached stream on its node, under the node's lock (`None`: the node was
+/// dropped). Returns what is held back: the stream's own answer to a stop, which YDB sends
+/// only after the tablet destroyed the session.
+fn request(
+    shared: &Shared,
+    node: &Node,
+    id: StreamId,
+    req: session_request::Request,
+) -> Option<Vec<Effect>> {
+    let stopping = matches!(req, session_request::Request::SessionStop(_));
+    shared.with_node(node, |n| {
+        if n.dropped() {
+            return None;
+        }
+        let effects = n.serve(Instant::now(), id, req);
+        if !stopping {
+            n.apply(effects);
+            return Some(Vec::new());
+        }
+        let (own, others): (Vec<_>, Vec<_>) =
+            effects.into_iter().partition(|e| effect_stream(e) == id);
+        n.apply(others);
+        Some(own)
+    })
+}
+
 fn send_pong(tx: &mpsc::UnboundedSender<Outbound>, opaque: u64) {
     let _ = tx.send(Outbound::Message(proto::response(
         proto::session_response::Response::Pong(proto::session_response::PingPong { opaque }),
     )));
 }
 
-fn effect_stream(effect: &super::state::Effect) -> StreamId {
+fn effect_stream(effect: &Effect) -> StreamId {
     match effect {
-        super::state::Effect::Send(stream, _) | super::state::Effect::Close(stream) => *stream,
+        Effect::Send(stream, _) | Effect::Close(stream) => *stream,
     }
 }
 
@@ -620,7 +638,7 @@ impl CoordinationService {
                 shared,
                 req,
                 |shared, path, _: DescribeNodeRequest| {
-                    let config = shared.world().describe_node(&path)?;
+                    let config = shared.world.describe_node(&path)?;
                     let name = path.rsplit('/').next().unwrap_or_default().to_string();
                     let result = DescribeNodeResult {
                         self_: Some(Entry {

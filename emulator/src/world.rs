@@ -1,8 +1,24 @@
-//! The emulator's shared state: coordination nodes by path and the live streams, behind one
-//! lock. Every change goes through [`World::apply`], which carries out the state machine's
-//! effects while the lock is held, so messages leave in exactly the order the core decided.
+//! The emulator's shared state: the coordination nodes by path, each behind a lock of its
+//! own, and the rate limiters behind one more. YDB serves each coordination node from a
+//! tablet of its own, so requests on different nodes never wait for each other; here
+//! neither do they: a stream, once its session is attached, goes straight to its node.
+//!
+//! A [`Node`] holds its state machine and the streams bound to it (a session lives on one
+//! node, so a node's effects only ever name its own streams). Every change to a node goes
+//! through [`Tablet::apply`], which carries out the state machine's effects while the node's
+//! lock is held, so a node's messages leave in exactly the order its core decided.
+//!
+//! Lock order: the registry of nodes first, then one node or the rate limiters, one at a
+//! time; never two nodes at once, never a node and the rate limiters together, and never
+//! the registry while a node or the rate limiters are held. Only creating and dropping a node
+//! hold the registry while they take another lock; everything else clones the nodes it needs
+//! out of the registry and lets go of it first. The traffic counters are atomics, shared by
+//! every node without a lock.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prost::Message;
 
@@ -12,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::quoter::{AcquireTimeouts, Acquired, Answer, CallId, Quoter, Rejection, Units};
 use super::state::{Effect, NodeState, StreamId};
-use crate::proto::{NodeConfigProto, SessionResponse, StatusCode};
+use crate::proto::{NodeConfigProto, SessionResponse, StatusCode, session_request};
 
 /// What a stream task is told to write.
 #[derive(Debug)]
@@ -23,14 +39,12 @@ pub(crate) enum Outbound {
     Status(tonic::Status),
 }
 
-/// A live stream as the world sees it.
+/// A stream bound to a node, as the node sees it.
 #[derive(Debug)]
-pub(crate) struct StreamSlot {
-    /// Path of the node the stream's session lives on, once attached.
-    pub(crate) node: Option<String>,
-    pub(crate) tx: mpsc::UnboundedSender<Outbound>,
+struct StreamSlot {
+    tx: mpsc::UnboundedSender<Outbound>,
     /// Cancelled when the state machine closes the stream.
-    pub(crate) closed: CancellationToken,
+    closed: CancellationToken,
 }
 
 /// Errors of node administration, as YDB reports them.
@@ -107,51 +121,130 @@ impl Traffic {
                 .saturating_sub(earlier.described_entries),
         }
     }
+}
 
-    fn sent(&mut self, msg: &SessionResponse) {
+/// The [`Traffic`] counters, shared by every node without a lock.
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    responses: AtomicU64,
+    response_bytes: AtomicU64,
+    described_entries: AtomicU64,
+}
+
+impl Counters {
+    fn sent(&self, msg: &SessionResponse) {
         use crate::proto::session_response::Response;
-        self.responses += 1;
-        self.response_bytes += msg.encoded_len() as u64;
+        self.responses.fetch_add(1, Ordering::Relaxed);
+        self.response_bytes
+            .fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
         if let Some(Response::DescribeSemaphoreResult(r)) = &msg.response
             && let Some(d) = &r.semaphore_description
         {
-            self.described_entries += (d.owners.len() + d.waiters.len()) as u64;
+            self.described_entries
+                .fetch_add((d.owners.len() + d.waiters.len()) as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self) -> Traffic {
+        Traffic {
+            requests: self.requests.load(Ordering::Relaxed),
+            responses: self.responses.load(Ordering::Relaxed),
+            response_bytes: self.response_bytes.load(Ordering::Relaxed),
+            described_entries: self.described_entries.load(Ordering::Relaxed),
         }
     }
 }
 
-/// Nodes and streams.
-#[derive(Debug, Default)]
-pub(crate) struct World {
-    pub(crate) nodes: BTreeMap<String, NodeState>,
-    pub(crate) streams: HashMap<StreamId, StreamSlot>,
-    next_stream: StreamId,
-    pub(crate) traffic: Traffic,
-    /// The rate-limiter resources of each node, by node path.
-    pub(crate) quoters: BTreeMap<String, Quoter>,
-    /// Where the answers of waiting `AcquireResource` calls go.
-    acquires: HashMap<CallId, oneshot::Sender<StatusCode>>,
-    next_call: CallId,
+/// One coordination node, YDB's tablet of it: its state machine and the streams bound to
+/// it, behind the node's own lock.
+#[derive(Debug)]
+pub(crate) struct Node {
+    traffic: Arc<Counters>,
+    tablet: Mutex<NodeInner>,
 }
 
-impl World {
-    /// Registers a new stream and returns its id.
-    pub(crate) fn open_stream(
+#[derive(Debug)]
+struct NodeInner {
+    state: NodeState,
+    /// The streams whose sessions attached here, until their tasks end (a stream the node
+    /// closed keeps its slot until then, so that messages queued for it still go out).
+    streams: HashMap<StreamId, StreamSlot>,
+    /// Set by `DropNode`: the node is out of the registry and serves nothing more.
+    dropped: bool,
+}
+
+impl Node {
+    /// Locks the node, dropped or not.
+    pub(crate) fn lock(&self) -> Tablet<'_> {
+        Tablet {
+            inner: self.tablet.lock().unwrap_or_else(PoisonError::into_inner),
+            traffic: &self.traffic,
+        }
+    }
+
+    /// Locks the node, unless it was dropped.
+    pub(crate) fn lock_live(&self) -> Option<Tablet<'_>> {
+        Some(self.lock()).filter(|t| !t.dropped())
+    }
+}
+
+/// A locked [`Node`]: its state machine (through `Deref`) and the streams its effects go to.
+#[derive(Debug)]
+pub(crate) struct Tablet<'a> {
+    inner: MutexGuard<'a, NodeInner>,
+    traffic: &'a Counters,
+}
+
+impl Deref for Tablet<'_> {
+    type Target = NodeState;
+
+    fn deref(&self) -> &NodeState {
+        &self.inner.state
+    }
+}
+
+impl DerefMut for Tablet<'_> {
+    fn deref_mut(&mut self) -> &mut NodeState {
+        &mut self.inner.state
+    }
+}
+
+impl Tablet<'_> {
+    /// Whether `DropNode` took the node away.
+    pub(crate) fn dropped(&self) -> bool {
+        self.inner.dropped
+    }
+
+    /// `session_start` on a new stream: binds the stream to the node while its session is
+    /// attached. Returns the session, or `None` when the attach failed (the stream is told).
+    pub(crate) fn open(
         &mut self,
+        now: Instant,
+        stream: StreamId,
         tx: mpsc::UnboundedSender<Outbound>,
         closed: CancellationToken,
-    ) -> StreamId {
-        self.next_stream += 1;
-        let id = self.next_stream;
-        self.streams.insert(
-            id,
-            StreamSlot {
-                node: None,
-                tx,
-                closed,
-            },
-        );
-        id
+        start: &session_request::SessionStart,
+    ) -> Option<u64> {
+        self.inner.streams.insert(stream, StreamSlot { tx, closed });
+        let (session, effects) = self.attach(now, stream, start);
+        self.apply(effects);
+        if session.is_none() {
+            // The failure is queued; nothing on the node names the stream any more.
+            self.inner.streams.remove(&stream);
+        }
+        session
+    }
+
+    /// A request from an attached stream, counted in [`Traffic::requests`].
+    pub(crate) fn serve(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        req: session_request::Request,
+    ) -> Vec<Effect> {
+        self.traffic.requests.fetch_add(1, Ordering::Relaxed);
+        self.request(now, stream, req)
     }
 
     /// Carries out effects: messages are queued on their streams, closes end them.
@@ -160,7 +253,7 @@ impl World {
             match effect {
                 Effect::Send(stream, msg) => {
                     self.traffic.sent(&msg);
-                    if let Some(slot) = self.streams.get(&stream) {
+                    if let Some(slot) = self.inner.streams.get(&stream) {
                         // A stream whose task is gone simply misses the message, as a
                         // disconnected client would.
                         let _ = slot.tx.send(Outbound::Message(msg));
@@ -168,7 +261,7 @@ impl World {
                 }
                 Effect::Close(stream) => {
                     // The slot stays until the stream task ends and calls `close_stream`.
-                    if let Some(slot) = self.streams.get(&stream) {
+                    if let Some(slot) = self.inner.streams.get(&stream) {
                         slot.closed.cancel();
                     }
                 }
@@ -178,35 +271,28 @@ impl World {
 
     /// The stream task ended: the session bound to it (if any) is detached.
     pub(crate) fn close_stream(&mut self, now: Instant, stream: StreamId) {
-        let node = self.streams.remove(&stream).and_then(|slot| slot.node);
-        let effects = node
-            .and_then(|path| self.nodes.get_mut(&path))
-            .map(|n| n.detach(now, stream))
-            .unwrap_or_default();
-        self.apply(effects);
+        self.inner.streams.remove(&stream);
+        if !self.dropped() {
+            let effects = self.detach(now, stream);
+            self.apply(effects);
+        }
     }
+}
 
-    /// Fires every due timer on every node, the rate limiters' too.
-    pub(crate) fn advance(&mut self, now: Instant) {
-        let effects: Vec<Effect> = self
-            .nodes
-            .values_mut()
-            .flat_map(|n| n.advance(now))
-            .collect();
-        self.apply(effects);
-        let answers: Vec<Answer> = self
-            .quoters
-            .values_mut()
-            .flat_map(|q| q.advance(now))
-            .collect();
-        self.answer(answers);
-    }
+/// The rate-limiter resources of every node, and the waiting acquires.
+#[derive(Debug, Default)]
+pub(crate) struct Quoters {
+    /// By node path.
+    by_node: BTreeMap<String, Quoter>,
+    /// Where the answers of waiting `AcquireResource` calls go.
+    acquires: HashMap<CallId, oneshot::Sender<StatusCode>>,
+    next_call: CallId,
+}
 
-    /// The earliest timer of any node or rate limiter.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let nodes = self.nodes.values().filter_map(NodeState::next_deadline);
-        let quoters = self.quoters.values().filter_map(Quoter::next_deadline);
-        nodes.chain(quoters).min()
+impl Quoters {
+    /// A node's rate limiter.
+    pub(crate) fn get_mut(&mut self, node: &str) -> Option<&mut Quoter> {
+        self.by_node.get_mut(node)
     }
 
     /// `AcquireResource` on a node's rate limiter; a waiting call is answered on `reply`.
@@ -220,7 +306,7 @@ impl World {
         timeouts: AcquireTimeouts,
         reply: oneshot::Sender<StatusCode>,
     ) -> Acquired {
-        let Some(quoter) = self.quoters.get_mut(node) else {
+        let Some(quoter) = self.by_node.get_mut(node) else {
             return Acquired::Now(StatusCode::BadRequest);
         };
         self.next_call += 1;
@@ -232,6 +318,16 @@ impl World {
         acquired
     }
 
+    /// Fires every due timer of every rate limiter.
+    fn advance(&mut self, now: Instant) {
+        let answers: Vec<Answer> = self
+            .by_node
+            .values_mut()
+            .flat_map(|q| q.advance(now))
+            .collect();
+        self.answer(answers);
+    }
+
     /// Delivers the answers of waiting acquires (a caller that gave up misses its answer).
     pub(crate) fn answer(&mut self, answers: Vec<Answer>) {
         for (call, status) in answers {
@@ -240,23 +336,100 @@ impl World {
             }
         }
     }
+}
+
+/// The nodes, each behind its own lock, and the rate limiters (see the module's lock order).
+#[derive(Debug, Default)]
+pub(crate) struct World {
+    /// The registry: every node by path. Held only to find, add or remove a node.
+    nodes: RwLock<BTreeMap<String, Arc<Node>>>,
+    next_stream: AtomicU64,
+    traffic: Arc<Counters>,
+    /// The rate limiters, by node path.
+    quoters: Mutex<Quoters>,
+}
+
+impl World {
+    /// A fresh id for a new stream.
+    pub(crate) fn open_stream(&self) -> StreamId {
+        self.next_stream.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn registry(&self) -> RwLockReadGuard<'_, BTreeMap<String, Arc<Node>>> {
+        self.nodes.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn registry_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Arc<Node>>> {
+        self.nodes.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The rate limiters, locked.
+    pub(crate) fn quoters(&self) -> MutexGuard<'_, Quoters> {
+        self.quoters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A node by path.
+    pub(crate) fn node(&self, path: &str) -> Option<Arc<Node>> {
+        self.registry().get(path).cloned()
+    }
+
+    /// Runs `f` on a node under its lock; `None` when there is no such node.
+    pub(crate) fn on_node<T>(&self, path: &str, f: impl FnOnce(&mut Tablet<'_>) -> T) -> Option<T> {
+        let node = self.node(path)?;
+        let mut tablet = node.lock_live()?;
+        Some(f(&mut tablet))
+    }
+
+    /// Runs `f` on every node, one after another, each under its own lock.
+    fn each_node(&self, mut f: impl FnMut(&mut Tablet<'_>)) {
+        let nodes: Vec<Arc<Node>> = self.registry().values().cloned().collect();
+        for node in nodes {
+            if let Some(mut tablet) = node.lock_live() {
+                f(&mut tablet);
+            }
+        }
+    }
+
+    /// What the nodes were asked and answered so far.
+    pub(crate) fn traffic(&self) -> Traffic {
+        self.traffic.read()
+    }
+
+    /// Fires every due timer on every node, the rate limiters' too.
+    pub(crate) fn advance(&self, now: Instant) {
+        self.each_node(|n| {
+            let effects = n.advance(now);
+            n.apply(effects);
+        });
+        self.quoters().advance(now);
+    }
+
+    /// The earliest timer of any node or rate limiter.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let mut next = self
+            .quoters()
+            .by_node
+            .values()
+            .filter_map(Quoter::next_deadline)
+            .min();
+        self.each_node(|n| next = next.into_iter().chain(n.next_deadline()).min());
+        next
+    }
 
     /// Restarts every node's tablet. The rate limiters carry on unchanged: their resources
     /// and settings are the tablet's persisted state (§5), while balances, debt and waiting
     /// acquires live on the server node's proxy and quoter, which reconnect and re-subscribe
     /// (§7.8); the tablet accumulates nothing between ticks that a restart could lose (§7.1).
-    pub(crate) fn restart(&mut self, now: Instant) {
-        let effects: Vec<Effect> = self
-            .nodes
-            .values_mut()
-            .flat_map(|n| n.restart(now))
-            .collect();
-        self.apply(effects);
+    pub(crate) fn restart(&self, now: Instant) {
+        self.each_node(|n| {
+            let effects = n.restart(now);
+            n.apply(effects);
+        });
     }
 
     /// Creates a coordination node.
     pub(crate) fn create_node(
-        &mut self,
+        &self,
         path: String,
         config: NodeConfigProto,
     ) -> Result<(), AdminError> {
@@ -266,19 +439,30 @@ impl World {
                 "Setting path is not allowed",
             ));
         }
-        if self.nodes.contains_key(&path) {
+        let mut nodes = self.registry_mut();
+        if nodes.contains_key(&path) {
             // YDB's create accepts an existing coordination node (the scheme shard answers
             // "already exists", which the RPC layer reports as SUCCESS) and leaves its config.
             return Ok(());
         }
-        self.quoters.insert(path.clone(), Quoter::default());
-        self.nodes.insert(path, NodeState::new(config));
+        self.quoters()
+            .by_node
+            .insert(path.clone(), Quoter::default());
+        let node = Node {
+            traffic: self.traffic.clone(),
+            tablet: Mutex::new(NodeInner {
+                state: NodeState::new(config),
+                streams: HashMap::new(),
+                dropped: false,
+            }),
+        };
+        nodes.insert(path, Arc::new(node));
         Ok(())
     }
 
     /// Merges `config` into a node's stored config.
     pub(crate) fn alter_node(
-        &mut self,
+        &self,
         path: &str,
         config: &NodeConfigProto,
     ) -> Result<(), AdminError> {
@@ -288,36 +472,36 @@ impl World {
                 "Setting path is not allowed",
             ));
         }
-        self.node_mut(path)?.alter(config);
-        Ok(())
+        self.on_node(path, |n| n.alter(config))
+            .ok_or_else(|| path_missing(path))
     }
 
     /// Drops a node; its streams fail with UNAVAILABLE.
-    pub(crate) fn drop_node(&mut self, path: &str) -> Result<(), AdminError> {
-        let mut node = self.nodes.remove(path).ok_or_else(|| path_missing(path))?;
-        let effects = node.shutdown();
-        self.apply(effects);
+    pub(crate) fn drop_node(&self, path: &str) -> Result<(), AdminError> {
+        // The registry stays locked until the rate limiter is gone too, so that a node
+        // created again at this path gets a fresh one.
+        let mut nodes = self.registry_mut();
+        let node = nodes.remove(path).ok_or_else(|| path_missing(path))?;
+        let mut tablet = node.lock();
+        tablet.inner.dropped = true;
+        let effects = tablet.shutdown();
+        tablet.apply(effects);
+        drop(tablet);
         // The resources go with the node (§5); waiting acquires fail as YDB's do (§7.8).
-        let answers = self
-            .quoters
+        let mut quoters = self.quoters();
+        let answers = quoters
+            .by_node
             .remove(path)
             .map(|mut q| q.shutdown())
             .unwrap_or_default();
-        self.answer(answers);
+        quoters.answer(answers);
         Ok(())
     }
 
     /// The stored config of a node.
     pub(crate) fn describe_node(&self, path: &str) -> Result<NodeConfigProto, AdminError> {
-        self.nodes
-            .get(path)
-            .map(|n| n.stored_config().clone())
+        self.on_node(path, |n| n.stored_config().clone())
             .ok_or_else(|| path_missing(path))
-    }
-
-    /// A node by path, or the SCHEME_ERROR YDB reports for a missing path.
-    pub(crate) fn node_mut(&mut self, path: &str) -> Result<&mut NodeState, AdminError> {
-        self.nodes.get_mut(path).ok_or_else(|| path_missing(path))
     }
 }
 
