@@ -181,19 +181,30 @@ impl Lease {
     ///
     /// Dropping the future does not withdraw a request already made.
     pub async fn set_data(&self, data: &[u8]) -> Result<()> {
-        crate::config::check_data(data)?;
-        let (tx, rx) = oneshot::channel();
-        let notice = Notice {
-            control: Control::SetData {
-                name: self.name.clone(),
-                lease: self.id,
-                data: data.to_vec(),
-                caller: self.next_id(),
-            },
-            reply: ReplyTx::Done(tx),
-        };
-        self.handle.notice(notice).map_err(|_| self.gone())?;
-        rx.await.unwrap_or_else(|_| Err(self.gone()))
+        self.data_update(data).await
+    }
+
+    /// [`Lease::set_data`], requested now: the future only waits for the answer.
+    pub(crate) fn data_update(
+        &self,
+        data: &[u8],
+    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let requested = crate::config::check_data(data).and_then(|()| {
+            let (tx, rx) = oneshot::channel();
+            let notice = Notice {
+                control: Control::SetData {
+                    name: self.name.clone(),
+                    lease: self.id,
+                    data: data.to_vec(),
+                    caller: self.next_id(),
+                },
+                reply: ReplyTx::Done(tx),
+            };
+            self.handle.notice(notice).map_err(|_| self.gone())?;
+            Ok(rx)
+        });
+        let gone = self.gone();
+        async move { requested?.await.unwrap_or(Err(gone)) }
     }
 
     /// Releases the lease and waits for the server's answer: `true` if the server released

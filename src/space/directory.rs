@@ -164,6 +164,13 @@ impl Link {
         };
         let epoch = *reported.borrow();
         let membership = self.members.join(&report(epoch)).await?;
+        // The layout read before joining may have been succeeded by one whose step counted
+        // the members without this process: read it again now that the process is one, so
+        // that it never runs a layout older than the published one's predecessor.
+        let layout = self.read().await?;
+        if let Some(shared) = shared.upgrade() {
+            shared.follow(layout);
+        }
         tokio::spawn(self.clone().follow(shared, stop.clone()));
         tokio::spawn(self.clone().report(reported, membership, epoch, stop));
         Ok(())

@@ -334,15 +334,25 @@ impl Layout {
     /// # Ok::<(), ydb_coordination::Error>(())
     /// ```
     pub fn token(&self, orders: &[u64], published: Option<u64>) -> SpaceToken {
-        let order_of = |i: usize| orders.get(i).copied().unwrap_or_default();
-        if self.next.is_none() {
-            return SpaceToken::new(self.epoch, order_of(0));
-        }
-        let last = orders.len().saturating_sub(1);
-        if published.is_some_and(|p| p > self.epoch) {
-            SpaceToken::new(self.epoch + 1, order_of(last))
+        let (new, epoch) = self.token_place(published);
+        let index = if new {
+            orders.len().saturating_sub(1)
         } else {
-            SpaceToken::new(self.epoch - 1, order_of(0))
+            0
+        };
+        SpaceToken::new(epoch, orders.get(index).copied().unwrap_or_default())
+    }
+
+    /// Which place's order id a token carries (`true`: the last of [`Layout::parts`], the
+    /// new one; `false`: the first) and the token's epoch, given the epoch published after
+    /// the places were held: where every holder of a name meets now.
+    pub(crate) fn token_place(&self, published: Option<u64>) -> (bool, u64) {
+        if self.next.is_none() {
+            (false, self.epoch)
+        } else if published.is_some_and(|p| p > self.epoch) {
+            (true, self.epoch + 1)
+        } else {
+            (false, self.epoch - 1)
         }
     }
 

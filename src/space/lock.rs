@@ -25,22 +25,22 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// What a lock takes on each node.
 #[derive(Debug, Clone)]
-struct Spec {
-    options: AcquireOptions,
-    prepare: Prepare,
+pub(super) struct Spec {
+    pub(super) options: AcquireOptions,
+    pub(super) prepare: Prepare,
     /// A persistent semaphore: the lease must end if it is force-deleted.
-    guard: bool,
+    pub(super) guard: bool,
 }
 
 /// How long an acquire waits.
 #[derive(Debug, Clone, Copy)]
-enum Wait {
+pub(super) enum Wait {
     Forever,
     Until(Instant),
 }
 
 impl Wait {
-    fn timeout(timeout: Duration) -> Result<Self> {
+    pub(super) fn timeout(timeout: Duration) -> Result<Self> {
         config::check_acquire_timeout(timeout)?;
         Ok(Instant::now()
             .checked_add(timeout)
@@ -262,6 +262,37 @@ impl SpaceGuard {
         self.state.lost.is_cancelled()
     }
 
+    /// Replaces the holder's data in every place (for an election's leader: proclaims a new
+    /// value), keeping the lock.
+    ///
+    /// # Errors
+    ///
+    /// The lock was lost or ended; data over [`MAX_DATA_LEN`](crate::MAX_DATA_LEN).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not withdraw the updates already requested.
+    pub async fn set_data(&self, data: &[u8]) -> Result<()> {
+        let updates: Vec<_> = {
+            let leases = self
+                .state
+                .leases
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            leases.iter().map(|l| l.data_update(data)).collect()
+        };
+        if updates.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Cancelled,
+                "the lock has ended; take it again before setting its data",
+            ));
+        }
+        for update in futures::future::join_all(updates).await {
+            update?;
+        }
+        Ok(())
+    }
+
     /// Releases every part and waits for the servers' answers (`false`: a part was already
     /// lost).
     ///
@@ -446,7 +477,7 @@ async fn take_part(
 }
 
 /// The acquire of `names` in `space` with `spec`: a guard, or `None` if `wait` ran out.
-fn start(
+pub(super) fn start(
     space: &LockSpace,
     names: Vec<String>,
     spec: Spec,
@@ -469,7 +500,7 @@ fn start(
 }
 
 /// The same acquire, waiting without a timeout: always a guard.
-fn start_plain(
+pub(super) fn start_plain(
     space: &LockSpace,
     names: Vec<String>,
     spec: Spec,
@@ -492,7 +523,9 @@ fn start_plain(
 
 /// Holds a lock for as long as the stream is polled: a guard, and a new one each time the
 /// last one is lost or dropped; ends with the error that no retry would change.
-fn hold(make: impl Fn() -> SpaceAcquiring<SpaceGuard> + Send + Sync + 'static) -> SpaceHeld {
+pub(super) fn hold(
+    make: impl Fn() -> SpaceAcquiring<SpaceGuard> + Send + Sync + 'static,
+) -> SpaceHeld {
     let stream = futures::stream::unfold(
         (make, None::<CancellationToken>, false),
         |(make, last, ended)| async move {

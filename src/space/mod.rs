@@ -58,6 +58,7 @@
 //! ```
 
 mod directory;
+mod fleet;
 pub mod layout;
 mod lock;
 pub mod placement;
@@ -70,6 +71,7 @@ use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use self::directory::{SpaceDirectory, SpaceMember};
+pub use self::fleet::{SpaceElection, SpaceGroup, SpaceLeader, SpaceMembership};
 pub use self::layout::{Lagging, Layout, Part, SpaceToken};
 pub use self::lock::{
     SpaceAcquiring, SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,

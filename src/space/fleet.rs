@@ -1,0 +1,373 @@
+//! What fleets build on locks, in a [`LockSpace`]: an election and a group whose names are
+//! placed like every other name, observed where their holders meet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::layout::{Layout, SpaceToken};
+use super::lock::{SpaceAcquiring, SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
+use super::{LockSpace, Shared, Ticket};
+use crate::config::AcquireOptions;
+use crate::error::Result;
+use crate::recipes::{Member, Membership, Prepare};
+
+/// The place of `name` where every holder of it meets now, with the epoch its tokens
+/// carry: in a stable layout the only one; in a transition the old place while the
+/// transition is what is published, the new one once the next layout is (read from the
+/// directory).
+async fn observed(shared: &Shared, name: &str) -> Result<(String, u64)> {
+    let layout: Arc<Layout> = shared.layout.borrow().clone();
+    let mut parts = layout.parts(name);
+    let published = if layout.is_transition() {
+        shared.published_epoch().await?
+    } else {
+        None
+    };
+    let (new, epoch) = layout.token_place(published);
+    let part = if new {
+        parts.pop()
+    } else {
+        parts.into_iter().next()
+    };
+    let node = part.map(|p| p.node).unwrap_or_default();
+    Ok((node, epoch))
+}
+
+/// The leader of a [`SpaceElection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpaceLeader {
+    /// The leader's value (its owner data).
+    pub data: Vec<u8>,
+    /// The node where it was read.
+    pub node: String,
+    /// The leader's fencing token in the space, as its [`SpaceGuard::fencing_token`].
+    pub token: SpaceToken,
+    /// Whether the leader is this process (its session on that node).
+    pub is_me: bool,
+}
+
+/// Leader election in a [`LockSpace`], from [`LockSpace::election`]: on each node the same
+/// election as [`SessionManager::election`](crate::SessionManager::election); a leader in a
+/// transition leads in both places.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
+/// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
+/// let election = space.election("scheduler");
+/// let leadership = election.campaign(b"host-a").await?;
+/// let leader = election.leader().await?.expect("we lead");
+/// assert!(leader.is_me && leader.data == b"host-a");
+/// leadership.set_data(b"host-a:9090").await?; // proclaim a new value
+/// leadership.unlock().await?; // resign
+/// assert!(election.leader().await?.is_none());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceElection {
+    space: LockSpace,
+    name: String,
+}
+
+impl SpaceElection {
+    fn spec(data: &[u8]) -> Spec {
+        Spec {
+            options: AcquireOptions::new().count(1).data(data.to_vec()),
+            prepare: Prepare::Semaphore { limit: 1 },
+            guard: true,
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![self.name.clone()]
+    }
+
+    /// Waits to lead, with `data` as the leader's value. The guard is the leadership:
+    /// [`SpaceGuard::set_data`] proclaims a new value, [`SpaceGuard::unlock`] resigns.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceMutex::lock`](super::SpaceMutex::lock); `PreconditionFailed` when a node
+    /// has the name as another recipe's semaphore.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future withdraws the candidacy.
+    pub fn campaign(&self, data: &[u8]) -> SpaceAcquiring<SpaceGuard> {
+        start_plain(&self.space, self.names(), Self::spec(data), None)
+    }
+
+    /// Leads only if nobody leads or waits now; `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceElection::campaign`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceElection::campaign`].
+    pub fn try_campaign(&self, data: &[u8]) -> SpaceAcquiring<Option<SpaceGuard>> {
+        self.campaign_timeout(data, Duration::ZERO)
+    }
+
+    /// Waits to lead at most `timeout`; `None` if it passed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceElection::campaign`]; a timeout over a day is `InvalidArgument`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SpaceElection::campaign`].
+    pub fn campaign_timeout(
+        &self,
+        data: &[u8],
+        timeout: Duration,
+    ) -> SpaceAcquiring<Option<SpaceGuard>> {
+        let wait = Wait::timeout(timeout);
+        start(&self.space, self.names(), Self::spec(data), wait, None)
+    }
+
+    /// Leads for as long as the stream is polled (see [`SpaceHeld`]).
+    pub fn hold(&self, data: &[u8]) -> SpaceHeld {
+        let election = self.clone();
+        let data = data.to_vec();
+        hold(move || election.campaign(&data))
+    }
+
+    /// The leader now, read where every leader holds the election (see the
+    /// [module docs](super)); `None` when nobody leads.
+    ///
+    /// # Errors
+    ///
+    /// A node's manager stopped; in a transition, the directory's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn leader(&self) -> Result<Option<SpaceLeader>> {
+        let shared = self.space.shared();
+        let (node, epoch) = observed(shared, &self.name).await?;
+        let leader = shared.manager(&node)?.election(&self.name).leader().await?;
+        Ok(leader.map(|l| SpaceLeader {
+            data: l.data,
+            token: SpaceToken::new(epoch, l.fencing_token),
+            is_me: l.is_me,
+            node,
+        }))
+    }
+}
+
+/// Group membership in a [`LockSpace`], from [`LockSpace::group`]: on each node the same
+/// group as [`SessionManager::group`](crate::SessionManager::group). A member follows the
+/// layout: in a transition it is a member in both places, and it leaves the old place once
+/// the space runs the new layout, so the members are always all in the place
+/// [`SpaceGroup::members`] reads.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::space::{Layout, LockSpace};
+/// # use ydb_coordination::Client;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
+/// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
+/// let workers = space.group("workers");
+/// let me = workers.join(b"10.0.0.7:8080").await?;
+/// assert_eq!(workers.members().await?.len(), 1);
+/// me.leave().await;
+/// assert!(workers.members().await?.is_empty());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SpaceGroup {
+    space: LockSpace,
+    name: String,
+}
+
+/// Being a member of a [`SpaceGroup`], from [`SpaceGroup::join`]; dropping it leaves.
+#[derive(Debug)]
+#[must_use = "dropping the membership leaves the group"]
+pub struct SpaceMembership {
+    leave: Option<oneshot::Sender<oneshot::Sender<()>>>,
+}
+
+impl SpaceMembership {
+    /// Leaves the group in every place and waits until the servers answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// The task is asked to leave at once; dropping the future only skips the wait.
+    pub async fn leave(mut self) {
+        if let Some(leave) = self.leave.take() {
+            let (tx, rx) = oneshot::channel();
+            if leave.send(tx).is_ok() {
+                let _ = rx.await;
+            }
+        }
+    }
+}
+
+impl SpaceGroup {
+    /// Joins the group with `data` in the name's places now, and returns once a member
+    /// there; a small task then moves the membership with the layout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::join`](crate::Group::join) on a node; `PreconditionFailed` for a layout
+    /// naming a node the space was not given.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves the places joined so far.
+    pub async fn join(&self, data: &[u8]) -> Result<SpaceMembership> {
+        let shared = self.space.shared().clone();
+        let (joined, ticket) = join_places(&shared, &self.name, data, BTreeMap::new()).await?;
+        let (leave, asked) = oneshot::channel();
+        tokio::spawn(keep(
+            shared,
+            self.name.clone(),
+            data.to_vec(),
+            joined,
+            ticket,
+            asked,
+        ));
+        Ok(SpaceMembership { leave: Some(leave) })
+    }
+
+    /// The members now, read where every member is (see [`SpaceGroup`]).
+    ///
+    /// # Errors
+    ///
+    /// A node's manager stopped; in a transition, the directory's errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn members(&self) -> Result<Vec<Member>> {
+        let shared = self.space.shared();
+        let (node, _) = observed(shared, &self.name).await?;
+        shared.manager(&node)?.group(&self.name).members().await
+    }
+}
+
+/// Joins `name` in its places in the layout run now, keeping the memberships of `joined`
+/// that are still places and leaving the others once the new ones are made.
+async fn join_places(
+    shared: &Arc<Shared>,
+    name: &str,
+    data: &[u8],
+    mut joined: BTreeMap<String, Membership>,
+) -> Result<(BTreeMap<String, Membership>, Ticket)> {
+    let (layout, ticket) = shared.enter();
+    let places: Vec<String> = layout.parts(name).into_iter().map(|p| p.node).collect();
+    for node in &places {
+        if !joined.contains_key(node) {
+            let membership = shared.manager(node)?.group(name).join(data).await?;
+            joined.insert(node.clone(), membership);
+        }
+    }
+    let gone: Vec<String> = joined
+        .keys()
+        .filter(|n| !places.contains(n))
+        .cloned()
+        .collect();
+    for node in gone {
+        if let Some(m) = joined.remove(&node) {
+            let _ = m.leave().await;
+        }
+    }
+    Ok((joined, ticket))
+}
+
+/// The task of a membership: moves it with each new layout until asked to leave (or the
+/// handle is dropped), then leaves every place.
+async fn keep(
+    shared: Arc<Shared>,
+    name: String,
+    data: Vec<u8>,
+    mut joined: BTreeMap<String, Membership>,
+    mut ticket: Ticket,
+    mut asked: oneshot::Receiver<oneshot::Sender<()>>,
+) {
+    let mut layouts = shared.layout.subscribe();
+    let reply = loop {
+        tokio::select! {
+            biased;
+            asked = &mut asked => break asked.ok(),
+            changed = layouts.changed() => {
+                if changed.is_err() {
+                    break None;
+                }
+            }
+        }
+        let moved = join_places(&shared, &name, &data, std::mem::take(&mut joined)).await;
+        match moved {
+            Ok((now, next)) => {
+                joined = now;
+                ticket = next;
+            }
+            Err(e) => {
+                tracing::warn!(group = name, error = %e, "group membership could not follow the layout");
+                break None;
+            }
+        }
+    };
+    for (_, m) in joined {
+        let _ = m.leave().await;
+    }
+    drop(ticket);
+    if let Some(reply) = reply {
+        let _ = reply.send(());
+    }
+}
+
+impl LockSpace {
+    /// The [`SpaceElection`] `name`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.election("scheduler");
+    /// # }
+    /// ```
+    pub fn election(&self, name: &str) -> SpaceElection {
+        SpaceElection {
+            space: self.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The [`SpaceGroup`] `name`.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.group("workers");
+    /// # }
+    /// ```
+    pub fn group(&self, name: &str) -> SpaceGroup {
+        SpaceGroup {
+            space: self.clone(),
+            name: name.to_string(),
+        }
+    }
+}
