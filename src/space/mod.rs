@@ -64,7 +64,7 @@ mod lock;
 pub mod placement;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, PoisonError};
 
 use tokio::sync::watch;
@@ -100,6 +100,8 @@ pub(crate) struct Shared {
     layout: watch::Sender<Arc<Layout>>,
     /// The greatest epoch seen published (0: none, or no directory).
     published: AtomicU64,
+    /// Set by [`LockSpace::shutdown`]: no session is opened any more.
+    stopped: AtomicBool,
     /// Why the last published layout was not followed, if it was not.
     layout_error: StdMutex<Option<Error>>,
     /// The epochs of the layouts locks in progress or held were taken in.
@@ -200,10 +202,20 @@ impl Shared {
                 format!("the layout names node {name:?}, which this space was not given; add it with LockSpaceBuilder::node"),
             )
         })?;
-        Ok(node.manager.get_or_init(|| {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(closed());
+        }
+        let manager = node.manager.get_or_init(|| {
             node.client
                 .session_manager(&node.path, self.options.clone())
-        }))
+        });
+        if self.stopped.load(Ordering::Acquire) {
+            // Made while the space shut down, after it stopped the managers it had.
+            let late = manager.clone();
+            tokio::spawn(async move { late.shutdown().await });
+            return Err(closed());
+        }
+        Ok(manager)
     }
 
     /// The epoch published now, read from the directory (`None` without one).
@@ -267,6 +279,14 @@ impl Shared {
     }
 }
 
+/// The error of a space that was shut down.
+fn closed() -> Error {
+    Error::new(
+        ErrorKind::SessionClosed,
+        "the lock space was shut down; open a new one",
+    )
+}
+
 /// Builds a [`LockSpace`]: its nodes, and where its layout comes from.
 ///
 /// # Examples
@@ -303,6 +323,13 @@ impl LockSpaceBuilder {
     /// Adds the coordination node at `path` on `client`'s database, known in layouts as
     /// `name` (what placement hashes: keep it stable when the node moves or the database
     /// is renamed).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] async fn f(client: ydb_coordination::Client) {
+    /// let builder = LockSpace::builder().node("n1", &client, "/local/locks-1");
+    /// # drop(builder); }
+    /// ```
     pub fn node(mut self, name: &str, client: &Client, path: &str) -> Self {
         self.nodes
             .push((name.to_string(), client.clone(), path.to_string()));
@@ -310,6 +337,15 @@ impl LockSpaceBuilder {
     }
 
     /// The options of every session the space opens (its nodes' and its directory's).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # use ydb_coordination::SessionOptions;
+    /// use std::time::Duration;
+    /// let builder = LockSpace::builder()
+    ///     .session_options(SessionOptions::new().timeout(Duration::from_secs(10)));
+    /// # drop(builder);
+    /// ```
     pub fn session_options(mut self, options: SessionOptions) -> Self {
         self.options = options;
         self
@@ -317,6 +353,13 @@ impl LockSpaceBuilder {
 
     /// The layout to run: without a directory, the fixed layout of the space; with one,
     /// the layout published there if nothing is published yet.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// let builder = LockSpace::builder().layout(Layout::new(1, ["n1", "n2"])?);
+    /// # drop(builder);
+    /// # Ok::<(), ydb_coordination::Error>(())
+    /// ```
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = Some(layout);
         self
@@ -325,6 +368,13 @@ impl LockSpaceBuilder {
     /// Learns and follows the layout from the coordination node `path` on `client`, where
     /// the space `space` keeps its published layout and its members (see
     /// [`SpaceDirectory`]).
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] async fn f(client: ydb_coordination::Client) {
+    /// let builder = LockSpace::builder().directory(&client, "/local/locks-dir", "billing");
+    /// # drop(builder); }
+    /// ```
     pub fn directory(mut self, client: &Client, path: &str, space: &str) -> Self {
         self.directory = Some((client.clone(), path.to_string(), space.to_string()));
         self
@@ -342,6 +392,8 @@ impl LockSpaceBuilder {
     /// # Cancel safety
     ///
     /// Dropping the future before it completes leaves no member behind.
+    ///
+    /// See the [module docs](self) for an example.
     pub async fn open(self) -> Result<LockSpace> {
         let mut nodes = BTreeMap::new();
         for (name, client, path) in self.nodes {
@@ -393,6 +445,7 @@ impl LockSpaceBuilder {
             options: self.options,
             layout: watch::Sender::new(Arc::new(layout)),
             published: AtomicU64::new(if link.is_some() { epoch } else { 0 }),
+            stopped: AtomicBool::new(false),
             layout_error: StdMutex::new(None),
             uses: StdMutex::new(BTreeMap::new()),
             reported: watch::Sender::new(epoch),
@@ -419,17 +472,64 @@ impl LockSpace {
     }
 
     /// The layout the space runs now.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// assert_eq!(space.layout().epoch(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn layout(&self) -> Arc<Layout> {
         self.shared.layout.borrow().clone()
     }
 
     /// A receiver of the layouts the space runs, the current one first.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let mut layouts = space.layout_changes();
+    /// assert_eq!(layouts.borrow_and_update().epoch(), 1);
+    /// // `layouts.changed().await` wakes when the space follows a new one.
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn layout_changes(&self) -> watch::Receiver<Arc<Layout>> {
         self.shared.layout.subscribe()
     }
 
     /// Why the space does not run the layout published on its directory, if it does not
     /// (a node it was not given, a value that is not a layout). `None` when it follows.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// assert!(space.layout_error().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn layout_error(&self) -> Option<Error> {
         self.shared
             .layout_error
@@ -440,11 +540,43 @@ impl LockSpace {
 
     /// The oldest epoch this process runs now: its layout's, or that of a lock it took in
     /// an older layout and still holds (what it reports to the directory).
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let guard = space.mutex("job").lock().await?;
+    /// assert_eq!(space.running_epoch(), guard.epoch());
+    /// # drop(guard);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn running_epoch(&self) -> u64 {
         *self.shared.reported.borrow()
     }
 
     /// The node `name` is placed on now (in a transition: its new place).
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// assert_eq!(space.node_of("job-7"), "n1");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node_of(&self, name: &str) -> String {
         self.layout()
             .parts(name)
@@ -459,6 +591,24 @@ impl LockSpace {
     /// # Errors
     ///
     /// [`ErrorKind::PreconditionFailed`] for a node the space was not given.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let manager = space.manager("n1")?;
+    /// let session = manager.current().await?;
+    /// # drop(session);
+    /// assert!(space.manager("n9").is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn manager(&self, node: &str) -> Result<SessionManager> {
         self.shared.manager(node).cloned()
     }
@@ -469,7 +619,25 @@ impl LockSpace {
     /// # Cancel safety
     ///
     /// Each manager is asked to stop at once; dropping the future skips the wait.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// space.shutdown().await;
+    /// let closed = space.mutex("job").lock().await;
+    /// assert_eq!(closed.err().map(|e| e.kind()), Some(ydb_coordination::ErrorKind::SessionClosed));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn shutdown(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
         if let Some(link) = &self.shared.directory {
             link.shutdown().await;
         }
