@@ -10,7 +10,8 @@ pub(crate) const ERROR: u8 = 1;
 /// Exit code: bad command line (unknown flag, bad duration, missing `--`).
 pub(crate) const USAGE: u8 = 2;
 /// Exit code: `lock`/`elect` did not get the lock or leadership within `--wait`, or at once
-/// with `--no-wait` (sysexits' `EX_TEMPFAIL`: try again later).
+/// with `--no-wait`; `space reshard|finish` refused while a member lags (sysexits'
+/// `EX_TEMPFAIL`: try again later).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// Exit code: the lease may have been lost while the command ran; the command was stopped.
 pub(crate) const LEASE_LOST: u8 = 76;
@@ -124,6 +125,25 @@ pub(crate) fn resource_error(verb: &str, resource: &str, node: &str, err: &Error
                 ))
             }
         }
+    }
+}
+
+/// The errors of a lock space's directory calls: a missing directory node (a server's
+/// `NOT_FOUND` or `SCHEME_ERROR`) and a space without a layout (the library's `NotFound`)
+/// named as such, the others in the context of `verb`.
+pub(crate) fn space_error(verb: &str, space: &str, directory: &str, err: &Error) -> Failure {
+    match (err.kind(), err.status()) {
+        (ErrorKind::NotFound, Some(_)) => {
+            Failure::new(format!("coordination node {directory} not found"))
+        }
+        (ErrorKind::NotFound, None) => Failure::new(format!(
+            "lock space {space:?} has no layout on {directory}; publish one with `ydb-coord space init`"
+        )),
+        _ => Failure::lib(
+            &format!("{verb} lock space {space:?} on {directory}"),
+            directory,
+            err,
+        ),
     }
 }
 

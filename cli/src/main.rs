@@ -8,6 +8,7 @@ mod fleet;
 mod lock;
 mod output;
 mod ratelimit;
+mod space;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -40,6 +41,9 @@ Examples:
   ydb-coord publish /local/app config 'replicas=3'
   ydb-coord ratelimit create /local/app payments --rate 20
   ydb-coord ratelimit run /local/app payments --wait 10s -- ./charge.sh 42
+  ydb-coord space init --directory /local/dir --space billing --node n1 --node n2
+  ydb-coord space reshard --directory /local/dir --space billing --add n3
+  ydb-coord space finish --directory /local/dir --space billing --wait 5m
 
 Credentials come from the environment, as in the YDB SDKs: YDB_ACCESS_TOKEN_CREDENTIALS,
 YDB_STATIC_CREDENTIALS_USER and YDB_STATIC_CREDENTIALS_PASSWORD, YDB_ANONYMOUS_CREDENTIALS=1.
@@ -49,7 +53,8 @@ Exit codes:
   1    error (connection, missing node or semaphore, server error)
   2    bad command line
   75   lock, leadership or rate-limiter units not obtained in time (--wait elapsed, or
-       --no-wait and it is held or the units are not available now)
+       --no-wait and it is held or the units are not available now); space reshard or
+       finish refused while a member of the space lags (at once, or after --wait)
   76   the lease may have been lost while the command ran; the command was stopped
   126  the command could not be executed;  127  the command was not found
   128+N  the command was killed by signal N (or ydb-coord was interrupted while waiting)";
@@ -124,7 +129,7 @@ A password on the command line is visible to other users of the machine (ps): us
 local trials only.";
 
 /// Work with YDB coordination nodes from the command line: nodes, semaphores, locked
-/// commands, leader election and rate limits.
+/// commands, leader election, rate limits and lock spaces.
 #[derive(Debug, Parser)]
 #[command(name = "ydb-coord", version, after_help = MAIN_HELP)]
 struct Cli {
@@ -194,6 +199,13 @@ enum Command {
     Ratelimit {
         #[command(subcommand)]
         action: ratelimit::Action,
+    },
+    /// Lock spaces: show a space's layout and members, publish its first layout, reshard
+    /// it.
+    #[command(after_help = space::SPACE_HELP)]
+    Space {
+        #[command(subcommand)]
+        action: space::Action,
     },
     /// Run a command while holding a lock; release it when the command exits.
     #[command(after_help = LOCK_HELP)]
@@ -607,9 +619,10 @@ impl Conn {
 
 /// The subcommand words of the command line (`ydb-coord lock`, `ydb-coord node create`).
 fn subcommand_of(args: &[OsString]) -> String {
-    const TOP: [&str; 10] = [
+    const TOP: [&str; 11] = [
         "node",
         "ratelimit",
+        "space",
         "semaphore",
         "lock",
         "elect",
@@ -619,15 +632,15 @@ fn subcommand_of(args: &[OsString]) -> String {
         "publish",
         "subscribe",
     ];
-    const ACTIONS: [&str; 13] = [
+    const ACTIONS: [&str; 17] = [
         "create", "alter", "describe", "drop", "update", "delete", "help", "join", "members",
-        "watch", "list", "acquire", "run",
+        "watch", "list", "acquire", "run", "show", "init", "reshard", "finish",
     ];
     let words: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
     let mut out = vec!["ydb-coord"];
     if let Some(i) = words.iter().position(|w| TOP.contains(w)) {
         out.push(words[i]);
-        if matches!(words[i], "node" | "semaphore" | "group" | "ratelimit")
+        if ["node", "semaphore", "group", "ratelimit", "space"].contains(&words[i])
             && let Some(action) = words.get(i + 1).filter(|w| ACTIONS.contains(w))
         {
             out.push(action);
@@ -758,6 +771,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             emulator(listen, tls, database, nodes, auth).await
         }
         Command::Ratelimit { action } => ratelimit::run(&conn, action, out).await,
+        Command::Space { action } => space::run(&conn, action, out).await,
         Command::Node { action } => {
             let client = conn.client().await?;
             let (path, op) = match action {

@@ -15,22 +15,6 @@ use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-/// Runs `ydb-coord ARGS`, which must succeed; its stdout.
-fn ok(env: &Env, args: &[&str]) -> String {
-    let o = env.run(args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    stdout(&o)
-}
-
-/// Runs `ydb-coord --json ARGS`, which must succeed; the objects it printed, one a line.
-fn json(env: &Env, args: &[&str]) -> Vec<Value> {
-    let all = [&["--json"][..], args].concat();
-    ok(env, &all)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
-        .collect()
-}
-
 /// `ratelimit describe` as JSON.
 fn describe(env: &Env, resource: &str) -> Value {
     let mut objects = json(env, &["ratelimit", "describe", NODE, resource]);

@@ -110,12 +110,29 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The JSON objects a run printed on stderr (its `--json` events), one a line.
-pub fn stderr_json(o: &Output) -> Vec<Value> {
-    stderr(o)
-        .lines()
+/// Runs `ydb-coord ARGS`, which must succeed; its stdout.
+pub fn ok(env: &Env, args: &[&str]) -> String {
+    let o = env.run(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// Runs `ydb-coord --json ARGS`, which must succeed; the objects it printed, one a line.
+pub fn json(env: &Env, args: &[&str]) -> Vec<Value> {
+    let all = [&["--json"][..], args].concat();
+    json_lines(&ok(env, &all))
+}
+
+/// The JSON objects in `text`, one a line.
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
         .collect()
+}
+
+/// The JSON objects a run printed on stderr (its `--json` events), one a line.
+pub fn stderr_json(o: &Output) -> Vec<Value> {
+    json_lines(&stderr(o))
 }
 
 /// Waits for `child` to exit, killing it and failing the test after `LIMIT`.
