@@ -299,7 +299,8 @@ pub struct SpaceDirectory {
 }
 
 impl SpaceDirectory {
-    /// The directory of the space `space` on the coordination node `path`.
+    /// The directory of the space `space` on the coordination node `path`. Call it within
+    /// a Tokio runtime: it starts the session manager of the directory node.
     ///
     /// # Errors
     ///
