@@ -1,0 +1,716 @@
+//! The lock space against the emulator over TCP: names land where placement says, exclusion
+//! and limits hold in both phases of a reshard (and would not without the transition),
+//! fencing tokens grow across a move, the operator's steps wait for lagging members, a
+//! layout that cannot be followed or that skips an epoch is handled, a node down affects
+//! only its names, multi-locks are all or nothing, and bad input is refused by kind.
+//!
+//! One [`LockSpace`] is one process (one session per node): two holders of a name in one
+//! space would queue in the client, so every test that needs two holders opens two spaces.
+//! The tests need several coordination nodes and the emulator's fault controls, so they run
+//! on the emulator only.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::within;
+use tokio::time::Instant;
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::space::placement::place;
+use ydb_coordination::space::{
+    Layout, LockSpace, LockSpaceBuilder, SpaceDirectory, SpaceGuard, SpaceToken,
+};
+use ydb_coordination::{Client, DescribeOptions, ErrorKind, MAX_NAME_LEN, Session, SessionOptions};
+
+/// The directory node of the tests that have one, and the space's name there.
+const DIR: &str = "/local/dir";
+const SPACE: &str = "billing";
+
+/// The emulator path of the node a layout knows as `node`.
+fn path(node: &str) -> String {
+    format!("/local/{node}")
+}
+
+/// The lock nodes of one emulator.
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+/// One emulator with the lock nodes [`NODES`] and the directory node, and a client of it.
+struct Cluster {
+    emulator: Emulator,
+    client: Client,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let builder = NODES
+            .iter()
+            .fold(Emulator::builder().node(DIR), |b, n| b.node(path(n)));
+        let emulator = within(builder.start()).await.unwrap();
+        let client = within(Client::connect(&emulator.connection_string()))
+            .await
+            .unwrap();
+        Self { emulator, client }
+    }
+
+    /// A builder of a space given `nodes`.
+    fn builder(&self, nodes: &[&str]) -> LockSpaceBuilder {
+        nodes.iter().fold(LockSpace::builder(), |b, n| {
+            b.node(n, &self.client, &path(n))
+        })
+    }
+
+    /// A process running the fixed layout `layout`, given every node.
+    async fn fixed(&self, layout: &Layout) -> LockSpace {
+        within(self.builder(&NODES).layout(layout.clone()).open())
+            .await
+            .unwrap()
+    }
+
+    /// A process following the directory of [`SPACE`], given `nodes`.
+    async fn following(&self, nodes: &[&str]) -> LockSpace {
+        let builder = self.builder(nodes).directory(&self.client, DIR, SPACE);
+        within(builder.open()).await.unwrap()
+    }
+
+    /// The operator's side of [`SPACE`], its first layout `initial` published.
+    async fn directory(&self, initial: &Layout) -> SpaceDirectory {
+        let options = SessionOptions::new();
+        let directory = SpaceDirectory::new(&self.client, DIR, SPACE, options).unwrap();
+        within(directory.init(initial.clone())).await.unwrap();
+        directory
+    }
+}
+
+fn layout<const N: usize>(epoch: u64, nodes: [&str; N]) -> Layout {
+    Layout::new(epoch, nodes).unwrap()
+}
+
+/// The reshard of every multi-layout test: `A` on n1 and n2, the transition adding n3, `B`.
+fn reshard() -> (Layout, Layout, Layout) {
+    let a = layout(1, ["n1", "n2"]);
+    let t = a.add_node("n3").unwrap();
+    let b = t.finish().unwrap();
+    (a, t, b)
+}
+
+/// The first `n` of the names `{prefix}-0`, `{prefix}-1`, ... that `keep` keeps.
+fn names_where(prefix: &str, n: usize, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .filter(|name| keep(name))
+        .take(n)
+        .collect()
+}
+
+/// `n` names that move in the transition `t` (placed twice in it).
+fn moved(t: &Layout, n: usize) -> Vec<String> {
+    let names = names_where("job", n, |name| t.parts(name).len() == 2);
+    assert!(names.iter().all(|name| t.parts(name)[1].node == "n3"));
+    names
+}
+
+/// `space`'s try-lock of `name`: the guard, or `None` when someone holds it.
+async fn try_lock(space: &LockSpace, name: &str) -> Option<SpaceGuard> {
+    within(space.mutex(name).try_lock()).await.unwrap()
+}
+
+/// `space` takes `name`, which must be free.
+async fn take(space: &LockSpace, name: &str) -> SpaceGuard {
+    try_lock(space, name)
+        .await
+        .unwrap_or_else(|| panic!("{name} is held"))
+}
+
+/// Releases `guard`, which must still have held every part.
+async fn unlock(guard: SpaceGuard) {
+    assert!(within(guard.unlock()).await.unwrap(), "a part was lost");
+}
+
+/// `space`'s session on `node`.
+async fn session(space: &LockSpace, node: &str) -> Session {
+    within(space.manager(node).unwrap().current())
+        .await
+        .unwrap()
+}
+
+/// The tokens held of the semaphore `name` on `node` (as a describe through `space` shows),
+/// and the sessions holding it; `None` when the node has no such semaphore.
+async fn held_on(space: &LockSpace, node: &str, name: &str) -> Option<(u64, Vec<u64>)> {
+    let session = session(space, node).await;
+    match within(session.describe_semaphore(name, DescribeOptions::new().owners(true))).await {
+        Ok(d) => Some((d.count, d.owners.iter().map(|o| o.session_id).collect())),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => panic!("describe {name} on {node}: {e}"),
+    }
+}
+
+/// Waits (bounded) until `space` runs the layout of `epoch`.
+async fn follows(space: &LockSpace, epoch: u64) {
+    let mut changes = space.layout_changes();
+    within(changes.wait_for(|l| l.epoch() == epoch))
+        .await
+        .unwrap();
+}
+
+/// Polls `check` (bounded, sleeping between polls) until it is true.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never: {what}");
+}
+
+/// Waits (bounded) until the directory sees no member lagging behind the published layout.
+async fn none_lagging(directory: &SpaceDirectory) {
+    eventually("no member lags", || async {
+        within(directory.lagging()).await.unwrap().is_empty()
+    })
+    .await;
+}
+
+/// 1. Each lock lands on the node `node_of` names (the placement function's answer), and
+///    only there; 60 names use all three nodes.
+#[tokio::test(start_paused = true)]
+async fn each_lock_lands_on_its_node_and_names_spread_over_all() {
+    let c = Cluster::start().await;
+    let space = c.fixed(&layout(1, NODES)).await;
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..60 {
+        let name = format!("tenant-{i}/migrate");
+        let node = space.node_of(&name);
+        assert_eq!(Some(node.as_str()), place(NODES, &name), "{name}");
+        let guard = take(&space, &name).await;
+        assert_eq!(guard.nodes(), std::slice::from_ref(&node));
+        let me = session(&space, &node).await.id();
+        for other in NODES {
+            let owners = held_on(&space, other, &name).await.map(|h| h.1);
+            if other == node {
+                assert_eq!(owners, Some(vec![me]), "{name} on {other}");
+            } else {
+                assert_eq!(owners, None, "{name} on {other} too");
+            }
+        }
+        unlock(guard).await;
+        *per_node.entry(node).or_default() += 1;
+    }
+    assert_eq!(per_node.len(), 3, "{per_node:?}");
+    assert!(per_node.values().all(|&n| n >= 10), "{per_node:?}");
+}
+
+/// 2. A moved name: holders of A and A+B exclude each other (on the A place), holders of
+///    A+B and B too (on the B place); a holder of A and one of B do not, which is why no
+///    process may run B while another runs A.
+#[tokio::test(start_paused = true)]
+async fn exclusion_holds_in_both_phases_of_a_reshard() {
+    let c = Cluster::start().await;
+    let (a, t, b) = reshard();
+    let (pa, pt, pb) = (c.fixed(&a).await, c.fixed(&t).await, c.fixed(&b).await);
+    for name in moved(&t, 3) {
+        let name = name.as_str();
+        for (first, second) in [(&pa, &pt), (&pt, &pa), (&pt, &pb), (&pb, &pt)] {
+            let guard = take(first, name).await;
+            assert!(
+                try_lock(second, name).await.is_none(),
+                "{name}: two holders"
+            );
+            unlock(guard).await;
+            // Refused, the second kept no part: the name is held nowhere now.
+            for node in NODES {
+                assert!(!c.emulator.semaphore_names(node).contains(&name.to_string()));
+            }
+        }
+        let old = take(&pa, name).await;
+        let new = take(&pb, name).await;
+        assert_ne!(old.nodes(), new.nodes());
+        unlock(old).await;
+        unlock(new).await;
+    }
+}
+
+/// One process's permits of a counted semaphore, and how many it holds.
+struct Holder {
+    space: LockSpace,
+    held: Option<(SpaceGuard, u64)>,
+}
+
+/// The tokens `holders` hold together.
+fn held_by(holders: &[Holder]) -> u64 {
+    holders
+        .iter()
+        .filter_map(|h| h.held.as_ref())
+        .map(|h| h.1)
+        .sum()
+}
+
+/// A pseudo-random history of try-acquires and releases of the semaphore `name` (limit 2)
+/// by `holders`, which all meet on `node`: each answer is the one a single semaphore of
+/// limit 2 would give, and `node` holds exactly what they hold, never more than 2.
+async fn limit_holds(holders: &mut [Holder], name: &str, node: &str, seed: u64) {
+    let mut rng = seed;
+    let mut next = |n: u64| {
+        rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (rng >> 33) % n
+    };
+    for _ in 0..30 {
+        let i = usize::try_from(next(holders.len() as u64)).unwrap();
+        if let Some((guard, _)) = holders[i].held.take() {
+            assert!(within(guard.release()).await.unwrap());
+        } else {
+            let n = 1 + next(2);
+            let total = held_by(holders);
+            let sem = holders[i].space.semaphore(name, 2);
+            let got = within(sem.try_acquire(n)).await.unwrap();
+            assert_eq!(got.is_some(), total + n <= 2, "{n} more after {total}");
+            holders[i].held = got.map(|g| (g, n));
+        }
+        let on_node = held_on(&holders[0].space, node, name).await.map(|h| h.0);
+        assert_eq!(on_node.unwrap_or(0), held_by(holders), "on {node}");
+    }
+    for h in holders {
+        if let Some((guard, _)) = h.held.take() {
+            assert!(within(guard.release()).await.unwrap());
+        }
+    }
+}
+
+/// 3. A counted semaphore of a moved name: A and A+B holders together stay within the
+///    limit on the A node, A+B and B holders on the B node.
+#[tokio::test(start_paused = true)]
+async fn limits_hold_in_both_phases_of_a_reshard() {
+    let c = Cluster::start().await;
+    let (a, t, b) = reshard();
+    let name = moved(&t, 1).remove(0);
+    let old_node = a.parts(&name)[0].node.clone();
+    let mut processes = Vec::new();
+    for l in [&a, &a, &t, &t, &b, &b] {
+        processes.push(c.fixed(l).await);
+    }
+    let holders = |range: std::ops::Range<usize>| -> Vec<Holder> {
+        processes[range]
+            .iter()
+            .map(|space| Holder {
+                space: space.clone(),
+                held: None,
+            })
+            .collect()
+    };
+    // Phase one: A and A+B, on the old node.
+    limit_holds(&mut holders(0..4), &name, &old_node, 7).await;
+    // Phase two: A+B and B, on the new node.
+    limit_holds(&mut holders(2..6), &name, "n3", 11).await;
+}
+
+/// 4. With a directory: the fencing tokens of one moved name grow over a history of holders
+///    in A, in A+B before and after `finish` is published (the latter after a holder in B),
+///    and in B.
+#[tokio::test(start_paused = true)]
+async fn fencing_tokens_grow_across_a_move() {
+    let c = Cluster::start().await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let (p1, p2) = (c.following(&NODES).await, c.following(&NODES).await);
+    let name = moved(&t, 1).remove(0);
+    let name = name.as_str();
+    let mut history: Vec<SpaceToken> = Vec::new();
+    let mut record = |guard: &SpaceGuard| {
+        let token = guard.fencing_token();
+        if let Some(last) = history.last() {
+            assert!(token > *last, "{token} after {last}");
+        }
+        history.push(token);
+    };
+
+    // In A.
+    let h1 = take(&p1, name).await;
+    record(&h1);
+    unlock(h1).await;
+    let h2 = take(&p1, name).await;
+    record(&h2);
+
+    // The transition is published while h2 (taken in A) is held; p2 follows it and queues
+    // behind h2 on the A place.
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&p2, t.epoch()).await;
+    follows(&p1, t.epoch()).await;
+    let mut waiting = p2.mutex(name).lock();
+    assert!(within(waiting.queued()).await);
+    unlock(h2).await;
+    let h3 = within(waiting).await.unwrap();
+    assert_eq!((h3.epoch(), h3.nodes().len()), (t.epoch(), 2));
+    record(&h3);
+
+    // p1 (in A+B) queues behind h3; then B is published.
+    let mut late = p1.mutex(name).lock();
+    assert!(within(late.queued()).await);
+    none_lagging(&directory).await;
+    let b = within(directory.finish()).await.unwrap();
+    follows(&p1, b.epoch()).await;
+    follows(&p2, b.epoch()).await;
+
+    // A process in B queues on the B place behind h3; when h3 goes it is served first, and
+    // p1's acquire, taken in A+B, completes after it.
+    let p3 = c.following(&NODES).await;
+    assert_eq!(p3.layout().epoch(), b.epoch());
+    let mut in_b = p3.mutex(name).lock();
+    assert!(within(in_b.queued()).await);
+    unlock(h3).await;
+    let h4 = within(in_b).await.unwrap();
+    assert_eq!(h4.epoch(), b.epoch());
+    record(&h4);
+    unlock(h4).await;
+    let h5 = within(late).await.unwrap();
+    assert_eq!(h5.epoch(), t.epoch());
+    record(&h5);
+    unlock(h5).await;
+
+    // In B.
+    let h6 = take(&p2, name).await;
+    record(&h6);
+    unlock(h6).await;
+    assert_eq!(history.len(), 6);
+}
+
+/// 5. A process holding a lock taken in epoch 1 reports epoch 1 after following the
+///    transition, so `finish` is refused naming it; once it lets go it reports 2 and
+///    `finish` goes through.
+#[tokio::test(start_paused = true)]
+async fn finish_waits_for_a_member_holding_an_old_lock() {
+    let c = Cluster::start().await;
+    let (a, t, b) = reshard();
+    let directory = c.directory(&a).await;
+    let holder = c.following(&NODES).await;
+    let other = c.following(&NODES).await;
+    let guard = take(&holder, "nightly").await;
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&holder, t.epoch()).await;
+    follows(&other, t.epoch()).await;
+    assert_eq!(holder.running_epoch(), a.epoch());
+    assert_eq!(other.running_epoch(), t.epoch());
+
+    // Wait until the directory has the other member's report: then only the holder lags.
+    eventually("the other member reports the transition", || async {
+        let members = within(directory.members()).await.unwrap();
+        members
+            .iter()
+            .filter(|m| m.epoch == Some(t.epoch()))
+            .count()
+            == 1
+    })
+    .await;
+    let err = within(directory.finish()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    let lagging = within(directory.lagging()).await.unwrap();
+    let members = within(directory.members()).await.unwrap();
+    assert_eq!(members.len(), 2);
+    assert_eq!(lagging.len(), 1, "{lagging:?}");
+    let lagging_member = members
+        .iter()
+        .find(|m| m.session_id == lagging[0].session_id)
+        .unwrap();
+    assert_eq!(
+        (lagging[0].epoch, lagging_member.epoch),
+        (a.epoch(), Some(a.epoch()))
+    );
+    assert_eq!(within(directory.layout()).await.unwrap(), t);
+
+    unlock(guard).await;
+    assert_eq!(holder.running_epoch(), t.epoch());
+    eventually("every member reports the transition", || async {
+        let members = within(directory.members()).await.unwrap();
+        members.len() == 2 && members.iter().all(|m| m.epoch == Some(t.epoch()))
+    })
+    .await;
+    assert_eq!(within(directory.finish()).await.unwrap(), b);
+    follows(&holder, b.epoch()).await;
+}
+
+/// 6. A process given n1 and n2 only cannot follow a transition onto n3: it says why,
+///    keeps epoch 1, and so holds the operator's next step back.
+#[tokio::test(start_paused = true)]
+async fn a_layout_naming_an_unknown_node_is_not_followed() {
+    let c = Cluster::start().await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let space = c.following(&["n1", "n2"]).await;
+    assert!(space.layout_error().is_none());
+    within(directory.begin_add("n3")).await.unwrap();
+    eventually("the layout error is set", || async {
+        space.layout_error().is_some()
+    })
+    .await;
+    let err = space.layout_error().unwrap();
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    assert_eq!(space.layout().epoch(), a.epoch());
+    assert_eq!(space.running_epoch(), a.epoch());
+    // It still works in its layout.
+    unlock(take(&space, "nightly").await).await;
+    assert_eq!(within(directory.layout()).await.unwrap(), t);
+    let refused = within(directory.finish()).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::PreconditionFailed);
+}
+
+/// 7. An operator who bypasses the directory's check and publishes a layout two epochs on
+///    makes a lock taken in the old one lost.
+#[tokio::test(start_paused = true)]
+async fn a_lock_two_epochs_behind_the_published_layout_is_lost() {
+    let c = Cluster::start().await;
+    let (a, _, b) = reshard();
+    let _directory = c.directory(&a).await;
+    let space = c.following(&NODES).await;
+    let guard = take(&space, "nightly").await;
+    let manager = c.client.session_manager(DIR, SessionOptions::new());
+    let published = manager.published(&format!("{SPACE}/layout"));
+    within(published.publish(&b.to_bytes())).await.unwrap();
+    within(guard.cancelled()).await;
+    assert!(guard.is_lost());
+    follows(&space, b.epoch()).await;
+    // Its parts were given back: the name can be taken again, in the new layout.
+    let again = within(space.mutex("nightly").lock_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.epoch(), b.epoch());
+    unlock(again).await;
+}
+
+/// Two servers, one node each (n1 on the first, n2 on the second), and a client of each.
+struct TwoServers {
+    _up: Emulator,
+    down: Option<Emulator>,
+    c1: Client,
+    c2: Client,
+}
+
+impl TwoServers {
+    async fn start() -> Self {
+        let start = |node: &str| Emulator::builder().node(path(node)).start();
+        let up = within(start("n1")).await.unwrap();
+        let down = within(start("n2")).await.unwrap();
+        let c1 = within(Client::connect(&up.connection_string()))
+            .await
+            .unwrap();
+        let c2 = within(Client::connect(&down.connection_string()))
+            .await
+            .unwrap();
+        Self {
+            _up: up,
+            down: Some(down),
+            c1,
+            c2,
+        }
+    }
+
+    /// A process over both.
+    async fn open(&self) -> LockSpace {
+        let builder = LockSpace::builder()
+            .node("n1", &self.c1, &path("n1"))
+            .node("n2", &self.c2, &path("n2"))
+            .layout(layout(1, ["n1", "n2"]));
+        within(builder.open()).await.unwrap()
+    }
+
+    /// Stops the second server; the first keeps serving.
+    async fn stop_second(&mut self) {
+        if let Some(down) = self.down.take() {
+            within(down.shutdown()).await;
+        }
+    }
+}
+
+/// Three names `space` places on `node`.
+fn names_on(space: &LockSpace, node: &str) -> Vec<String> {
+    names_where("job", 3, |name| space.node_of(name) == node)
+}
+
+/// The names on the node that is up lock and unlock in `space`; those on the node that is
+/// down give up within their timeout (no lock, or an error saying the node is unreachable).
+async fn only_the_down_node_fails(space: &LockSpace) {
+    for name in names_on(space, "n1") {
+        unlock(take(space, &name).await).await;
+    }
+    let timeout = Duration::from_secs(1);
+    for name in names_on(space, "n2") {
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(60),
+            space.mutex(&name).lock_timeout(timeout),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("lock_timeout({timeout:?}) of {name} did not return in 60 s"));
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("{name} locked on a node that is down"),
+            Err(e) => assert!(
+                matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+                "{name}: {e}"
+            ),
+        }
+        assert!(
+            start.elapsed() <= timeout * 2,
+            "{name}: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// 8. With one node's server down (within the session timeout of the space's session
+///    there), names placed on the other still lock and unlock, and a lock of a name on the
+///    down node gives up by its timeout.
+#[tokio::test(start_paused = true)]
+async fn a_node_down_affects_only_its_names() {
+    let mut servers = TwoServers::start().await;
+    let space = servers.open().await;
+    // Both nodes in use before the second goes down.
+    for name in names_on(&space, "n1").iter().chain(&names_on(&space, "n2")) {
+        unlock(take(&space, name).await).await;
+    }
+    servers.stop_second().await;
+    only_the_down_node_fails(&space).await;
+}
+
+/// 8b. The same for a process that has no session on the down node: one that reaches it
+///     first after it went down, and one whose session there expired meanwhile.
+#[tokio::test(start_paused = true)]
+#[ignore = "library defect: an acquire waits for its manager's session with no deadline (src/recipes/acquiring.rs, State::Preparing), so lock_timeout never returns for a node that is down where the space has no session"]
+async fn a_node_down_before_first_use_affects_only_its_names() {
+    let mut servers = TwoServers::start().await;
+    let old = servers.open().await;
+    unlock(take(&old, &names_on(&old, "n2")[0]).await).await;
+    servers.stop_second().await;
+    only_the_down_node_fails(&servers.open().await).await;
+    // Past the session timeout (10 s by default): the old process's session on n2 is gone.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    only_the_down_node_fails(&old).await;
+}
+
+/// 9. A multi-lock over names on every node, one of which another process holds, takes
+///    none of them: afterwards each of the others is free for a third process.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_across_nodes_is_all_or_nothing() {
+    let c = Cluster::start().await;
+    let l = layout(1, NODES);
+    let (p1, p2, p3) = (c.fixed(&l).await, c.fixed(&l).await, c.fixed(&l).await);
+    // Two names on each node.
+    let mut names: Vec<String> = Vec::new();
+    for node in NODES {
+        names.extend(names_where("account", 2, |name| p1.node_of(name) == node));
+    }
+    names.sort();
+    // The held one is taken last (the names go sorted), so every other was taken first.
+    for held in [names.len() - 1, names.len() / 2] {
+        let guard = take(&p2, &names[held]).await;
+        let all = within(p1.multi_lock(&names).try_lock()).await.unwrap();
+        assert!(all.is_none(), "the multi-lock took {}", names[held]);
+        for (i, name) in names.iter().enumerate() {
+            if i != held {
+                unlock(take(&p3, name).await).await;
+            }
+        }
+        unlock(guard).await;
+    }
+    let all = within(p1.multi_lock(&names).try_lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(all.fencing_tokens().len(), names.len());
+    unlock(all).await;
+}
+
+/// 10. In a transition, an acquire whose B place is held by a process running B reports
+///     `queued()` and completes, in both places, once that holder lets go.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_in_a_transition_queues_on_the_new_place() {
+    let c = Cluster::start().await;
+    let (_, t, b) = reshard();
+    let (pt, pb) = (c.fixed(&t).await, c.fixed(&b).await);
+    let name = moved(&t, 1).remove(0);
+    let old_node = t.parts(&name)[0].node.clone();
+    // Free: not queued.
+    let mut free = pt.mutex(&name).lock();
+    assert!(!within(free.queued()).await);
+    unlock(within(free).await.unwrap()).await;
+
+    let in_b = take(&pb, &name).await;
+    let mut waiting = pt.mutex(&name).lock();
+    assert!(within(waiting.queued()).await);
+    // It holds the old place meanwhile, and waits on the new.
+    let me = session(&pt, &old_node).await.id();
+    let owners = held_on(&pt, &old_node, &name).await.map(|h| h.1);
+    assert_eq!(owners, Some(vec![me]));
+    unlock(in_b).await;
+    let guard = within(waiting).await.unwrap();
+    assert_eq!(guard.nodes(), [old_node, "n3".to_string()]);
+    unlock(guard).await;
+}
+
+/// 11. `lock_for`: the guard's token fires at the bound, not before, and the name is then
+///     free for another process.
+#[tokio::test(start_paused = true)]
+async fn a_bounded_lock_ends_at_its_bound() {
+    let c = Cluster::start().await;
+    let l = layout(1, ["n1", "n2"]);
+    let (p1, p2) = (c.fixed(&l).await, c.fixed(&l).await);
+    let bound = Duration::from_secs(5);
+    let start = Instant::now();
+    let guard = within(p1.mutex("report").lock_for(bound)).await.unwrap();
+    let deadline = guard.deadline().unwrap();
+    assert!(deadline >= start + bound && deadline <= Instant::now() + bound);
+    let token = guard.token();
+    tokio::time::sleep_until(deadline - Duration::from_millis(100)).await;
+    assert!(!token.is_cancelled(), "fired before the bound");
+    assert!(try_lock(&p2, "report").await.is_none());
+    within(token.cancelled()).await;
+    assert!(Instant::now() >= deadline);
+    assert!(guard.is_lost());
+    let after = within(p2.mutex("report").lock_timeout(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert!(after.is_some(), "still held after the bound");
+    drop(guard);
+}
+
+/// 12. Bad input is refused by kind: a name too long, more permits than the limit, no
+///     layout, a node twice, a layout naming a node the space lacks.
+#[tokio::test(start_paused = true)]
+async fn bad_input_is_refused_by_kind() {
+    let c = Cluster::start().await;
+    let space = c.fixed(&layout(1, ["n1", "n2"])).await;
+    let long = "x".repeat(MAX_NAME_LEN + 1);
+    let kind = |r: ydb_coordination::Result<Option<SpaceGuard>>| r.err().map(|e| e.kind());
+    let invalid = Some(ErrorKind::InvalidArgument);
+    assert_eq!(kind(within(space.mutex(&long).try_lock()).await), invalid);
+    let err = within(space.mutex(&long).lock()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let err = within(space.semaphore("pool", 2).acquire(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let sem = space.semaphore("pool", 2);
+    assert_eq!(kind(within(sem.try_acquire(3)).await), invalid);
+    for node in NODES {
+        assert!(c.emulator.semaphore_names(node).is_empty(), "asked {node}");
+    }
+
+    let open_kind =
+        |b: LockSpaceBuilder| async move { within(b.open()).await.err().map(|e| e.kind()) };
+    assert_eq!(open_kind(c.builder(&NODES)).await, invalid);
+    let twice = c
+        .builder(&NODES)
+        .node("n1", &c.client, &path("n2"))
+        .layout(layout(1, ["n1", "n2"]));
+    assert_eq!(open_kind(twice).await, invalid);
+    let unknown = c.builder(&["n1"]).layout(layout(1, ["n1", "n2"]));
+    assert_eq!(
+        open_kind(unknown).await,
+        Some(ErrorKind::PreconditionFailed)
+    );
+}
