@@ -580,7 +580,6 @@ async fn a_node_down_affects_only_its_names() {
 /// 8b. The same for a process that has no session on the down node: one that reaches it
 ///     first after it went down, and one whose session there expired meanwhile.
 #[tokio::test(start_paused = true)]
-#[ignore = "library defect: an acquire waits for its manager's session with no deadline (src/recipes/acquiring.rs, State::Preparing), so lock_timeout never returns for a node that is down where the space has no session"]
 async fn a_node_down_before_first_use_affects_only_its_names() {
     let mut servers = TwoServers::start().await;
     let old = servers.open().await;

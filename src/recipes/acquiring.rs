@@ -5,6 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
@@ -102,6 +104,34 @@ impl<T> std::fmt::Debug for Acquiring<T> {
             .field("name", &self.name)
             .field("state", &state)
             .finish_non_exhaustive()
+    }
+}
+
+/// How long a `try_` form (or a `_timeout` form whose time has run out) waits for a session
+/// when its source has none yet: the first session of a manager takes a round trip or two,
+/// a node that cannot be reached should not hold the caller.
+const SESSION_WAIT: Duration = Duration::from_secs(5);
+
+/// The session to acquire in, waited for until `deadline` (a form with a timeout; a
+/// deadline already passed, as a `try_` form's, waits [`SESSION_WAIT`]) or for as long as it
+/// takes (no timeout): a timeout form ends with [`ErrorKind::Timeout`] when no session
+/// comes in time, as when the server's queue times it out.
+async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Session> {
+    let Some(deadline) = deadline else {
+        return source.session().await;
+    };
+    let now = Instant::now();
+    let until = if deadline > now {
+        deadline
+    } else {
+        now + SESSION_WAIT
+    };
+    match tokio::time::timeout_at(until, source.session()).await {
+        Ok(session) => session,
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            "no session to the coordination node came within the acquire's timeout; check that the node is reachable",
+        )),
     }
 }
 
@@ -244,10 +274,14 @@ impl<T> Acquiring<T> {
                     {
                         self.deadline = Instant::now().checked_add(timeout);
                     }
-                    let (source, name, prepare) =
-                        (self.source.clone(), self.name.clone(), self.prepare);
+                    let (source, name, prepare, deadline) = (
+                        self.source.clone(),
+                        self.name.clone(),
+                        self.prepare,
+                        self.deadline,
+                    );
                     self.state = State::Preparing(Box::pin(async move {
-                        let session = source.session().await?;
+                        let session = session_by(&source, deadline).await?;
                         if let Prepare::Semaphore { limit } = prepare {
                             ensure_semaphore(&session, &name, limit).await?;
                         }

@@ -208,7 +208,7 @@ impl Election {
         self.campaign_timeout(data, Duration::ZERO)
     }
 
-    /// Waits to become the leader at most `timeout` (in the server's queue); `None` if it
+    /// Waits to become the leader at most `timeout` (for a session too, on a manager without one); `None` if it
     /// passed.
     ///
     /// # Examples

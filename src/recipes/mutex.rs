@@ -126,7 +126,7 @@ impl Mutex {
         self.lock_timeout(Duration::ZERO)
     }
 
-    /// Waits for the lock at most `timeout` (in the server's queue); `None` if it passed.
+    /// Waits for the lock at most `timeout` (for a session too, on a manager without one); `None` if it passed.
     ///
     /// # Errors
     ///

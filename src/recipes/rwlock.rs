@@ -187,7 +187,7 @@ impl RwLock {
         self.write_timeout(Duration::ZERO)
     }
 
-    /// Waits for shared access at most `timeout` (in the server's queue); `None` if it
+    /// Waits for shared access at most `timeout` (for a session too, on a manager without one); `None` if it
     /// passed.
     ///
     /// # Examples
@@ -221,7 +221,7 @@ impl RwLock {
         })
     }
 
-    /// Waits for exclusive access at most `timeout` (in the server's queue); `None` if it
+    /// Waits for exclusive access at most `timeout` (for a session too, on a manager without one); `None` if it
     /// passed.
     ///
     /// # Examples

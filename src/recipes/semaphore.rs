@@ -171,7 +171,7 @@ impl Semaphore {
         self.acquire_timeout(n, Duration::ZERO)
     }
 
-    /// Waits for `n` tokens at most `timeout` (in the server's queue); `None` if it passed.
+    /// Waits for `n` tokens at most `timeout` (for a session too, on a manager without one); `None` if it passed.
     ///
     /// # Examples
     ///
