@@ -1,6 +1,9 @@
 //! The history checker: every grant, lease end, write, pause and fault of a run is reported
 //! here as it happens (in global time), and each is judged against the properties a
-//! coordination client must keep.
+//! coordination client must keep. The lock space's properties across nodes are in
+//! [`space`].
+
+pub(crate) mod space;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -30,6 +33,9 @@ pub(crate) enum Resource {
     Semaphore,
     /// A reader-writer lock.
     RwLock,
+    /// One place of a lock space's name: the semaphore [`space::NAMES`]`[name]` on the
+    /// node `node` (limit [`space::LIMIT`] for [`space::SEMAPHORE`], exclusive otherwise).
+    Part { node: usize, name: usize },
 }
 
 /// The limit of [`Resource::Semaphore`].
@@ -43,13 +49,15 @@ impl Resource {
             Resource::Mutex => "m",
             Resource::Semaphore => "s",
             Resource::RwLock => "rw",
+            Resource::Part { name, .. } => space::NAMES[name],
         }
     }
 
     fn limit(self) -> u128 {
         match self {
             Resource::Semaphore => u128::from(SEMAPHORE_LIMIT),
-            Resource::Mutex | Resource::RwLock => u128::from(u64::MAX),
+            Resource::Part { name, .. } if name == space::SEMAPHORE => u128::from(space::LIMIT),
+            Resource::Mutex | Resource::RwLock | Resource::Part { .. } => u128::from(u64::MAX),
         }
     }
 }
@@ -83,6 +91,8 @@ pub(crate) struct Checker {
     loss_explained_until: HashMap<usize, Instant>,
     /// Sessions the server ended by fiat.
     revoked: std::collections::HashSet<(usize, u64)>,
+    /// The holders of the lock space's names and their tokens.
+    space: space::Names,
     pub(crate) violations: Vec<Violation>,
     pub(crate) grants: u64,
     pub(crate) writes_accepted: u64,
@@ -117,6 +127,7 @@ impl Checker {
     /// from now; the client learns of it only when the news arrives.
     pub(crate) fn revoke(&mut self, client: usize, session: u64) {
         self.live.retain(|k, _| (k.0, k.1) != (client, session));
+        self.space.revoke(client, session);
         self.revoked.insert((client, session));
     }
 

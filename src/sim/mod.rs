@@ -1,4 +1,4 @@
-//! Deterministic simulation: client session cores against the emulator's node core, in one
+//! Deterministic simulation: client session cores against the emulator's node cores, in one
 //! thread and in virtual time, every message, delay and fault chosen by a seeded RNG.
 //!
 //! Both sides are pure state machines, so a run needs no runtime, no sockets and no clock:
@@ -9,20 +9,31 @@
 //! a lost session. Workers on each client cycle a mutex, a counted semaphore and a
 //! reader-writer lock and write to a fenced register under their leases.
 //!
+//! A world may have several coordination nodes, each client a session on each, and a lock
+//! space over them ([`SpaceConfig`]): space workers take names in every place of their
+//! process's layout, and an operator reshards the space onto one more node in the middle of
+//! the run, A -> A+B -> B, through a directory the processes follow and report to. The
+//! checker then also judges each name across the nodes: one holder at a time (the
+//! semaphore's limit), and fencing tokens that grow across the move.
+//!
 //! Faults: stream cuts (in-flight messages lost), stalls shorter and longer than the session
 //! timeout, refused reconnects, tablet restarts, forced session expiry, clock-rate skew
 //! (each client's clock runs at its own rate against the server's) and process pauses (a
-//! client not stepped for a while). [`check`] judges every history.
+//! client not stepped for a while), each on one client's session on one node (a restart on
+//! one node, a pause on a whole process). [`check`] judges every history.
 //!
-//! `SIM_SEED=<n>` replays one seed; `SIM_SOAK=<seeds>` runs a longer soak with random seeds.
+//! `SIM_SEED=<n>` replays one seed (in every configuration); `SIM_SOAK=<seeds>` runs a
+//! longer soak with random seeds; `SIM_SEEDS` and `SIM_SPACE_SEEDS` set the budgets.
 
 mod check;
 mod world;
 
 #[cfg(test)]
+mod space_tests;
+#[cfg(test)]
 mod tests;
 
-pub(crate) use self::world::{Config, Report, World};
+pub(crate) use self::world::{Config, Report, SpaceConfig, SpaceStats, World};
 
 /// A small, fast, seedable RNG (splitmix64): the whole run follows from the seed.
 #[derive(Debug, Clone)]

@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant as WallClock};
 
-use super::{Config, Report, World};
+use super::{Config, Report, SpaceStats, World};
 
-fn run(cfg: &Config, seed: u64) -> Report {
+pub(super) fn run(cfg: &Config, seed: u64) -> Report {
     World::new(cfg.clone(), seed).run(seed)
 }
 
-fn explain(report: &Report) -> String {
+pub(super) fn explain(report: &Report) -> String {
     format!(
         "seed {seed} (replay: SIM_SEED={seed} cargo test --all-features --lib sim::): {violations:?}\n\
          last events:\n  {trail}",
@@ -21,7 +21,7 @@ fn explain(report: &Report) -> String {
 
 /// Totals over many runs.
 #[derive(Debug, Default)]
-struct Totals {
+pub(super) struct Totals {
     seeds: u64,
     ops: u64,
     faults: u64,
@@ -31,6 +31,10 @@ struct Totals {
     lost: u64,
     sessions: u64,
     virtual_time: Duration,
+    /// The lock space's, summed.
+    pub(super) space: SpaceStats,
+    /// Runs whose reshard published every step.
+    pub(super) reshards: u64,
 }
 
 impl Totals {
@@ -44,11 +48,13 @@ impl Totals {
         self.lost += r.leases_lost;
         self.sessions += r.sessions;
         self.virtual_time += r.virtual_time;
+        self.space.add(&r.space);
+        self.reshards += u64::from(r.space.steps.len() == 2);
     }
 }
 
 /// Runs `seeds` and fails at the first violation, with its seed and last events.
-fn budget(cfg: &Config, seeds: impl Iterator<Item = u64>) -> Totals {
+pub(super) fn budget(cfg: &Config, seeds: impl Iterator<Item = u64>) -> Totals {
     let started = WallClock::now();
     let mut totals = Totals::default();
     for seed in seeds {
@@ -76,23 +82,36 @@ fn budget(cfg: &Config, seeds: impl Iterator<Item = u64>) -> Totals {
     totals
 }
 
-/// How many seeds CI runs (`SIM_SEEDS` overrides).
-fn ci_seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000)
+/// A number from the environment variable `var`.
+fn env_number(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|v| v.parse().ok())
+}
+
+/// How many seeds a budget runs: `var` overrides `default`.
+pub(super) fn seeds(var: &str, default: u64) -> u64 {
+    env_number(var).unwrap_or(default)
+}
+
+/// Replays the seed `SIM_SEED` names, if it names one, with `cfg`; `true` if it did.
+pub(super) fn replay(cfg: &Config) -> bool {
+    let Some(seed) = env_number("SIM_SEED") else {
+        return false;
+    };
+    let report = run(cfg, seed);
+    eprintln!("{}", explain(&report));
+    if cfg.space.is_some() {
+        eprintln!("space: {:?}", report.space);
+    }
+    assert!(report.violations.is_empty());
+    true
 }
 
 #[test]
 fn cores_keep_every_property_under_faults_skew_and_pauses() {
-    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        let report = run(&Config::default(), seed);
-        eprintln!("{}", explain(&report));
-        assert!(report.violations.is_empty());
+    if replay(&Config::default()) {
         return;
     }
-    let seeds = ci_seeds();
+    let seeds = seeds("SIM_SEEDS", 1_000);
     let totals = budget(&Config::default(), 0..seeds);
     if seeds >= 1_000 {
         assert!(
@@ -138,7 +157,7 @@ fn the_same_seed_replays_the_same_history() {
 }
 
 /// Runs until a seed shows a violation; returns what was found.
-fn find_violation(cfg: &Config, seeds: u64) -> Option<Report> {
+pub(super) fn find_violation(cfg: &Config, seeds: u64) -> Option<Report> {
     (0..seeds)
         .map(|seed| run(cfg, seed))
         .find(|r| !r.violations.is_empty())

@@ -1,5 +1,9 @@
-//! The simulated world: one emulator node core, N client session cores, the streams
-//! between them, workers, faults, and a queue of timed events.
+//! The simulated world: emulator node cores, client processes with one session core per
+//! node, the streams between them, workers, faults, and a queue of timed events. With a
+//! lock space ([`Config::space`]) the world also has its directory, an operator that
+//! reshards it in the middle of the run, and space workers ([`space`]).
+
+mod space;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -8,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::space::{SpaceConfig, SpaceStats};
 use super::Rng;
 use super::check::{Checker, LeaseKey, Resource, SEMAPHORE_LIMIT, Violation};
 use crate::config::{AcquireOptions, SessionOptions};
@@ -44,6 +49,11 @@ pub(crate) struct Config {
     pub(crate) rate: Option<f64>,
     /// A deliberately broken client: lease tokens fire this much after the deadline.
     pub(crate) fire_late: Option<Duration>,
+    /// Coordination nodes (each its own node core, each client a session on each); the
+    /// plain workers (`workers_per_client`) use the first.
+    pub(crate) nodes: usize,
+    /// A lock space over the nodes, resharded onto one more node in the middle of the run.
+    pub(crate) space: Option<SpaceConfig>,
 }
 
 impl Default for Config {
@@ -58,6 +68,8 @@ impl Default for Config {
             skew: 0.02,
             rate: None,
             fire_late: None,
+            nodes: 1,
+            space: None,
         }
     }
 }
@@ -77,6 +89,8 @@ pub(crate) struct Report {
     pub(crate) violations: Vec<Violation>,
     /// The last events before the first violation (or the end), for a failure report.
     pub(crate) trail: Vec<String>,
+    /// What the lock space did (zero without one).
+    pub(crate) space: SpaceStats,
 }
 
 #[derive(Debug)]
@@ -97,20 +111,25 @@ enum Ev {
     ClientClosed {
         link: u64,
     },
-    ServerTimers,
+    ServerTimers {
+        node: usize,
+    },
     ServerPing {
         link: u64,
     },
     ClientWake {
         client: usize,
+        node: usize,
         at: Instant,
     },
     DialFailed {
         client: usize,
+        node: usize,
         link: u64,
     },
     DialTimeout {
         client: usize,
+        node: usize,
         link: u64,
     },
     Worker {
@@ -119,6 +138,7 @@ enum Ev {
     },
     NewSession {
         client: usize,
+        node: usize,
     },
     Close {
         client: usize,
@@ -129,11 +149,43 @@ enum Ev {
         token: u64,
         issued_live: bool,
     },
+    /// A space worker acts (only the latest wake-up it asked for counts).
+    Space {
+        client: usize,
+        worker: usize,
+        wake: u64,
+    },
+    /// A process sees a newly published layout.
+    Follow {
+        client: usize,
+        epoch: u64,
+    },
+    /// A worker's read of the published epoch reaches the directory.
+    DirRead {
+        client: usize,
+        worker: usize,
+        wake: u64,
+    },
+    /// The read's answer reaches the worker.
+    DirAnswer {
+        client: usize,
+        worker: usize,
+        wake: u64,
+        epoch: u64,
+    },
+    /// A process's report of the epoch it runs reaches the directory.
+    Reported {
+        client: usize,
+        epoch: u64,
+    },
+    /// The operator looks at the directory.
+    Operator,
 }
 
 #[derive(Debug)]
 struct Link {
     client: usize,
+    node: usize,
     stream: StreamId,
     /// In-flight messages are delivered (a cut loses them).
     wire: bool,
@@ -162,9 +214,33 @@ struct Worker {
     writes_left: u32,
 }
 
+/// Who called a session.
+#[derive(Debug, Clone, Copy)]
+enum Caller {
+    Close,
+    /// A worker on the first node.
+    Worker(usize),
+    /// A space worker.
+    Space(usize),
+}
+
+/// A client process: its clock, its sessions (one per node) and its workers.
 #[derive(Debug)]
 struct Client {
     rate: f64,
+    paused_until: Instant,
+    /// Sessions started so far, on every node: a session's number is unique in its client,
+    /// as the checker's lease keys need.
+    sessions_started: u64,
+    sessions: Vec<Session>,
+    workers: Vec<Worker>,
+    /// The process's lock space and its workers.
+    space: space::Process,
+}
+
+/// A client's session on one node, and what the driver and session manager keep of it.
+#[derive(Debug)]
+struct Session {
     core: Option<SessionCore>,
     session_no: u64,
     /// The attached stream.
@@ -174,16 +250,44 @@ struct Client {
     /// Brand-new session attempts so far without success.
     start_attempts: u32,
     wake_at: Option<Instant>,
-    paused_until: Instant,
     stalled_until: Instant,
     refuse_until: Instant,
     cooldown_until: Instant,
-    workers: Vec<Worker>,
-    /// Callers of the current session: caller -> worker (`None`: a close).
-    callers: HashMap<CallerId, Option<usize>>,
+    /// Callers of the current session.
+    callers: HashMap<CallerId, Caller>,
     answered: HashSet<CallerId>,
     next_caller: CallerId,
     closing: bool,
+}
+
+impl Session {
+    fn new(base: Instant) -> Self {
+        Self {
+            core: None,
+            session_no: 0,
+            link: None,
+            dialing: None,
+            start_attempts: 0,
+            wake_at: None,
+            stalled_until: base,
+            refuse_until: base,
+            cooldown_until: base,
+            callers: HashMap::new(),
+            answered: HashSet::new(),
+            next_caller: 1,
+            closing: false,
+        }
+    }
+
+    fn usable(&self) -> bool {
+        self.core.is_some() && !self.closing
+    }
+}
+
+/// One coordination node: the emulator's core and its timer.
+struct Node {
+    state: NodeState,
+    timer: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -202,9 +306,8 @@ pub(crate) struct World {
     now: Instant,
     seq: u64,
     queue: BTreeMap<(Instant, u64), Ev>,
-    node: NodeState,
+    nodes: Vec<Node>,
     server_streams: HashMap<StreamId, ServerStream>,
-    server_timer: Option<Instant>,
     next_opaque: u64,
     links: HashMap<u64, Link>,
     next_link: u64,
@@ -217,6 +320,8 @@ pub(crate) struct World {
     winding_down: bool,
     trail: Vec<String>,
     fault_log: Vec<String>,
+    /// The lock space's directory and operator.
+    space: Option<space::Space>,
 }
 
 impl std::fmt::Debug for World {
@@ -236,8 +341,26 @@ impl World {
     pub(crate) fn new(cfg: Config, seed: u64) -> Self {
         let mut rng = Rng::new(seed);
         let base = Instant::now();
-        let mut node = NodeState::new(NodeConfigProto::default());
-        create_semaphore(&mut node, base, Resource::Semaphore.name(), SEMAPHORE_LIMIT);
+        let space = cfg.space.as_ref().map(|s| space::Space::new(cfg.nodes, s));
+        let node_count = space.as_ref().map_or(cfg.nodes, space::Space::node_count);
+        let nodes = (0..node_count)
+            .map(|n| {
+                let mut state = NodeState::new(NodeConfigProto::default());
+                if n == 0 {
+                    create_semaphore(
+                        &mut state,
+                        base,
+                        Resource::Semaphore.name(),
+                        SEMAPHORE_LIMIT,
+                    );
+                }
+                if space.is_some() {
+                    space::create_semaphores(&mut state, base);
+                }
+                Node { state, timer: None }
+            })
+            .collect();
+        let space_workers = cfg.space.as_ref().map_or(0, |s| s.workers_per_client);
         let clients = (0..cfg.clients)
             .map(|_| {
                 let rate = cfg
@@ -254,21 +377,11 @@ impl World {
                     .collect();
                 Client {
                     rate,
-                    core: None,
-                    session_no: 0,
-                    link: None,
-                    dialing: None,
-                    start_attempts: 0,
-                    wake_at: None,
                     paused_until: base,
-                    stalled_until: base,
-                    refuse_until: base,
-                    cooldown_until: base,
+                    sessions_started: 0,
+                    sessions: (0..node_count).map(|_| Session::new(base)).collect(),
                     workers,
-                    callers: HashMap::new(),
-                    answered: HashSet::new(),
-                    next_caller: 1,
-                    closing: false,
+                    space: space::Process::new(space_workers),
                 }
             })
             .collect();
@@ -279,9 +392,8 @@ impl World {
             now: base,
             seq: 0,
             queue: BTreeMap::new(),
-            node,
+            nodes,
             server_streams: HashMap::new(),
-            server_timer: None,
             next_opaque: 1,
             links: HashMap::new(),
             next_link: 1,
@@ -294,13 +406,17 @@ impl World {
             winding_down: false,
             trail: Vec::new(),
             fault_log: Vec::new(),
+            space,
         };
         for c in 0..world.clients.len() {
-            let at = base + Duration::from_millis(world.rng.range(0, 50));
-            world.push(at, Ev::NewSession { client: c });
+            for node in 0..node_count {
+                let at = base + Duration::from_millis(world.rng.range(0, 50));
+                world.push(at, Ev::NewSession { client: c, node });
+            }
         }
         let first_fault = base + Duration::from_secs(world.rng.range(2, 6));
         world.push(first_fault, Ev::Fault);
+        world.start_space();
         world
     }
 
@@ -327,7 +443,11 @@ impl World {
             if !self.checker.violations.is_empty() {
                 break;
             }
-            if !self.winding_down && self.ops >= self.cfg.ops && self.faults >= self.cfg.faults {
+            if !self.winding_down
+                && self.ops >= self.cfg.ops
+                && self.faults >= self.cfg.faults
+                && self.space.as_ref().is_none_or(space::Space::done)
+            {
                 self.wind_down();
             }
             if self.events > MAX_EVENTS {
@@ -356,6 +476,7 @@ impl World {
             virtual_time: self.now - self.base,
             violations: self.checker.violations,
             trail,
+            space: self.space.map(|s| s.stats).unwrap_or_default(),
         }
     }
 
@@ -388,13 +509,14 @@ impl World {
 
     // ---- the wire ------------------------------------------------------------------------
 
-    fn open_link(&mut self, client: usize) -> u64 {
+    fn open_link(&mut self, client: usize, node: usize) -> u64 {
         let id = self.next_link;
         self.next_link += 1;
         self.links.insert(
             id,
             Link {
                 client,
+                node,
                 stream: id,
                 wire: true,
                 client_reads: true,
@@ -411,7 +533,7 @@ impl World {
     fn up_at(&mut self, link: u64) -> Option<Instant> {
         let d = self.delay();
         let l = self.links.get(&link)?;
-        let stall = self.clients[l.client].stalled_until;
+        let stall = self.clients[l.client].sessions[l.node].stalled_until;
         let at = (self.now.max(stall) + d).max(l.last_up);
         if let Some(l) = self.links.get_mut(&link) {
             l.last_up = at;
@@ -422,7 +544,7 @@ impl World {
     fn down_at(&mut self, link: u64) -> Option<Instant> {
         let d = self.delay();
         let l = self.links.get(&link)?;
-        let stall = self.clients[l.client].stalled_until;
+        let stall = self.clients[l.client].sessions[l.node].stalled_until;
         let at = (self.now.max(stall) + d).max(l.last_down);
         if let Some(l) = self.links.get_mut(&link) {
             l.last_down = at;
@@ -486,9 +608,9 @@ impl World {
         match ev {
             Ev::ToServer { link, msg } => self.server_message(link, msg),
             Ev::ServerClosed { link } => self.server_stream_ended(link),
-            Ev::ServerTimers => {
-                self.server_timer = None;
-                let effects = self.node.advance(self.now);
+            Ev::ServerTimers { node } => {
+                self.nodes[node].timer = None;
+                let effects = self.nodes[node].state.advance(self.now);
                 self.server_effects(effects);
             }
             Ev::ServerPing { link } => self.server_ping(link),
@@ -500,20 +622,31 @@ impl World {
             } => {
                 self.checker.write(token, issued_live, key);
             }
+            Ev::DirRead {
+                client,
+                worker,
+                wake,
+            } => self.directory_read(client, worker, wake),
+            Ev::Reported { client, epoch } => self.reported(client, epoch),
+            Ev::Operator => self.operator(),
             ev => {
-                let client = match &ev {
+                // The client and, for an event of one session, its node.
+                let (client, node) = match &ev {
                     Ev::ToClient { link, .. } | Ev::ClientClosed { link } => {
                         match self.links.get(link) {
-                            Some(l) => l.client,
+                            Some(l) => (l.client, Some(l.node)),
                             None => return,
                         }
                     }
-                    Ev::ClientWake { client, .. }
-                    | Ev::DialFailed { client, .. }
-                    | Ev::DialTimeout { client, .. }
-                    | Ev::Worker { client, .. }
-                    | Ev::NewSession { client }
-                    | Ev::Close { client } => *client,
+                    Ev::ClientWake { client, node, .. }
+                    | Ev::DialFailed { client, node, .. }
+                    | Ev::DialTimeout { client, node, .. }
+                    | Ev::NewSession { client, node } => (*client, Some(*node)),
+                    Ev::Worker { client, .. } => (*client, Some(0)),
+                    Ev::Close { client }
+                    | Ev::Space { client, .. }
+                    | Ev::Follow { client, .. }
+                    | Ev::DirAnswer { client, .. } => (*client, None),
                     _ => return,
                 };
                 if self.clients[client].paused_until > self.now {
@@ -522,10 +655,13 @@ impl World {
                     self.push(at, ev);
                     return;
                 }
-                self.client_event(client, ev);
+                match node {
+                    Some(n) => self.client_event(client, n, ev),
+                    None => self.process_event(client, ev),
+                }
             }
         }
-        self.schedule_server_timer();
+        self.schedule_server_timers();
     }
 
     // ---- the server's shell --------------------------------------------------------------
@@ -537,7 +673,7 @@ impl World {
         if !l.wire || !l.server_serves {
             return;
         }
-        let stream = l.stream;
+        let (stream, node) = (l.stream, l.node);
         let Some(req) = msg.request else {
             return;
         };
@@ -547,7 +683,7 @@ impl World {
                 self.server_fail(link, stream, StatusCode::BadRequest);
                 return;
             };
-            let (id, effects) = self.node.attach(self.now, stream, &start);
+            let (id, effects) = self.nodes[node].state.attach(self.now, stream, &start);
             if id.is_some() {
                 let period = Duration::from_millis((start.timeout_millis / 3).clamp(10, 5_000));
                 self.server_streams.insert(
@@ -594,7 +730,7 @@ impl World {
                 }
             }
             req => {
-                let effects = self.node.request(self.now, stream, req);
+                let effects = self.nodes[node].state.request(self.now, stream, req);
                 self.server_effects(effects);
             }
         }
@@ -640,8 +776,10 @@ impl World {
         );
         self.server_close(link);
         self.server_streams.remove(&stream);
-        let effects = self.node.detach(self.now, stream);
-        self.server_effects(effects);
+        if let Some(node) = self.links.get(&link).map(|l| l.node) {
+            let effects = self.nodes[node].state.detach(self.now, stream);
+            self.server_effects(effects);
+        }
     }
 
     fn server_stream_ended(&mut self, link: u64) {
@@ -649,9 +787,9 @@ impl World {
             return;
         };
         l.server_serves = false;
-        let stream = l.stream;
+        let (stream, node) = (l.stream, l.node);
         if self.server_streams.remove(&stream).is_some() {
-            let effects = self.node.detach(self.now, stream);
+            let effects = self.nodes[node].state.detach(self.now, stream);
             self.server_effects(effects);
         }
         self.forget_link(link);
@@ -675,12 +813,15 @@ impl World {
         }
     }
 
-    fn schedule_server_timer(&mut self) {
-        if let Some(at) = self.node.next_deadline()
-            && self.server_timer.is_none_or(|t| at < t)
-        {
-            self.server_timer = Some(at);
-            self.push(at.max(self.now), Ev::ServerTimers);
+    fn schedule_server_timers(&mut self) {
+        for node in 0..self.nodes.len() {
+            let n = &mut self.nodes[node];
+            if let Some(at) = n.state.next_deadline()
+                && n.timer.is_none_or(|t| at < t)
+            {
+                n.timer = Some(at);
+                self.push(at.max(self.now), Ev::ServerTimers { node });
+            }
         }
     }
 
@@ -695,83 +836,146 @@ impl World {
 
     // ---- the client's shell (what the driver and the session manager do) ---------------
 
-    fn client_event(&mut self, c: usize, ev: Ev) {
+    /// An event of the session of client `c` on node `n`.
+    fn client_event(&mut self, c: usize, n: usize, ev: Ev) {
         let now_c = self.client_now(c);
         // A process that runs again looks at its deadline before anything else.
-        if let Some(core) = self.clients[c].core.as_mut() {
+        if let Some(core) = self.clients[c].sessions[n].core.as_mut() {
             core.check_deadline(now_c);
         }
         match ev {
-            Ev::ToClient { link, msg } => self.client_message(c, link, msg, now_c),
+            Ev::ToClient { link, msg } => self.client_message(c, n, link, msg, now_c),
             Ev::ClientClosed { link } => {
                 if let Some(l) = self.links.get_mut(&link) {
                     l.client_reads = false;
                 }
                 self.forget_link(link);
                 let cause = Error::new(ErrorKind::Transport, "stream ended");
-                if self.clients[c].link == Some(link) {
-                    self.clients[c].link = None;
-                    if let Some(core) = self.clients[c].core.as_mut() {
+                let s = &mut self.clients[c].sessions[n];
+                if s.link == Some(link) {
+                    s.link = None;
+                    if let Some(core) = s.core.as_mut() {
                         core.stream_lost(now_c, &cause);
                     }
-                } else if self.is_dialing(c, link) {
-                    self.dial_failed(c, now_c, &cause);
+                } else if self.is_dialing(c, n, link) {
+                    self.dial_failed(c, n, now_c, &cause);
                 }
             }
             // Only the latest wake-up counts; earlier ones were superseded.
-            Ev::ClientWake { at, .. } if self.clients[c].wake_at == Some(at) => {
-                self.clients[c].wake_at = None;
-                if let Some(core) = self.clients[c].core.as_mut() {
+            Ev::ClientWake { at, .. } if self.clients[c].sessions[n].wake_at == Some(at) => {
+                let s = &mut self.clients[c].sessions[n];
+                s.wake_at = None;
+                if let Some(core) = s.core.as_mut() {
                     core.tick(now_c);
                 }
             }
-            Ev::DialFailed { link, .. } if self.is_dialing(c, link) => {
+            Ev::DialFailed { link, .. } if self.is_dialing(c, n, link) => {
                 let err = Error::new(ErrorKind::Transport, "connection refused");
-                self.dial_failed(c, now_c, &err);
+                self.dial_failed(c, n, now_c, &err);
             }
-            Ev::DialTimeout { link, .. } if self.is_dialing(c, link) => {
+            Ev::DialTimeout { link, .. } if self.is_dialing(c, n, link) => {
                 self.client_close(link);
                 let err = Error::new(ErrorKind::Timeout, "attach timed out");
-                self.dial_failed(c, now_c, &err);
+                self.dial_failed(c, n, now_c, &err);
             }
             Ev::Worker { worker, .. } => self.worker_step(c, worker, now_c),
-            Ev::NewSession { .. } => self.start_session(c, now_c),
-            Ev::Close { .. } if self.clients[c].core.is_some() => {
-                // Closing ends what the workers hold: released, not lost.
-                for w in 0..self.clients[c].workers.len() {
-                    if let Some((key, ..)) = self.clients[c].workers[w].lease.take() {
-                        self.checker.ended(self.now, key, false);
+            Ev::NewSession { .. } => self.start_session(c, n, now_c),
+            _ => {}
+        }
+        self.after_client_step(c, n, now_c);
+    }
+
+    /// An event of the whole process `c`: its close, or its lock space's.
+    fn process_event(&mut self, c: usize, ev: Ev) {
+        let now_c = self.client_now(c);
+        if let Ev::Close { .. } = ev {
+            self.close_client(c, now_c);
+            return;
+        }
+        // A process that runs again looks at every session's deadline before anything
+        // else, so that what it does next sees the tokens that fired.
+        for n in 0..self.clients[c].sessions.len() {
+            if let Some(core) = self.clients[c].sessions[n].core.as_mut() {
+                core.check_deadline(now_c);
+            }
+            self.after_client_step(c, n, now_c);
+        }
+        let touched = match ev {
+            Ev::Space { worker, wake, .. } => self.space_step(c, worker, wake, now_c),
+            Ev::Follow { epoch, .. } => {
+                self.follow(c, epoch);
+                Vec::new()
+            }
+            Ev::DirAnswer {
+                worker,
+                wake,
+                epoch,
+                ..
+            } => {
+                self.directory_answer(c, worker, wake, epoch);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        for n in touched {
+            self.after_client_step(c, n, now_c);
+        }
+    }
+
+    /// Closing ends what the workers hold (released, not lost) and every session.
+    fn close_client(&mut self, c: usize, now_c: Instant) {
+        self.end_space_locks(c);
+        for n in 0..self.clients[c].sessions.len() {
+            if let Some(core) = self.clients[c].sessions[n].core.as_mut() {
+                core.check_deadline(now_c);
+            }
+            if self.clients[c].sessions[n].core.is_some() {
+                if n == 0 {
+                    for w in 0..self.clients[c].workers.len() {
+                        if let Some((key, ..)) = self.clients[c].workers[w].lease.take() {
+                            self.checker.ended(self.now, key, false);
+                        }
                     }
                 }
-                let caller = self.caller(c, None);
-                self.clients[c].closing = true;
-                if let Some(core) = self.clients[c].core.as_mut() {
+                let caller = self.caller(c, n, Caller::Close);
+                let s = &mut self.clients[c].sessions[n];
+                s.closing = true;
+                if let Some(core) = s.core.as_mut() {
                     core.command(now_c, Command::Close { caller });
                 }
             }
-            _ => {}
+            self.after_client_step(c, n, now_c);
         }
-        self.after_client_step(c, now_c);
     }
 
-    fn is_dialing(&self, c: usize, link: u64) -> bool {
-        self.clients[c].dialing.is_some_and(|(l, _)| l == link)
+    fn is_dialing(&self, c: usize, n: usize, link: u64) -> bool {
+        self.clients[c].sessions[n]
+            .dialing
+            .is_some_and(|(l, _)| l == link)
     }
 
-    fn client_message(&mut self, c: usize, link: u64, msg: SessionResponse, now_c: Instant) {
+    fn client_message(
+        &mut self,
+        c: usize,
+        n: usize,
+        link: u64,
+        msg: SessionResponse,
+        now_c: Instant,
+    ) {
         let Some(l) = self.links.get(&link) else {
             return;
         };
         if !l.wire || !l.client_reads {
             return;
         }
-        if self.clients[c].link == Some(link) {
-            if let Some(core) = self.clients[c].core.as_mut() {
+        let s = &mut self.clients[c].sessions[n];
+        if s.link == Some(link) {
+            if let Some(core) = s.core.as_mut() {
                 core.inbound(now_c, msg);
             }
             return;
         }
-        let Some((dial_link, sent_at)) = self.clients[c].dialing else {
+        let Some((dial_link, sent_at)) = s.dialing else {
             return;
         };
         if dial_link != link {
@@ -779,14 +983,14 @@ impl World {
         }
         // The attacher: wait for session_started, answer pings.
         match msg.response {
-            Some(rs::Response::SessionStarted(s)) => {
-                self.clients[c].dialing = None;
-                self.attached(c, link, s.session_id, sent_at, now_c);
+            Some(rs::Response::SessionStarted(started)) => {
+                s.dialing = None;
+                self.attached(c, n, link, started.session_id, sent_at, now_c);
             }
             Some(rs::Response::Failure(f)) => {
                 self.client_close(link);
                 let err = Error::from_ydb(f.status, &f.issues, "session start");
-                self.dial_failed(c, now_c, &err);
+                self.dial_failed(c, n, now_c, &err);
             }
             Some(rs::Response::Ping(p)) => {
                 self.send_up(link, rq::Request::Pong(rq::PingPong { opaque: p.opaque }));
@@ -795,12 +999,20 @@ impl World {
         }
     }
 
-    fn attached(&mut self, c: usize, link: u64, session_id: u64, sent_at: Instant, now_c: Instant) {
-        let client = &mut self.clients[c];
-        match client.core.as_mut() {
+    fn attached(
+        &mut self,
+        c: usize,
+        n: usize,
+        link: u64,
+        session_id: u64,
+        sent_at: Instant,
+        now_c: Instant,
+    ) {
+        let s = &mut self.clients[c].sessions[n];
+        match s.core.as_mut() {
             Some(core) => {
                 if core.attached(now_c, session_id, sent_at) {
-                    client.link = Some(link);
+                    s.link = Some(link);
                 } else {
                     // A session made for nobody: stop it.
                     self.send_up(link, rq::Request::SessionStop(rq::SessionStop {}));
@@ -813,11 +1025,13 @@ impl World {
                 self.client_close(link);
             }
             None => {
-                client.start_attempts = 0;
-                client.session_no += 1;
-                client.link = Some(link);
-                client.callers.clear();
-                client.answered.clear();
+                s.start_attempts = 0;
+                s.link = Some(link);
+                s.callers.clear();
+                s.answered.clear();
+                let client = &mut self.clients[c];
+                client.sessions_started += 1;
+                client.sessions[n].session_no = client.sessions_started;
                 self.sessions += 1;
                 let cfg = self.core_config(c, session_id);
                 let token = CancellationToken::new();
@@ -827,21 +1041,31 @@ impl World {
                     core.fire_late(late);
                 }
                 if c % 2 == 1 {
-                    for r in Resource::ALL {
-                        core.assume_short_queue(r.name(), now_c);
+                    if n == 0 {
+                        for r in Resource::ALL {
+                            core.assume_short_queue(r.name(), now_c);
+                        }
+                    }
+                    if self.space.is_some() {
+                        for name in super::check::space::NAMES {
+                            core.assume_short_queue(name, now_c);
+                        }
                     }
                 }
-                self.clients[c].core = Some(core);
-                for w in 0..self.clients[c].workers.len() {
-                    let at = self.now + Duration::from_millis(self.rng.range(0, 20));
-                    self.push(
-                        at,
-                        Ev::Worker {
-                            client: c,
-                            worker: w,
-                        },
-                    );
+                self.clients[c].sessions[n].core = Some(core);
+                if n == 0 {
+                    for w in 0..self.clients[c].workers.len() {
+                        let at = self.now + Duration::from_millis(self.rng.range(0, 20));
+                        self.push(
+                            at,
+                            Ev::Worker {
+                                client: c,
+                                worker: w,
+                            },
+                        );
+                    }
                 }
+                self.session_up(c, n);
             }
         }
     }
@@ -860,75 +1084,95 @@ impl World {
         }
     }
 
-    fn dial(&mut self, c: usize, start: rq::SessionStart, limit: Duration, now_c: Instant) {
-        let link = self.open_link(c);
-        self.clients[c].dialing = Some((link, now_c));
-        if self.clients[c].refuse_until > self.now {
+    fn dial(
+        &mut self,
+        c: usize,
+        n: usize,
+        start: rq::SessionStart,
+        limit: Duration,
+        now_c: Instant,
+    ) {
+        let link = self.open_link(c, n);
+        self.clients[c].sessions[n].dialing = Some((link, now_c));
+        if self.clients[c].sessions[n].refuse_until > self.now {
             let at = self.now + MS;
-            self.push(at, Ev::DialFailed { client: c, link });
+            self.push(
+                at,
+                Ev::DialFailed {
+                    client: c,
+                    node: n,
+                    link,
+                },
+            );
             return;
         }
         self.send_up(link, rq::Request::SessionStart(start));
         let at = self.global_of(c, now_c + limit);
-        self.push(at, Ev::DialTimeout { client: c, link });
+        self.push(
+            at,
+            Ev::DialTimeout {
+                client: c,
+                node: n,
+                link,
+            },
+        );
     }
 
-    fn dial_failed(&mut self, c: usize, now_c: Instant, err: &Error) {
-        self.clients[c].dialing = None;
+    fn dial_failed(&mut self, c: usize, n: usize, now_c: Instant, err: &Error) {
+        self.clients[c].sessions[n].dialing = None;
         let jitter = self.rng.unit();
-        match self.clients[c].core.as_mut() {
+        match self.clients[c].sessions[n].core.as_mut() {
             Some(core) => core.attach_failed(now_c, err, jitter),
             None => {
                 // The session manager tries again with backoff.
-                let attempt = self.clients[c].start_attempts;
-                self.clients[c].start_attempts += 1;
+                let s = &mut self.clients[c].sessions[n];
+                let attempt = s.start_attempts;
+                s.start_attempts += 1;
                 let delay = crate::config::Backoff::default().delay(attempt, jitter);
                 let at = self.now + delay + MS;
-                self.push(at, Ev::NewSession { client: c });
+                self.push(at, Ev::NewSession { client: c, node: n });
             }
         }
     }
 
-    fn start_session(&mut self, c: usize, now_c: Instant) {
-        if self.winding_down || self.clients[c].core.is_some() || self.clients[c].dialing.is_some()
-        {
+    fn start_session(&mut self, c: usize, n: usize, now_c: Instant) {
+        let s = &self.clients[c].sessions[n];
+        if self.winding_down || s.core.is_some() || s.dialing.is_some() {
             return;
         }
         let cfg = self.core_config(c, 0);
         let start = start_message(&cfg, 0);
-        self.dial(c, start, self.cfg.timeout, now_c);
+        self.dial(c, n, start, self.cfg.timeout, now_c);
     }
 
     /// Carries out the core's effects, then looks at tokens, the session's end and the
     /// next wake-up.
-    fn after_client_step(&mut self, c: usize, now_c: Instant) {
-        while let Some(core) = self.clients[c].core.as_mut() {
+    fn after_client_step(&mut self, c: usize, n: usize, now_c: Instant) {
+        while let Some(core) = self.clients[c].sessions[n].core.as_mut() {
             core.check_deadline(now_c);
             let effects = core.take_effects();
             if effects.is_empty() {
                 break;
             }
             for e in effects {
-                self.client_effect(c, e, now_c);
+                self.client_effect(c, n, e, now_c);
             }
         }
         self.observe_tokens(c);
-        let done = self.clients[c]
-            .core
-            .as_ref()
-            .is_some_and(SessionCore::is_done);
-        if done {
-            self.session_ended(c);
+        let s = &self.clients[c].sessions[n];
+        if s.core.as_ref().is_some_and(SessionCore::is_done) {
+            self.session_ended(c, n);
             return;
         }
-        if let Some(core) = self.clients[c].core.as_ref() {
+        if let Some(core) = s.core.as_ref() {
             let wake = self.global_of(c, core.next_wake()).max(self.now);
-            if self.clients[c].wake_at.is_none_or(|w| wake < w) {
-                self.clients[c].wake_at = Some(wake);
+            if s.wake_at.is_none_or(|w| wake < w) {
+                self.clients[c].sessions[n].wake_at = Some(wake);
                 self.push(
                     wake,
                     Ev::ClientWake {
                         client: c,
+                        node: n,
                         at: wake,
                     },
                 );
@@ -936,54 +1180,58 @@ impl World {
         }
     }
 
-    fn client_effect(&mut self, c: usize, e: Effect, now_c: Instant) {
+    fn client_effect(&mut self, c: usize, n: usize, e: Effect, now_c: Instant) {
         match e {
             Effect::Send(r) => {
-                if let Some(link) = self.clients[c].link {
+                if let Some(link) = self.clients[c].sessions[n].link {
                     self.send_up(link, r);
                 }
             }
-            Effect::Answer(caller, answer) => self.answered(c, caller, answer),
+            Effect::Answer(caller, answer) => self.answered(c, n, caller, answer),
             Effect::Queued(_) | Effect::Watch(..) | Effect::State(_) => {}
             Effect::DropStream => {
-                if let Some(link) = self.clients[c].link.take() {
+                if let Some(link) = self.clients[c].sessions[n].link.take() {
                     self.client_close(link);
                 }
             }
-            Effect::Dial { start, limit } => self.dial(c, start, limit, now_c),
+            Effect::Dial { start, limit } => self.dial(c, n, start, limit, now_c),
         }
     }
 
-    fn session_ended(&mut self, c: usize) {
-        let Some(core) = self.clients[c].core.take() else {
+    fn session_ended(&mut self, c: usize, n: usize) {
+        let s = &mut self.clients[c].sessions[n];
+        let Some(core) = s.core.take() else {
             return;
         };
         if !core.is_empty() {
             self.checker.violations.push(Violation {
                 what: "leak",
-                detail: format!("client {c}: the ended session left entries in its tables"),
+                detail: format!(
+                    "client {c}, node {n}: the ended session left entries in its tables"
+                ),
             });
         }
-        let client = &mut self.clients[c];
-        let unanswered: Vec<CallerId> = client
+        let unanswered: Vec<CallerId> = s
             .callers
             .keys()
-            .filter(|k| !client.answered.contains(k))
+            .filter(|k| !s.answered.contains(k))
             .copied()
             .collect();
         if !unanswered.is_empty() {
             self.checker.violations.push(Violation {
                 what: "unanswered",
-                detail: format!("client {c}: callers {unanswered:?} never answered"),
+                detail: format!("client {c}, node {n}: callers {unanswered:?} never answered"),
             });
         }
-        for w in &mut client.workers {
-            w.state = WorkerState::Idle;
-            w.lease = None;
+        s.closing = false;
+        let link = s.link.take();
+        let dialing = s.dialing.take();
+        if n == 0 {
+            for w in &mut self.clients[c].workers {
+                w.state = WorkerState::Idle;
+                w.lease = None;
+            }
         }
-        client.closing = false;
-        let link = client.link.take();
-        let dialing = client.dialing.take();
         if let Some(link) = link {
             self.client_close(link);
         }
@@ -991,7 +1239,7 @@ impl World {
             self.client_close(link);
         }
         let at = self.now + Duration::from_millis(self.rng.range(10, 300));
-        self.push(at, Ev::NewSession { client: c });
+        self.push(at, Ev::NewSession { client: c, node: n });
     }
 
     /// Leases whose token fired without a release are lost.
@@ -1022,20 +1270,21 @@ impl World {
                 },
             );
         }
+        self.observe_space_tokens(c);
     }
 
     // ---- workers -------------------------------------------------------------------------
 
-    fn caller(&mut self, c: usize, worker: Option<usize>) -> CallerId {
-        let client = &mut self.clients[c];
-        let id = client.next_caller;
-        client.next_caller += 1;
-        client.callers.insert(id, worker);
+    fn caller(&mut self, c: usize, n: usize, who: Caller) -> CallerId {
+        let s = &mut self.clients[c].sessions[n];
+        let id = s.next_caller;
+        s.next_caller += 1;
+        s.callers.insert(id, who);
         id
     }
 
     fn worker_step(&mut self, c: usize, w: usize, now_c: Instant) {
-        if self.clients[c].core.is_none() || self.clients[c].closing {
+        if !self.clients[c].sessions[0].usable() {
             return;
         }
         match self.clients[c].workers[w].state {
@@ -1045,17 +1294,19 @@ impl World {
                 }
                 let resource = self.clients[c].workers[w].resource;
                 let (count, mut opts) = match resource {
-                    Resource::Mutex => (u64::MAX, AcquireOptions::exclusive().ephemeral(true)),
                     Resource::Semaphore => (1, AcquireOptions::new().count(1)),
                     Resource::RwLock if self.rng.chance(0.3) => {
                         (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
                     }
                     Resource::RwLock => (1, AcquireOptions::shared().ephemeral(true)),
+                    Resource::Mutex | Resource::Part { .. } => {
+                        (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
+                    }
                 };
                 if self.rng.chance(0.3) {
                     opts = opts.timeout(Duration::from_millis(self.rng.range(0, 500)));
                 }
-                let caller = self.caller(c, Some(w));
+                let caller = self.caller(c, 0, Caller::Worker(w));
                 let worker = &mut self.clients[c].workers[w];
                 worker.state = WorkerState::Acquiring;
                 worker.count = count;
@@ -1065,7 +1316,7 @@ impl World {
                     opts,
                     requested_at: now_c,
                 });
-                if let Some(core) = self.clients[c].core.as_mut() {
+                if let Some(core) = self.clients[c].sessions[0].core.as_mut() {
                     core.command(now_c, cmd);
                 }
             }
@@ -1101,7 +1352,7 @@ impl World {
                     return;
                 }
                 self.checker.ended(self.now, key, false);
-                let caller = self.caller(c, Some(w));
+                let caller = self.caller(c, 0, Caller::Worker(w));
                 self.clients[c].workers[w].state = WorkerState::Releasing;
                 self.clients[c].workers[w].lease = None;
                 let release = Control::Release {
@@ -1109,7 +1360,7 @@ impl World {
                     lease,
                     caller: Some(caller),
                 };
-                if let Some(core) = self.clients[c].core.as_mut() {
+                if let Some(core) = self.clients[c].sessions[0].core.as_mut() {
                     core.control(now_c, release);
                 }
             }
@@ -1117,16 +1368,18 @@ impl World {
         }
     }
 
-    fn answered(&mut self, c: usize, caller: CallerId, answer: Answer) {
-        if !self.clients[c].answered.insert(caller) {
+    fn answered(&mut self, c: usize, n: usize, caller: CallerId, answer: Answer) {
+        if !self.clients[c].sessions[n].answered.insert(caller) {
             self.checker.violations.push(Violation {
                 what: "answered twice",
-                detail: format!("client {c}: caller {caller}"),
+                detail: format!("client {c}, node {n}: caller {caller}"),
             });
             return;
         }
-        let Some(Some(w)) = self.clients[c].callers.get(&caller).copied() else {
-            return;
+        let w = match self.clients[c].sessions[n].callers.get(&caller).copied() {
+            Some(Caller::Worker(w)) => w,
+            Some(Caller::Space(w)) => return self.space_answered(c, n, w, answer),
+            Some(Caller::Close) | None => return,
         };
         let think = Duration::from_millis(self.rng.range(0, 40));
         match answer {
@@ -1137,7 +1390,7 @@ impl World {
                 ..
             }))) => {
                 self.ops += 1;
-                let key = (c, self.clients[c].session_no, lease);
+                let key = (c, self.clients[c].sessions[n].session_no, lease);
                 let resource = self.clients[c].workers[w].resource;
                 let count = self.clients[c].workers[w].count;
                 self.checker
@@ -1153,11 +1406,7 @@ impl World {
                 worker.writes_left = writes;
                 // Mostly short critical sections, some long ones, so that faults find
                 // leases held.
-                let hold = if self.rng.chance(0.2) {
-                    Duration::from_millis(self.rng.range(500, 15_000))
-                } else {
-                    Duration::from_millis(self.rng.range(1, 60))
-                };
+                let hold = self.hold_time();
                 self.push(
                     self.now + hold,
                     Ev::Worker {
@@ -1182,6 +1431,15 @@ impl World {
         }
     }
 
+    /// Mostly short critical sections, some long ones, so that faults find leases held.
+    fn hold_time(&mut self) -> Duration {
+        if self.rng.chance(0.2) {
+            Duration::from_millis(self.rng.range(500, 15_000))
+        } else {
+            Duration::from_millis(self.rng.range(1, 60))
+        }
+    }
+
     // ---- faults --------------------------------------------------------------------------
 
     fn fault(&mut self) {
@@ -1191,13 +1449,15 @@ impl World {
         let timeout = self.cfg.timeout;
         let next = self.now + Duration::from_millis(self.rng.range(500, 4_000));
         self.push(next, Ev::Fault);
-        let ready: Vec<usize> = (0..self.clients.len())
-            .filter(|&c| self.clients[c].cooldown_until <= self.now)
+        // A client's session on a node, ready for another fault.
+        let ready: Vec<(usize, usize)> = (0..self.clients.len())
+            .flat_map(|c| (0..self.nodes.len()).map(move |n| (c, n)))
+            .filter(|&(c, n)| self.clients[c].sessions[n].cooldown_until <= self.now)
             .collect();
         if ready.is_empty() {
             return;
         }
-        let c = ready[self.rng.range(0, ready.len() as u64) as usize];
+        let (c, n) = ready[self.rng.range(0, ready.len() as u64) as usize];
         self.faults += 1;
         let short = Duration::from_millis(self.rng.range(50, timeout.as_millis() as u64 * 4 / 10));
         let long = timeout + Duration::from_millis(self.rng.range(1_000, 10_000));
@@ -1213,90 +1473,110 @@ impl World {
             _ => "expire",
         };
         let log = format!(
-            "{:?} fault {what} on client {c} (short {short:?}, long {long:?}, rate {:.3})",
+            "{:?} fault {what} on client {c} node {n} (short {short:?}, long {long:?}, rate {:.3})",
             self.now - self.base,
             self.clients[c].rate
         );
         self.fault_log.push(log);
+        let s = &mut self.clients[c].sessions[n];
         let end = match kind {
             // A cut, reconnects refused for a short while.
             0..=24 => {
-                if let Some(link) = self.clients[c].link {
+                if let Some(link) = s.link {
                     self.cut(link);
                 }
-                self.clients[c].refuse_until = self.now + short / 2;
+                self.clients[c].sessions[n].refuse_until = self.now + short / 2;
                 self.now + short / 2
             }
             // A stall shorter than the session timeout.
             25..=44 => {
-                self.clients[c].stalled_until = self.now + short;
+                s.stalled_until = self.now + short;
                 self.now + short
             }
             // A process pause shorter than the session timeout.
-            45..=59 => {
-                self.clients[c].paused_until = self.now + short;
-                self.checker.pause(c, self.now + short);
-                self.now + short
-            }
+            45..=59 => self.pause(c, short),
             // A tablet restart: every stream fails, sessions are kept.
             60..=66 => {
-                let effects = self.node.restart(self.now);
+                let effects = self.nodes[n].state.restart(self.now);
                 self.server_effects(effects);
                 for other in &mut self.clients {
-                    other.cooldown_until = other.cooldown_until.max(self.now + timeout);
+                    let s = &mut other.sessions[n];
+                    s.cooldown_until = s.cooldown_until.max(self.now + timeout);
                 }
                 self.now
             }
             // Long faults: the session may be lost, and its leases with it.
             67..=74 => {
-                if let Some(link) = self.clients[c].link {
+                if let Some(link) = s.link {
                     self.cut(link);
                 }
-                self.clients[c].refuse_until = self.now + long;
+                self.clients[c].sessions[n].refuse_until = self.now + long;
                 self.checker.may_lose(c, self.now + long + 3 * timeout);
                 self.now + long
             }
             75..=82 => {
-                self.clients[c].stalled_until = self.now + long;
+                s.stalled_until = self.now + long;
                 self.checker.may_lose(c, self.now + long + 3 * timeout);
                 self.now + long
             }
             83..=90 => {
-                self.clients[c].paused_until = self.now + long;
-                self.checker.pause(c, self.now + long);
                 self.checker.may_lose(c, self.now + long + 3 * timeout);
-                self.now + long
+                self.pause(c, long)
             }
             _ => {
-                let sid = self.clients[c].core.as_ref().map(SessionCore::session_id);
+                let sid = s.core.as_ref().map(SessionCore::session_id);
                 if let Some(sid) = sid {
-                    let (_, effects) = self.node.expire_session(self.now, sid);
-                    self.checker.revoke(c, self.clients[c].session_no);
+                    let (_, effects) = self.nodes[n].state.expire_session(self.now, sid);
+                    self.checker
+                        .revoke(c, self.clients[c].sessions[n].session_no);
                     self.server_effects(effects);
                 }
                 self.checker.may_lose(c, self.now + 3 * timeout);
                 self.now
             }
         };
-        self.clients[c].cooldown_until = end + timeout;
+        let cooled = end + timeout;
+        if (45..=59).contains(&kind) || (83..=90).contains(&kind) {
+            // A pause stops the whole process: every session of it cools down.
+            for s in &mut self.clients[c].sessions {
+                s.cooldown_until = cooled;
+            }
+        } else {
+            self.clients[c].sessions[n].cooldown_until = cooled;
+        }
+    }
+
+    /// The process `c` is not stepped for `span`; returns when it runs again.
+    fn pause(&mut self, c: usize, span: Duration) -> Instant {
+        let until = self.now + span;
+        self.clients[c].paused_until = until;
+        self.checker.pause(c, until);
+        until
     }
 
     // ---- the end -------------------------------------------------------------------------
 
-    /// No new work: every client closes its session.
+    /// No new work: every client closes its sessions.
     fn wind_down(&mut self) {
         self.winding_down = true;
         for c in 0..self.clients.len() {
-            self.clients[c].stalled_until = self.clients[c].stalled_until.min(self.now);
-            self.clients[c].refuse_until = self.clients[c].refuse_until.min(self.now);
-            if self.clients[c].core.is_none() {
-                if let Some((link, _)) = self.clients[c].dialing.take() {
+            let mut open = false;
+            for s in &mut self.clients[c].sessions {
+                s.stalled_until = s.stalled_until.min(self.now);
+                s.refuse_until = s.refuse_until.min(self.now);
+                open |= s.core.is_some();
+            }
+            for n in 0..self.clients[c].sessions.len() {
+                if self.clients[c].sessions[n].core.is_none()
+                    && let Some((link, _)) = self.clients[c].sessions[n].dialing.take()
+                {
                     self.client_close(link);
                 }
-                continue;
             }
-            let at = self.now;
-            self.push(at, Ev::Close { client: c });
+            if open {
+                let at = self.now;
+                self.push(at, Ev::Close { client: c });
+            }
         }
     }
 
@@ -1304,24 +1584,38 @@ impl World {
         if !self.checker.violations.is_empty() {
             return;
         }
-        if self.clients.iter().any(|c| c.core.is_some()) {
+        if self
+            .clients
+            .iter()
+            .any(|c| c.sessions.iter().any(|s| s.core.is_some()))
+        {
             self.checker.violations.push(Violation {
                 what: "hang",
                 detail: "a session did not end after close".into(),
             });
             return;
         }
-        // The server forgets everything of the closed sessions once their timers ran.
+        // The servers forget everything of the closed sessions once their timers ran.
         let later = self.now + self.cfg.timeout * 4;
-        let effects = self.node.advance(later);
-        self.server_effects(effects);
-        let sessions = self.node.session_ids();
-        let names = self.node.semaphore_names();
-        if !sessions.is_empty() || names != vec![Resource::Semaphore.name().to_string()] {
-            self.checker.violations.push(Violation {
-                what: "server leak",
-                detail: format!("sessions {sessions:?}, semaphores {names:?} left on the server"),
-            });
+        for n in 0..self.nodes.len() {
+            let effects = self.nodes[n].state.advance(later);
+            self.server_effects(effects);
+            let sessions = self.nodes[n].state.session_ids();
+            let names = self.nodes[n].state.semaphore_names();
+            let mut persistent = Vec::new();
+            if n == 0 {
+                persistent.push(Resource::Semaphore.name().to_string());
+            }
+            if self.space.is_some() {
+                persistent.push(space::semaphore_name().to_string());
+            }
+            persistent.sort_unstable();
+            if !sessions.is_empty() || names != persistent {
+                self.checker.violations.push(Violation {
+                    what: "server leak",
+                    detail: format!("sessions {sessions:?}, semaphores {names:?} left on node {n}"),
+                });
+            }
         }
     }
 }
@@ -1352,7 +1646,7 @@ fn short(ev: &Ev) -> String {
     match ev {
         Ev::ToServer { link, msg } => format!("to server on {link}: {:?}", msg.request),
         Ev::ToClient { link, msg } => format!("to client on {link}: {:?}", msg.response),
-        Ev::ClientWake { client, .. } => format!("wake client {client}"),
+        Ev::ClientWake { client, node, .. } => format!("wake client {client} on node {node}"),
         other => format!("{other:?}"),
     }
 }

@@ -1,0 +1,153 @@
+//! The lock space in the simulation: three nodes, a fourth added by a reshard in the middle
+//! of every run, and the proof that the checker's space properties bite.
+
+use super::check::space::{NAMES, SEMAPHORE};
+use super::tests::{budget, explain, find_violation, replay, run, seeds};
+use super::{Config, Report, SpaceConfig};
+use crate::space::Layout;
+
+/// Four clients with one plain worker (a mutex on the first node) and three space workers
+/// each, over three nodes and then four.
+fn space_config() -> Config {
+    Config {
+        nodes: 3,
+        workers_per_client: 1,
+        ops: 600,
+        faults: 60,
+        space: Some(SpaceConfig {
+            workers_per_client: 3,
+            ..SpaceConfig::default()
+        }),
+        ..Config::default()
+    }
+}
+
+fn broken(space: SpaceConfig) -> Config {
+    Config {
+        space: Some(SpaceConfig {
+            workers_per_client: 3,
+            ..space
+        }),
+        ..space_config()
+    }
+}
+
+#[test]
+fn a_space_keeps_one_holder_and_growing_tokens_through_a_reshard() {
+    if replay(&space_config()) {
+        return;
+    }
+    // How many seeds CI runs (`SIM_SPACE_SEEDS` overrides).
+    let seeds = seeds("SIM_SPACE_SEEDS", 100);
+    let totals = budget(&space_config(), 0..seeds);
+    let space = &totals.space;
+    eprintln!(
+        "sim space: seeds={seeds} reshards={} held A/A+B/B={:?} transition holders after B={} \
+         refused steps={} claims lost={}",
+        totals.reshards, space.held, space.late_transition, space.refused, space.claims_lost
+    );
+    assert_eq!(totals.reshards, seeds, "every run reshards A -> A+B -> B");
+    // Workers on both sides of each step: locks in every layout, and transition holders
+    // that alternated with B's (their read found B published).
+    assert!(space.held.iter().all(|&n| n > 0), "{space:?}");
+    assert!(space.late_transition > 0, "{space:?}");
+    assert_eq!(
+        space.claims_lost, 0,
+        "a correct reshard leaves no lock behind"
+    );
+    // The operator waited for lagging members before the second step.
+    assert!(space.refused > 0, "{space:?}");
+}
+
+#[test]
+fn the_same_seed_replays_the_same_space_history() {
+    let cfg = space_config();
+    let (a, b) = (run(&cfg, 7), run(&cfg, 7));
+    assert_eq!((a.ops, a.faults, a.events), (b.ops, b.faults, b.events));
+    assert_eq!(a.trail, b.trail);
+    assert_eq!(a.space.steps, b.space.steps);
+}
+
+#[test]
+fn the_checker_catches_a_reshard_that_skips_the_transition() {
+    // B published while processes still run A: an A holder and a B holder of a moved name
+    // hold it at once, each on its own node, and the semaphore's permits on the old and
+    // the new node add up past its limit.
+    let cfg = broken(SpaceConfig {
+        skip_transition: true,
+        ..SpaceConfig::default()
+    });
+    let overlap = |r: &Report, semaphore: bool| {
+        r.violations.iter().any(|v| {
+            v.what == "space overlap" && v.detail.starts_with(NAMES[SEMAPHORE]) == semaphore
+        })
+    };
+    let (mut exclusive, mut permits) = (None, None);
+    for seed in 0..40 {
+        let report = run(&cfg, seed);
+        assert!(
+            report
+                .violations
+                .iter()
+                .all(|v| v.what.starts_with("space ")),
+            "{}",
+            explain(&report)
+        );
+        if exclusive.is_none() && overlap(&report, false) {
+            exclusive = Some(seed);
+        }
+        if permits.is_none() && overlap(&report, true) {
+            permits = Some(seed);
+        }
+        if exclusive.is_some() && permits.is_some() {
+            break;
+        }
+    }
+    assert!(
+        exclusive.is_some(),
+        "an A holder and a B holder of a lock went unnoticed"
+    );
+    assert!(
+        permits.is_some(),
+        "the semaphore's permits over its limit across nodes went unnoticed"
+    );
+}
+
+#[test]
+fn the_checker_catches_a_transitions_token_by_the_old_rule() {
+    // In phase two the transition's holders alternate with B's on the new place; A's rule
+    // gives them the old epoch's token, below B's.
+    let cfg = broken(SpaceConfig {
+        old_token_rule: true,
+        ..SpaceConfig::default()
+    });
+    let found = find_violation(&cfg, 20).expect("tokens by A's rule in phase two went unnoticed");
+    assert!(
+        found
+            .violations
+            .iter()
+            .any(|v| v.what == "space fencing" && v.detail.contains("epoch 2")),
+        "{}",
+        explain(&found)
+    );
+}
+
+#[test]
+fn the_simulated_names_move_off_every_old_node_but_one() {
+    let nodes = |n: usize| (0..n).map(|i| format!("n{i}")).collect::<Vec<_>>();
+    let a = Layout::new(1, nodes(3)).unwrap_or_else(|e| panic!("{e}"));
+    let moving = a.add_node("n3").unwrap_or_else(|e| panic!("{e}"));
+    let places: Vec<Vec<String>> = NAMES
+        .iter()
+        .map(|name| moving.parts(name).into_iter().map(|p| p.node).collect())
+        .collect();
+    assert_eq!(
+        places,
+        [
+            vec!["n1", "n3"],
+            vec!["n2", "n3"],
+            vec!["n0"],
+            vec!["n0", "n3"]
+        ]
+    );
+}

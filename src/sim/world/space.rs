@@ -1,0 +1,781 @@
+//! The lock space in the simulated world: space workers taking names in every place of
+//! their process's layout, the directory where the layout is published and the processes
+//! report the epochs they run, and an operator that reshards the space in the middle of
+//! the run.
+//!
+//! What the async shell (`crate::space`) does is done here as the world's events, with the
+//! pure [`Layout`] for the rules:
+//!
+//! - A process (a client) runs one layout, its *space*, shared by its workers. It adopts a
+//!   newer one when it sees it published ([`Ev::Follow`], a delay after the publication, as
+//!   a watch delivers it), and reports the oldest epoch it runs, its layout's or that of a
+//!   lock it holds or is taking, to the directory ([`Ev::Reported`], delayed too).
+//! - A space worker takes a name in each of [`Layout::parts`], in order, one acquire at a
+//!   time on its process's session on that node; all or nothing: a part refused or timed
+//!   out, or lost before the last is held, releases what was taken. Once every part is
+//!   held, in a transition it reads the published epoch from the directory (a round trip,
+//!   read when it arrives there) and its token is [`Layout::token`] of the order ids and
+//!   that epoch. It holds the name for a while, then releases every part, the last first.
+//! - A process that sees a layout two epochs past a lock's loses that lock.
+//! - The operator publishes the transition `A+B` once a third of the operations are done,
+//!   then `B` as soon as [`Layout::check_advance`] allows it: once no process reports an
+//!   epoch older than the transition's (it looks every few hundred milliseconds).
+//!
+//! Two broken variants show that the checker bites: an operator that publishes `B` right
+//! after `A` ([`SpaceConfig::skip_transition`]) and workers that compute a transition's
+//! token by `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Caller, Ev, World, create_semaphore};
+use crate::config::AcquireOptions;
+use crate::emulator_core::NodeState;
+use crate::session::core::{AcquireCmd, Answer, Command, Control, Grant};
+use crate::sim::check::Resource;
+use crate::sim::check::space::{LIMIT, NAMES, PartHeld, SEMAPHORE};
+use crate::space::Layout;
+
+/// The lock space of a run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpaceConfig {
+    /// Space workers on each client.
+    pub(crate) workers_per_client: usize,
+    /// A broken operator: it publishes `B` straight after `A`, with no transition.
+    pub(crate) skip_transition: bool,
+    /// Broken workers: a transition's token by `A`'s rule (the old place's order id), with
+    /// no directory read, also once `B` is published.
+    pub(crate) old_token_rule: bool,
+}
+
+/// What the lock space did in a run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpaceStats {
+    /// Space locks that held every place, by the layout they were taken in (`A`, `A+B`,
+    /// `B`).
+    pub(crate) held: [u64; 3],
+    /// Holders in the transition whose directory read found `B` published (their token is
+    /// the new place's).
+    pub(crate) late_transition: u64,
+    /// Steps the operator tried and [`Layout::check_advance`] refused.
+    pub(crate) refused: u64,
+    /// When each layout after `A` was published (virtual time since the start).
+    pub(crate) steps: Vec<Duration>,
+    /// Locks lost because their process saw the published layout two epochs past theirs.
+    pub(crate) claims_lost: u64,
+}
+
+impl SpaceStats {
+    pub(crate) fn add(&mut self, other: &SpaceStats) {
+        for (mine, theirs) in self.held.iter_mut().zip(other.held) {
+            *mine += theirs;
+        }
+        self.late_transition += other.late_transition;
+        self.refused += other.refused;
+        self.claims_lost += other.claims_lost;
+    }
+}
+
+/// The directory and the operator.
+#[derive(Debug)]
+pub(super) struct Space {
+    cfg: SpaceConfig,
+    /// `A`, `A+B`, `B`: the layout of epoch `e` at `e - 1`.
+    layouts: Vec<Layout>,
+    /// The epoch published on the directory.
+    published: u64,
+    /// The epoch each process last reported, as the directory has it.
+    reports: Vec<u64>,
+    pub(super) stats: SpaceStats,
+}
+
+/// The last epoch of a run: `B`.
+const LAST: u64 = 3;
+
+impl Space {
+    /// `A` over `nodes` nodes, `B` with one more.
+    pub(super) fn new(nodes: usize, cfg: &SpaceConfig) -> Self {
+        let names: Vec<String> = (0..nodes).map(node_name).collect();
+        let a = Layout::new(1, names).unwrap_or_else(|e| panic!("layout A: {e}"));
+        let moving = a
+            .add_node(&node_name(nodes))
+            .unwrap_or_else(|e| panic!("layout A+B: {e}"));
+        let b = moving.finish().unwrap_or_else(|e| panic!("layout B: {e}"));
+        Self {
+            cfg: cfg.clone(),
+            layouts: vec![a, moving, b],
+            published: 1,
+            reports: Vec::new(),
+            stats: SpaceStats::default(),
+        }
+    }
+
+    /// The nodes of the world: every node any layout names.
+    pub(super) fn node_count(&self) -> usize {
+        self.layouts[2].nodes().len()
+    }
+
+    /// The reshard is over.
+    pub(super) fn done(&self) -> bool {
+        self.published == LAST
+    }
+
+    fn layout(&self, epoch: u64) -> &Layout {
+        &self.layouts[epoch as usize - 1]
+    }
+}
+
+/// The name of node `n` in the layouts.
+fn node_name(n: usize) -> String {
+    format!("n{n}")
+}
+
+/// The index of the node a layout calls `name`.
+fn node_index(name: &str) -> usize {
+    name.trim_start_matches('n').parse().unwrap_or_default()
+}
+
+/// The space's persistent semaphore, created on every node as a setup step.
+pub(super) fn create_semaphores(node: &mut NodeState, now: Instant) {
+    create_semaphore(node, now, semaphore_name(), LIMIT);
+}
+
+pub(super) fn semaphore_name() -> &'static str {
+    NAMES[SEMAPHORE]
+}
+
+/// A process's lock space: the layout it runs and the locks it has in each epoch.
+#[derive(Debug)]
+pub(super) struct Process {
+    /// The epoch of the layout run.
+    layout: u64,
+    /// The greatest epoch seen published.
+    published: u64,
+    /// How many locks (taking or held) each epoch has.
+    uses: BTreeMap<u64, usize>,
+    /// The epoch last reported.
+    reported: u64,
+    workers: Vec<Worker>,
+}
+
+impl Process {
+    pub(super) fn new(workers: usize) -> Self {
+        Self {
+            layout: 1,
+            published: 1,
+            uses: BTreeMap::new(),
+            reported: 1,
+            workers: (0..workers)
+                .map(|_| Worker {
+                    state: State::Idle,
+                    wake: 0,
+                    lock: None,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    /// Taking the parts, one at a time.
+    Taking,
+    /// Every part held; the directory read for the token is on its way.
+    Reading,
+    Holding,
+    /// To release what was taken.
+    Dropping,
+    /// Waiting for the releases' answers.
+    Releasing,
+}
+
+#[derive(Debug)]
+struct Worker {
+    state: State,
+    /// The wake-up that counts (earlier ones were superseded).
+    wake: u64,
+    lock: Option<Lock>,
+}
+
+/// A space lock being taken or held.
+#[derive(Debug)]
+struct Lock {
+    name: usize,
+    count: u64,
+    /// The epoch of the layout it is taken in.
+    epoch: u64,
+    /// The nodes of its parts, in order.
+    places: Vec<usize>,
+    taken: Vec<Part>,
+    /// The bound of the whole acquire (client time).
+    deadline: Option<Instant>,
+    /// The node whose acquire is on its way.
+    waiting: Option<usize>,
+    /// The node whose session it waits for.
+    needs: Option<usize>,
+    /// Its id with the checker, once it holds every part.
+    holder: Option<u64>,
+    /// Its process saw the published layout two epochs past the lock's.
+    claim_lost: bool,
+    /// Releases not answered yet.
+    pending: usize,
+}
+
+#[derive(Debug)]
+struct Part {
+    held: PartHeld,
+    order_id: u64,
+    /// Told to the checker as ended (released or lost).
+    ended: bool,
+}
+
+impl World {
+    fn worker(&mut self, c: usize, w: usize) -> &mut Worker {
+        &mut self.clients[c].space.workers[w]
+    }
+
+    fn lock(&mut self, c: usize, w: usize) -> Option<&mut Lock> {
+        self.worker(c, w).lock.as_mut()
+    }
+
+    fn schedule(&mut self, c: usize, w: usize, at: Instant) {
+        let worker = self.worker(c, w);
+        worker.wake += 1;
+        let wake = worker.wake;
+        self.push(
+            at,
+            Ev::Space {
+                client: c,
+                worker: w,
+                wake,
+            },
+        );
+    }
+
+    /// The directory's reports, the operator and the workers' first cycles.
+    pub(super) fn start_space(&mut self) {
+        if self.space.is_none() {
+            return;
+        }
+        let clients = self.clients.len();
+        if let Some(space) = self.space.as_mut() {
+            space.reports = vec![1; clients];
+        }
+        let first = self.base + Duration::from_millis(self.rng.range(500, 1_500));
+        self.push(first, Ev::Operator);
+        for c in 0..clients {
+            for w in 0..self.clients[c].space.workers.len() {
+                let at = self.base + Duration::from_millis(self.rng.range(50, 200));
+                self.schedule(c, w, at);
+            }
+        }
+    }
+
+    /// Client `c` has a session on node `n` again: the workers waiting for it go on.
+    pub(super) fn session_up(&mut self, c: usize, n: usize) {
+        for w in 0..self.clients[c].space.workers.len() {
+            if let Some(lock) = self.lock(c, w).filter(|l| l.needs == Some(n)) {
+                lock.needs = None;
+                self.schedule(c, w, self.now);
+            }
+        }
+    }
+
+    /// Parts whose token fired are lost; a lock that held every part holds no more.
+    pub(super) fn observe_space_tokens(&mut self, c: usize) {
+        for w in 0..self.clients[c].space.workers.len() {
+            let Some(lock) = self.lock(c, w) else {
+                continue;
+            };
+            let mut lost = Vec::new();
+            for p in lock.taken.iter_mut().filter(|p| !p.ended) {
+                if p.held.token.is_cancelled() {
+                    p.ended = true;
+                    lost.push(p.held.key);
+                }
+            }
+            if lost.is_empty() {
+                continue;
+            }
+            for key in lost {
+                self.checker.ended(self.now, key, true);
+            }
+            if matches!(self.worker(c, w).state, State::Reading | State::Holding) {
+                self.space_lost(c, w);
+            }
+        }
+    }
+
+    /// The lock of worker `w` no longer holds its name: what is left of it is released.
+    fn space_lost(&mut self, c: usize, w: usize) {
+        if let Some(id) = self.lock(c, w).and_then(|l| l.holder.take()) {
+            self.checker.space_released(id);
+        }
+        self.worker(c, w).state = State::Dropping;
+        self.schedule(c, w, self.now);
+    }
+
+    /// The process closes: what its workers hold is released, not lost.
+    pub(super) fn end_space_locks(&mut self, c: usize) {
+        for w in 0..self.clients[c].space.workers.len() {
+            let worker = self.worker(c, w);
+            worker.state = State::Idle;
+            worker.wake += 1;
+            let Some(lock) = worker.lock.take() else {
+                continue;
+            };
+            for p in lock.taken.iter().filter(|p| !p.ended) {
+                self.checker.ended(self.now, p.held.key, false);
+            }
+            if let Some(id) = lock.holder {
+                self.checker.space_released(id);
+            }
+        }
+        self.clients[c].space.uses.clear();
+    }
+
+    /// Worker `w` of client `c` acts; returns the nodes whose sessions it commanded.
+    pub(super) fn space_step(
+        &mut self,
+        c: usize,
+        w: usize,
+        wake: u64,
+        now_c: Instant,
+    ) -> Vec<usize> {
+        if self.worker(c, w).wake != wake {
+            return Vec::new();
+        }
+        match self.worker(c, w).state {
+            State::Idle => self.space_begin(c, w, now_c),
+            State::Taking => self.space_take(c, w, now_c),
+            State::Holding => {
+                // Releasing the first part ends the hold.
+                if let Some(id) = self.lock(c, w).and_then(|l| l.holder.take()) {
+                    self.checker.space_released(id);
+                }
+                self.space_release(c, w, now_c)
+            }
+            State::Dropping => self.space_release(c, w, now_c),
+            State::Releasing => {
+                if self.lock(c, w).is_none_or(|l| l.pending == 0) {
+                    self.space_done(c, w);
+                }
+                Vec::new()
+            }
+            State::Reading => Vec::new(),
+        }
+    }
+
+    /// A new cycle: a name, maybe a bound, and the layout the process runs now.
+    fn space_begin(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        if self.winding_down || self.ops >= self.cfg.ops {
+            return Vec::new();
+        }
+        let Some(space) = self.space.as_ref() else {
+            return Vec::new();
+        };
+        let name = self.rng.range(0, NAMES.len() as u64) as usize;
+        let count = if name == SEMAPHORE { 1 } else { u64::MAX };
+        let deadline = self
+            .rng
+            .chance(0.3)
+            .then(|| now_c + Duration::from_millis(self.rng.range(0, 2_000)));
+        let process = &mut self.clients[c].space;
+        // The lock's claim on its layout's epoch, as `Shared::enter` makes it.
+        let epoch = process.layout;
+        *process.uses.entry(epoch).or_default() += 1;
+        let claim_lost = process.published > epoch + 1;
+        let places = space
+            .layout(epoch)
+            .parts(NAMES[name])
+            .iter()
+            .map(|p| node_index(&p.node))
+            .collect();
+        let worker = &mut process.workers[w];
+        worker.state = State::Taking;
+        worker.lock = Some(Lock {
+            name,
+            count,
+            epoch,
+            places,
+            taken: Vec::new(),
+            deadline,
+            waiting: None,
+            needs: None,
+            holder: None,
+            claim_lost,
+            pending: 0,
+        });
+        self.report(c);
+        self.space_take(c, w, now_c)
+    }
+
+    /// The next part, or the hold once every part is taken.
+    fn space_take(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w).filter(|l| l.waiting.is_none()) else {
+            return Vec::new();
+        };
+        let Some(&node) = lock.places.get(lock.taken.len()) else {
+            return self.space_all_taken(c, w);
+        };
+        let (name, deadline) = (lock.name, lock.deadline);
+        if !self.clients[c].sessions[node].usable() {
+            // The session manager has no session there now: wait for one, or the bound.
+            if deadline.is_some_and(|d| now_c >= d) {
+                self.worker(c, w).state = State::Dropping;
+                return self.space_release(c, w, now_c);
+            }
+            if let Some(lock) = self.lock(c, w) {
+                lock.needs = Some(node);
+            }
+            if let Some(d) = deadline {
+                let at = self.global_of(c, d);
+                self.schedule(c, w, at);
+            }
+            return Vec::new();
+        }
+        let mut opts = if name == SEMAPHORE {
+            AcquireOptions::new().count(1)
+        } else {
+            AcquireOptions::exclusive().ephemeral(true)
+        };
+        if let Some(d) = deadline {
+            opts = opts.timeout(d.saturating_duration_since(now_c));
+        }
+        let caller = self.caller(c, node, Caller::Space(w));
+        if let Some(lock) = self.lock(c, w) {
+            lock.waiting = Some(node);
+        }
+        let cmd = Command::Acquire(AcquireCmd {
+            caller,
+            name: NAMES[name].into(),
+            opts,
+            requested_at: now_c,
+        });
+        if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
+            core.command(now_c, cmd);
+        }
+        vec![node]
+    }
+
+    /// Every part is taken: the lock holds its name (unless a part was lost meanwhile),
+    /// and its token comes from the order ids and, in a transition, the directory.
+    fn space_all_taken(&mut self, c: usize, w: usize) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        if lock.claim_lost || lock.taken.iter().any(|p| p.held.token.is_cancelled()) {
+            // A part was lost while the next was awaited: none of it is worth holding.
+            self.worker(c, w).state = State::Dropping;
+            self.schedule(c, w, self.now);
+            return Vec::new();
+        }
+        let (name, count, epoch) = (lock.name, lock.count, lock.epoch);
+        let parts = lock.taken.iter().map(|p| p.held.clone()).collect();
+        let id = self
+            .checker
+            .space_held(self.now, c, name, count, epoch, parts);
+        self.ops += 1;
+        if let Some(lock) = self.lock(c, w) {
+            lock.holder = Some(id);
+        }
+        let Some(space) = self.space.as_mut() else {
+            return Vec::new();
+        };
+        space.stats.held[epoch as usize - 1] += 1;
+        if space.layout(epoch).is_transition() && !space.cfg.old_token_rule {
+            self.worker(c, w).state = State::Reading;
+            self.schedule_read(c, w);
+        } else {
+            // A stable layout's token, or (broken) a transition's by the old rule.
+            self.space_hold(c, w, None);
+        }
+        Vec::new()
+    }
+
+    fn schedule_read(&mut self, c: usize, w: usize) {
+        let worker = self.worker(c, w);
+        worker.wake += 1;
+        let wake = worker.wake;
+        let at = self.now + self.delay();
+        self.push(
+            at,
+            Ev::DirRead {
+                client: c,
+                worker: w,
+                wake,
+            },
+        );
+    }
+
+    /// The lock computes its token (with `published`, the epoch its directory read found)
+    /// and holds its name for a while.
+    fn space_hold(&mut self, c: usize, w: usize, published: Option<u64>) {
+        let Some(lock) = self.lock(c, w) else {
+            return;
+        };
+        let orders: Vec<u64> = lock.taken.iter().map(|p| p.order_id).collect();
+        let (epoch, holder) = (lock.epoch, lock.holder);
+        let Some(space) = self.space.as_mut() else {
+            return;
+        };
+        let token = space.layout(epoch).token(&orders, published);
+        if published.is_some_and(|p| p > epoch) {
+            space.stats.late_transition += 1;
+        }
+        if let Some(id) = holder {
+            self.checker.space_token(id, token);
+        }
+        self.worker(c, w).state = State::Holding;
+        let hold = self.hold_time();
+        self.schedule(c, w, self.now + hold);
+    }
+
+    /// Releases every part still held, the last taken first.
+    fn space_release(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        let name = lock.name;
+        let taken = std::mem::take(&mut lock.taken);
+        let mut touched = Vec::new();
+        for p in taken.iter().rev() {
+            if !p.ended {
+                self.checker.ended(self.now, p.held.key, false);
+            }
+            let (node, (_, session_no, lease)) = (p.held.node, p.held.key);
+            let s = &self.clients[c].sessions[node];
+            if !s.usable() || s.session_no != session_no {
+                continue; // the session that held it is gone, and the lease with it
+            }
+            let caller = self.caller(c, node, Caller::Space(w));
+            let release = Control::Release {
+                name: NAMES[name].into(),
+                lease,
+                caller: Some(caller),
+            };
+            if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
+                core.control(now_c, release);
+            }
+            touched.push(node);
+        }
+        let pending = touched.len();
+        if let Some(lock) = self.lock(c, w) {
+            lock.pending = pending;
+        }
+        self.worker(c, w).state = State::Releasing;
+        if pending == 0 {
+            self.space_done(c, w);
+        }
+        touched
+    }
+
+    /// The cycle is over: the lock gives up its epoch's claim.
+    fn space_done(&mut self, c: usize, w: usize) {
+        let worker = self.worker(c, w);
+        worker.state = State::Idle;
+        if let Some(lock) = worker.lock.take() {
+            let uses = &mut self.clients[c].space.uses;
+            if let Some(n) = uses.get_mut(&lock.epoch) {
+                *n -= 1;
+                if *n == 0 {
+                    uses.remove(&lock.epoch);
+                }
+            }
+        }
+        self.report(c);
+        let think = Duration::from_millis(self.rng.range(0, 40));
+        self.schedule(c, w, self.now + think);
+    }
+
+    /// A session answered space worker `w`.
+    pub(super) fn space_answered(&mut self, c: usize, n: usize, w: usize, answer: Answer) {
+        let state = self.worker(c, w).state;
+        let session_no = self.clients[c].sessions[n].session_no;
+        let Some(lock) = self.lock(c, w) else {
+            return; // the process closed: the sessions release it
+        };
+        match answer {
+            Answer::Acquire(Ok(Some(Grant {
+                lease,
+                order_id,
+                token,
+                ..
+            }))) if state == State::Taking && lock.waiting == Some(n) => {
+                lock.waiting = None;
+                let key = (c, session_no, lease);
+                let resource = Resource::Part {
+                    node: n,
+                    name: lock.name,
+                };
+                let count = lock.count;
+                lock.taken.push(Part {
+                    held: PartHeld {
+                        node: n,
+                        key,
+                        token: token.clone(),
+                    },
+                    order_id,
+                    ended: false,
+                });
+                self.checker
+                    .granted(self.now, key, resource, count, order_id, token);
+                self.schedule(c, w, self.now);
+            }
+            Answer::Acquire(_) if state == State::Taking && lock.waiting == Some(n) => {
+                // Refused, timed out or the session ended: release what was taken.
+                lock.waiting = None;
+                self.worker(c, w).state = State::Dropping;
+                self.schedule(c, w, self.now);
+            }
+            Answer::Release(_) if state == State::Releasing => {
+                lock.pending = lock.pending.saturating_sub(1);
+                if lock.pending == 0 {
+                    self.schedule(c, w, self.now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- the directory -------------------------------------------------------------------
+
+    /// Client `c` reports the oldest epoch it runs, if that changed.
+    fn report(&mut self, c: usize) {
+        let process = &mut self.clients[c].space;
+        let oldest = process.uses.keys().next().copied();
+        let epoch = oldest.map_or(process.layout, |o| o.min(process.layout));
+        if epoch == process.reported {
+            return;
+        }
+        process.reported = epoch;
+        let at = self.now + self.delay();
+        self.push(at, Ev::Reported { client: c, epoch });
+    }
+
+    pub(super) fn reported(&mut self, c: usize, epoch: u64) {
+        if let Some(r) = self.space.as_mut().and_then(|s| s.reports.get_mut(c)) {
+            *r = (*r).max(epoch);
+        }
+    }
+
+    /// Client `c` sees `epoch` published: the locks two epochs behind it are lost.
+    fn seen(&mut self, c: usize, epoch: u64) {
+        let process = &mut self.clients[c].space;
+        if epoch <= process.published {
+            return;
+        }
+        process.published = epoch;
+        for w in 0..self.clients[c].space.workers.len() {
+            let Some(lock) = self
+                .lock(c, w)
+                .filter(|l| !l.claim_lost && l.epoch + 1 < epoch)
+            else {
+                continue;
+            };
+            lock.claim_lost = true;
+            if let Some(space) = self.space.as_mut() {
+                space.stats.claims_lost += 1;
+            }
+            if matches!(self.worker(c, w).state, State::Reading | State::Holding) {
+                self.space_lost(c, w);
+            }
+        }
+    }
+
+    /// Client `c` sees the layout of `epoch` published, and runs it if it is newer.
+    pub(super) fn follow(&mut self, c: usize, epoch: u64) {
+        self.seen(c, epoch);
+        let process = &mut self.clients[c].space;
+        if epoch > process.layout {
+            process.layout = epoch;
+            self.report(c);
+        }
+    }
+
+    /// A worker's read reaches the directory: it answers with the epoch published now.
+    pub(super) fn directory_read(&mut self, c: usize, w: usize, wake: u64) {
+        let Some(epoch) = self.space.as_ref().map(|s| s.published) else {
+            return;
+        };
+        let at = self.now + self.delay();
+        self.push(
+            at,
+            Ev::DirAnswer {
+                client: c,
+                worker: w,
+                wake,
+                epoch,
+            },
+        );
+    }
+
+    pub(super) fn directory_answer(&mut self, c: usize, w: usize, wake: u64, epoch: u64) {
+        self.seen(c, epoch);
+        let worker = self.worker(c, w);
+        if worker.wake == wake && worker.state == State::Reading {
+            self.space_hold(c, w, Some(epoch));
+        }
+    }
+
+    // ---- the operator --------------------------------------------------------------------
+
+    /// The operator's look at the directory: the next step of the reshard, if it is due and
+    /// allowed.
+    pub(super) fn operator(&mut self) {
+        let Some(space) = self.space.as_ref().filter(|s| !s.done()) else {
+            return;
+        };
+        let published = space.published;
+        // The reshard starts a third into the run; its second step is tried from then on,
+        // at every look, and taken as soon as no member lags.
+        let due = published > 1 || self.ops >= self.cfg.ops / 3;
+        let next = published + 1;
+        let step = if !due {
+            None
+        } else if space.cfg.skip_transition {
+            Some(LAST)
+        } else {
+            let members = space
+                .reports
+                .iter()
+                .enumerate()
+                .map(|(c, &e)| (c as u64, e));
+            let allowed = space
+                .layout(published)
+                .check_advance(space.layout(next), members);
+            Some(next).filter(|_| allowed.is_ok())
+        };
+        if due
+            && step.is_none()
+            && let Some(space) = self.space.as_mut()
+        {
+            space.stats.refused += 1;
+        }
+        if let Some(epoch) = step {
+            self.publish(epoch);
+        }
+        let at = self.now + Duration::from_millis(self.rng.range(200, 1_000));
+        self.push(at, Ev::Operator);
+    }
+
+    /// Publishes the layout of `epoch`; each process sees it after its own delay.
+    fn publish(&mut self, epoch: u64) {
+        let since = self.now - self.base;
+        if let Some(space) = self.space.as_mut() {
+            space.published = epoch;
+            space.stats.steps.push(since);
+        }
+        for c in 0..self.clients.len() {
+            let delay = if self.rng.chance(0.2) {
+                Duration::from_millis(self.rng.range(500, 5_000))
+            } else {
+                Duration::from_millis(self.rng.range(1, 500))
+            };
+            self.push(self.now + delay, Ev::Follow { client: c, epoch });
+        }
+    }
+}
