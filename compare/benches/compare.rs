@@ -19,23 +19,26 @@
 //! 10. growth: 1,000 and 10,000 idle sessions (RSS, keepalive CPU), 10,000 and 100,000 held
 //!     leases (RSS; a reattach under them);
 //! 11. the rate limiter: the rate 1, 10 and 100 acquirers achieve against the configured one,
-//!     and the round trip of an acquire that does not wait next to one unary call.
+//!     and the round trip of an acquire that does not wait next to one unary call;
+//! 12. the lock space: lock cycles of 16 workers on independent names over 1, 2 and 4 nodes
+//!     (the emulator in another process), a lock of a moved name in the transition of a
+//!     reshard against the plain layout, the fraction of names moved by adding a node.
 //!
-//! Rows 1 to 4, 8, 9, 10's reattach and 11 run under a time limit: a row that does not finish within it (a peer
+//! Rows 1 to 4, 8, 9, 10's reattach, 11 and 12 run under a time limit: a row that does not finish within it (a peer
 //! that stops answering) is reported as failed, with the reason, and the next row runs. The
 //! rows that measure child processes (5, 7) give each client child at most 180 s. An emulator
-//! child (rows 5, 7, 8) has 30 s for each answer (its address, its CPU time): one that gives
+//! child (rows 5, 7, 8, 12) has 30 s for each answer (its address, its CPU time): one that gives
 //! none fails its row. The table is printed whatever happened; the run fails if a row of this
 //! crate failed.
 //!
 //! Environment:
-//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10,11` selects rows (default all);
+//! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10,11,12` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (e.g. `0.2` for a smoke run,
 //!   `5` for a long one); memory always uses 10,000 leases and 1,000 sessions unless scaled
 //!   below 1;
 //! - `COMPARE_ONLY=ours` or `ydb` runs one crate's side of rows 1 to 3 (for profiling);
 //! - `COMPARE_SILENT_SERVER=1` makes every emulator child stay silent, to check that rows 5,
-//!   7 and 8 then fail within their bounds instead of hanging the run.
+//!   7, 8 and 12 then fail within their bounds instead of hanging the run.
 
 #[path = "compare/cpu.rs"]
 mod cpu;
@@ -45,6 +48,8 @@ mod growth;
 mod memory;
 #[path = "compare/rate.rs"]
 mod rate;
+#[path = "compare/space.rs"]
+mod space;
 #[path = "compare/stats.rs"]
 mod stats;
 
@@ -146,7 +151,7 @@ impl Config {
                 .split(',')
                 .map(|r| r.trim().parse::<u8>())
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => (1..=11).collect(),
+            Err(_) => (1..=12).collect(),
         };
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
@@ -1123,11 +1128,15 @@ fn capped<T>(
     match result {
         Ok(v) => Some(v),
         Err(e) => {
-            let failed = err_cell(e.as_ref());
-            rows.push([row, what, &failed, "—", "—", "—"].map(str::to_string));
+            rows.push(failed_line(row, what, e.as_ref()));
             None
         }
     }
+}
+
+/// The table line of a row that failed: `what` and why.
+fn failed_line(row: &str, what: &str, e: &(dyn Error + Send + Sync)) -> [String; 6] {
+    [row, what, &err_cell(e), "—", "—", "—"].map(str::to_string)
 }
 
 /// Row 10: idle sessions and held leases at two sizes each, both crates where they can.
@@ -1985,6 +1994,23 @@ fn main() -> R<()> {
     {
         rows.extend(rate_cells(&r));
         notes.push(rate_note(&r));
+    }
+
+    if cfg.has(12) {
+        let what = "lock space over 1, 2 and 4 nodes";
+        if let Some(s) = capped(&rt, &cfg, &mut rows, "12", what, space::spread(&cfg)) {
+            rows.extend(space::spread_cells(&s));
+        }
+        let what = "lock space transition";
+        if let Some(t) = capped(&rt, &cfg, &mut rows, "12", what, space::transition(&cfg)) {
+            rows.push(space::transition_cells(&t));
+        }
+        eprintln!("row 12: lock space moved fraction ...");
+        rows.push(match space::moved() {
+            Ok(m) => space::moved_cells(&m),
+            Err(e) => failed_line("12", "lock space moved fraction", e.as_ref()),
+        });
+        notes.push(space::note(&cfg));
     }
 
     println!(

@@ -42,15 +42,22 @@ pub async fn setup(name: &str) -> Result<Setup, Box<dyn std::error::Error>> {
         }
     };
     let client = connect(&conn).await?;
-    let node = format!("{}/examples-{name}", client.database());
-    let _ = client.drop_node(&node).await;
-    client.create_node(&node, NodeConfig::new()).await?;
+    let node = fresh_node(&client, name).await?;
     Ok(Setup {
         client,
         node,
         emulator,
         connection: conn,
     })
+}
+
+/// Makes a fresh coordination node `examples-{name}` in the client's database (dropping the
+/// one an earlier run may have left) and returns its path.
+pub async fn fresh_node(client: &Client, name: &str) -> Result<String, ydb_coordination::Error> {
+    let node = format!("{}/examples-{name}", client.database());
+    let _ = client.drop_node(&node).await;
+    client.create_node(&node, NodeConfig::new()).await?;
+    Ok(node)
 }
 
 /// The error type of the examples' steps.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{Client, ErrorKind, RateLimiter, ResourceSettings};
 
-use super::stats::nearest_rank;
+use super::stats::quantile;
 use super::{Config, R, STEP, within};
 
 const NODE: &str = "/local/rate";
@@ -50,18 +50,12 @@ pub(crate) struct Latency {
 impl Latency {
     /// The `q` quantile of the acquires (nearest rank).
     pub(crate) fn acquire_at(&self, q: f64) -> Duration {
-        at(&self.acquire, q)
+        quantile(&self.acquire, q)
     }
 
     pub(crate) fn describe_median(&self) -> Duration {
-        at(&self.describe, 0.5)
+        quantile(&self.describe, 0.5)
     }
-}
-
-fn at(samples: &[Duration], q: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    nearest_rank(&sorted, q)
 }
 
 /// Row 11's results.

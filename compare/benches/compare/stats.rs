@@ -40,6 +40,13 @@ pub(crate) fn nearest_rank(sorted: &[Duration], q: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
+/// The `q` quantile of `samples` (in any order) by nearest rank; zero when there are none.
+pub(crate) fn quantile(samples: &[Duration], q: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    nearest_rank(&sorted, q)
+}
+
 /// A duration in µs below 10 ms, in ms below 10 s, else in s.
 pub(crate) fn fmt_duration(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
