@@ -82,6 +82,31 @@ pub(crate) struct Spread {
     pub(crate) client_cores: Vec<f64>,
     /// The cores the emulator process used, one per window.
     pub(crate) server_cores: Vec<f64>,
+    /// The cores the machine left idle, one per window (empty without `/proc/stat`).
+    pub(crate) idle_cores: Vec<f64>,
+}
+
+/// The CPU a window used, in cores: this process's (the client's), the emulator's, and
+/// what the machine left idle (`None` without `/proc/stat`).
+struct Cores {
+    client: f64,
+    server: f64,
+    idle: Option<f64>,
+}
+
+/// The idle time of every CPU of the machine so far (idle and iowait in `/proc/stat`), or
+/// `None` where there is no such file.
+fn machine_idle() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // Fields 4 and 5 are idle and iowait, in USER_HZ ticks (100 a second).
+    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
+    Some(Duration::from_millis(idle * 10))
 }
 
 /// Row 12's spread runs: [`WORKERS`] tasks on one space (one process: one session per
@@ -101,15 +126,16 @@ pub(crate) async fn spread(cfg: &Config) -> R<Vec<Spread>> {
             rates: Vec::new(),
             client_cores: Vec::new(),
             server_cores: Vec::new(),
+            idle_cores: Vec::new(),
         })
         .collect();
     for _ in 0..rounds {
         for (space, out) in spaces.iter().zip(&mut out) {
-            let (rate, client, server) =
-                cycles(space, &mut server, Window::new(warmup, length)).await?;
+            let (rate, cores) = cycles(space, &mut server, Window::new(warmup, length)).await?;
             out.rates.push(rate);
-            out.client_cores.push(client);
-            out.server_cores.push(server);
+            out.client_cores.push(cores.client);
+            out.server_cores.push(cores.server);
+            out.idle_cores.extend(cores.idle);
         }
     }
     for space in &spaces {
@@ -118,8 +144,8 @@ pub(crate) async fn spread(cfg: &Config) -> R<Vec<Spread>> {
     Ok(out)
 }
 
-/// One window of lock cycles on `space`: (cycles per second, client cores, emulator cores).
-async fn cycles(space: &LockSpace, server: &mut ServerChild, window: Window) -> R<(f64, f64, f64)> {
+/// One window of lock cycles on `space`: cycles per second, and the cores used.
+async fn cycles(space: &LockSpace, server: &mut ServerChild, window: Window) -> R<(f64, Cores)> {
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..WORKERS {
@@ -142,9 +168,9 @@ async fn cycles(space: &LockSpace, server: &mut ServerChild, window: Window) -> 
         });
     }
     tokio::time::sleep_until(tokio::time::Instant::from_std(window.from)).await;
-    let (client0, server0) = (cpu::used()?, server.cpu()?);
+    let (client0, server0, idle0) = (cpu::used()?, server.cpu()?, machine_idle());
     tokio::time::sleep_until(tokio::time::Instant::from_std(window.to)).await;
-    let (client1, server1) = (cpu::used()?, server.cpu()?);
+    let (client1, server1, idle1) = (cpu::used()?, server.cpu()?, machine_idle());
     while let Some(finished) = tasks.join_next().await {
         finished??;
     }
@@ -153,8 +179,11 @@ async fn cycles(space: &LockSpace, server: &mut ServerChild, window: Window) -> 
     };
     Ok((
         window.rate(done.load(Ordering::Relaxed)),
-        cores(client0, client1),
-        cores(server0, server1),
+        Cores {
+            client: cores(client0, client1),
+            server: cores(server0, server1),
+            idle: idle0.zip(idle1).map(|(from, to)| cores(from, to)),
+        },
     ))
 }
 
@@ -245,6 +274,25 @@ pub(crate) fn moved() -> R<Vec<Moved>> {
         .collect()
 }
 
+/// The CPU a spread run used: each process's cores, the CPU time per cycle, the idle cores.
+fn cpu_cell(s: &Spread) -> String {
+    let (client, server) = (median_rate(&s.client_cores), median_rate(&s.server_cores));
+    let per_cycle = (client + server) / median_rate(&s.rates);
+    let per_cycle = if per_cycle.is_finite() && per_cycle >= 0.0 {
+        fmt_duration(Duration::from_secs_f64(per_cycle))
+    } else {
+        "n/a".to_string()
+    };
+    let idle = if s.idle_cores.is_empty() {
+        "n/a".to_string()
+    } else {
+        format!("{:.2}", median_rate(&s.idle_cores))
+    };
+    format!(
+        "CPU: client {client:.2} + emulator {server:.2} cores ({per_cycle} per cycle); idle {idle}"
+    )
+}
+
 /// Row 12's lines for the spread runs: one per node count, then the ratios.
 pub(crate) fn spread_cells(spread: &[Spread]) -> Vec<[String; 6]> {
     let base = spread.first().map_or(f64::NAN, |s| median_rate(&s.rates));
@@ -259,11 +307,7 @@ pub(crate) fn spread_cells(spread: &[Spread]) -> Vec<[String; 6]> {
                 ),
                 rates_cell(&s.rates),
                 "no lock space ¹³".to_string(),
-                format!(
-                    "CPU: client {:.2} + emulator {:.2} cores",
-                    median_rate(&s.client_cores),
-                    median_rate(&s.server_cores)
-                ),
+                cpu_cell(s),
                 format!("{} 1 node", ratio(median_rate(&s.rates), base)),
             ]
         })
@@ -326,21 +370,22 @@ pub(crate) fn moved_cells(m: &[Moved]) -> [String; 6] {
 pub(crate) fn note(cfg: &Config) -> String {
     let (rounds, length, warmup) = windows(cfg);
     format!(
-        "¹³ Row 12: the emulator runs in a fresh child process of this binary (as in rows 7 \
-         and 8), its nodes created over gRPC; each node has its own lock there. Spread: one \
+        "¹³ Row 12: the emulator runs in a fresh child process of this binary (as in rows 7 and \
+         8), its nodes created over gRPC; each node has its own lock there. Spread: one \
          `LockSpace` (one process: one session per node) over 1, 2 or 4 nodes with a fixed \
          layout, {WORKERS} tasks each cycling its own {NAMES} names (`mutex(..).lock()` + \
-         `unlock()`, no contention), {rounds} windows of {} after a {} warm-up per node \
-         count, alternating between the counts; median (range). The CPU cells are the cores \
-         each process used in the window (`getrusage` of the bench process, which is the \
-         client, and of the emulator process): on a machine of {} CPUs the two together \
-         cannot use more. Transition: two spaces following one directory node, one in the \
-         layout A (`s1`), one in the transition A+B to `s1, s2`; the same name, one that \
-         moves to `s2`, locked and unlocked in each in alternating batches of 50. In A+B the \
-         lock is taken on `s1`, then on `s2`, and the published layout is read from the \
-         directory for the fencing token. Moved: `Layout::parts` of the transition that adds \
-         a node to N, over {} names (`name-0` …); a name with two parts moves. The `ydb` \
-         crate has no lock space to put side by side.",
+         `unlock()`, no contention), {rounds} windows of {} after a {} warm-up per node count, \
+         alternating between the counts; median (range). The CPU cells are the cores each \
+         process used in the window (`getrusage` of the bench process, which is the client, and \
+         of the emulator process), their CPU time per lock cycle, and the cores the whole \
+         machine left idle (`/proc/stat`): on a machine of {} CPUs the two together cannot use \
+         more, and what neither uses nor leaves idle went to other processes. Transition: two \
+         spaces following one directory node, one in the layout A (`s1`), one in the transition \
+         A+B to `s1, s2`; the same name, one that moves to `s2`, locked and unlocked in each in \
+         alternating batches of 50. In A+B the lock is taken on `s1`, then on `s2`, and the \
+         published layout is read from the directory for the fencing token. Moved: \
+         `Layout::parts` of the transition that adds a node to N, over {} names (`name-0` …); a \
+         name with two parts moves. The `ydb` crate has no lock space to put side by side.",
         fmt_duration(length),
         fmt_duration(warmup),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
