@@ -259,10 +259,7 @@ impl Shared {
                 ),
             );
             tracing::warn!(error = %err, "lock space layout not followed");
-            *self
-                .layout_error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(err);
+            self.set_error(Some(err));
             return;
         }
         tracing::info!(layout = %layout, "lock space follows a new layout");
