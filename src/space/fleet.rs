@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::layout::{Layout, SpaceToken};
 use super::lock::{SpaceAcquiring, SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
 use super::{LockSpace, Shared, Ticket};
 use crate::config::AcquireOptions;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::recipes::{Member, Membership, Prepare};
 
 /// The place of `name` where every holder of it meets now, with the epoch its tokens
@@ -208,9 +208,46 @@ pub struct SpaceGroup {
 #[must_use = "dropping the membership leaves the group"]
 pub struct SpaceMembership {
     leave: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    ended: watch::Receiver<Option<Error>>,
 }
 
 impl SpaceMembership {
+    /// The error that ended the membership (it could not follow a new layout: a node's
+    /// manager stopped, a node the space was not given); `None` while it is a member.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let me = space.group("workers").join(b"host-a").await?;
+    /// assert!(me.error().is_none());
+    /// # me.leave().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn error(&self) -> Option<Error> {
+        self.ended.borrow().clone()
+    }
+
+    /// Waits until the membership ends by itself, and returns why.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn ended(&self) -> Error {
+        let mut ended = self.ended.clone();
+        match ended.wait_for(Option::is_some).await {
+            Ok(e) => e.clone().unwrap_or_else(gone),
+            Err(_) => gone(),
+        }
+    }
+
     /// Leaves the group in every place and waits until the servers answered.
     ///
     /// # Cancel safety
@@ -224,6 +261,14 @@ impl SpaceMembership {
             }
         }
     }
+}
+
+/// The error of a membership whose task is gone without saying why.
+fn gone() -> Error {
+    Error::new(
+        ErrorKind::SessionClosed,
+        "the group membership's task ended; join again",
+    )
 }
 
 impl SpaceGroup {
@@ -242,6 +287,7 @@ impl SpaceGroup {
         let shared = self.space.shared().clone();
         let (joined, ticket) = join_places(&shared, &self.name, data, BTreeMap::new()).await?;
         let (leave, asked) = oneshot::channel();
+        let (ended_tx, ended) = watch::channel(None);
         tokio::spawn(keep(
             shared,
             self.name.clone(),
@@ -249,8 +295,12 @@ impl SpaceGroup {
             joined,
             ticket,
             asked,
+            ended_tx,
         ));
-        Ok(SpaceMembership { leave: Some(leave) })
+        Ok(SpaceMembership {
+            leave: Some(leave),
+            ended,
+        })
     }
 
     /// The members now, read where every member is (see [`SpaceGroup`]).
@@ -307,6 +357,7 @@ async fn keep(
     mut joined: BTreeMap<String, Membership>,
     mut ticket: Ticket,
     mut asked: oneshot::Receiver<oneshot::Sender<()>>,
+    ended: watch::Sender<Option<Error>>,
 ) {
     let mut layouts = shared.layout.subscribe();
     let reply = loop {
@@ -327,6 +378,7 @@ async fn keep(
             }
             Err(e) => {
                 tracing::warn!(group = name, error = %e, "group membership could not follow the layout");
+                ended.send_replace(Some(e));
                 break None;
             }
         }
