@@ -713,3 +713,158 @@ async fn bad_input_is_refused_by_kind() {
         Some(ErrorKind::PreconditionFailed)
     );
 }
+
+/// 13. A publication lives on the directory node and keeps its value through a reshard:
+///     written in `A`, read by a process that starts in `A+B`, written in `A+B` and seen by
+///     a subscriber, read and written in `B`; no lock node holds it.
+#[tokio::test(start_paused = true)]
+async fn a_publication_keeps_its_value_across_a_reshard() {
+    use futures::StreamExt;
+    let c = Cluster::start().await;
+    let (a, t, b) = reshard();
+    let directory = c.directory(&a).await;
+    let early = c.following(&NODES).await;
+    let name = moved(&t, 1).remove(0);
+    within(early.published(&name).publish(b"v1")).await.unwrap();
+
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&early, t.epoch()).await;
+    let late = c.following(&NODES).await;
+    assert_eq!(late.layout().epoch(), t.epoch());
+    assert_eq!(within(late.published(&name).get()).await.unwrap(), b"v1");
+    let mut values = late.published(&name).subscribe();
+    let first = within(values.next()).await.unwrap().unwrap();
+    assert_eq!(first, b"v1");
+    within(early.published(&name).publish(b"v2")).await.unwrap();
+    let second = within(values.next()).await.unwrap().unwrap();
+    assert_eq!(second, b"v2");
+
+    none_lagging(&directory).await;
+    assert_eq!(within(directory.finish()).await.unwrap(), b);
+    follows(&early, b.epoch()).await;
+    follows(&late, b.epoch()).await;
+    assert_eq!(within(early.published(&name).get()).await.unwrap(), b"v2");
+    within(late.published(&name).publish(b"v3")).await.unwrap();
+    let third = within(values.next()).await.unwrap().unwrap();
+    assert_eq!(third, b"v3");
+
+    let stored = format!("{SPACE}/value/{name}");
+    assert!(c.emulator.semaphore_names(DIR).contains(&stored));
+    for node in NODES {
+        let names = c.emulator.semaphore_names(node);
+        assert!(
+            names.iter().all(|n| !n.contains(&name)),
+            "{node}: {names:?}"
+        );
+    }
+}
+
+/// 14. Without a directory (a fixed layout) a publication is the name's `Published` value
+///     on the node the layout places it on, and only there.
+#[tokio::test(start_paused = true)]
+async fn a_publication_without_a_directory_lives_on_its_node() {
+    let c = Cluster::start().await;
+    let space = c.fixed(&layout(1, NODES)).await;
+    for i in 0..6 {
+        let name = format!("flag-{i}");
+        let value = format!("on-{i}");
+        within(space.published(&name).publish(value.as_bytes()))
+            .await
+            .unwrap();
+        let node = space.node_of(&name);
+        let direct = space.manager(&node).unwrap().published(&name);
+        assert_eq!(within(direct.get()).await.unwrap(), value.as_bytes());
+        for other in NODES {
+            let here = c.emulator.semaphore_names(other).contains(&name);
+            assert_eq!(here, other == node, "{name} on {other}");
+        }
+    }
+}
+
+/// 15. A publication's bad input and a space that was shut down, by kind: a name that
+///     does not fit with the directory's prefix (nothing sent), then `SessionClosed` from
+///     every verb and the stream.
+#[tokio::test(start_paused = true)]
+async fn a_publication_refuses_by_kind() {
+    use futures::StreamExt;
+    let c = Cluster::start().await;
+    let _directory = c.directory(&layout(1, NODES)).await;
+    let space = c.following(&NODES).await;
+    let long = space.published(&"x".repeat(MAX_NAME_LEN - SPACE.len()));
+    let kind = |r: ydb_coordination::Result<()>| r.err().map(|e| e.kind());
+    let invalid = Some(ErrorKind::InvalidArgument);
+    assert_eq!(kind(within(long.publish(b"v")).await), invalid);
+    assert_eq!(kind(within(long.get()).await.map(drop)), invalid);
+    let mut stream = long.subscribe();
+    let item = within(stream.next()).await.unwrap();
+    assert_eq!(kind(item.map(drop)), invalid);
+    assert!(within(stream.next()).await.is_none());
+    assert!(
+        c.emulator
+            .semaphore_names(DIR)
+            .iter()
+            .all(|n| !n.contains("xxxx"))
+    );
+
+    let fixed = c.fixed(&layout(1, NODES)).await;
+    for s in [&space, &fixed] {
+        s.shutdown().await;
+        let config = s.published("config");
+        let closed = Some(ErrorKind::SessionClosed);
+        assert_eq!(kind(within(config.publish(b"v")).await), closed);
+        assert_eq!(kind(within(config.get()).await.map(drop)), closed);
+        let item = within(config.subscribe().next()).await.unwrap();
+        assert_eq!(kind(item.map(drop)), closed);
+    }
+}
+
+/// 16. A space membership ends by itself, and says why: when its name's new place in a
+///     transition is another recipe's semaphore (it cannot join there, and leaves its old
+///     place), and when the space shuts down.
+#[tokio::test(start_paused = true)]
+async fn a_membership_ends_by_itself_with_its_error() {
+    let c = Cluster::start().await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let space = c.following(&NODES).await;
+    let names = moved(&t, 2);
+    let (blocked, kept) = (names[0].as_str(), names[1].as_str());
+    let stuck = within(space.group(blocked).join(b"w1")).await.unwrap();
+    let member = within(space.group(kept).join(b"w1")).await.unwrap();
+    assert!(stuck.error().is_none() && member.error().is_none());
+    let other = session(&space, "n3").await;
+    within(other.create_semaphore(blocked, 1, b""))
+        .await
+        .unwrap();
+
+    within(directory.begin_add("n3")).await.unwrap();
+    let err = within(stuck.ended()).await;
+    assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+    assert_eq!(stuck.error().map(|e| e.kind()), Some(err.kind()));
+    eventually("the old place is left", || async {
+        held_on(&space, "n1", blocked)
+            .await
+            .is_none_or(|h| h.1.is_empty())
+            && held_on(&space, "n2", blocked)
+                .await
+                .is_none_or(|h| h.1.is_empty())
+    })
+    .await;
+    // The other membership moved and stays.
+    eventually("the kept member is in both places", || async {
+        within(space.group(kept).members()).await.unwrap().len() == 1
+            && held_on(&space, "n3", kept)
+                .await
+                .is_some_and(|h| h.1.len() == 1)
+    })
+    .await;
+    assert!(member.error().is_none());
+
+    space.shutdown().await;
+    let err = within(member.ended()).await;
+    assert_eq!(err.kind(), ErrorKind::SessionClosed);
+    assert_eq!(
+        member.error().map(|e| e.kind()),
+        Some(ErrorKind::SessionClosed)
+    );
+}

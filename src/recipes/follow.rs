@@ -183,6 +183,15 @@ pub struct Following<V> {
     inner: Pin<Box<dyn Stream<Item = Result<V>> + Send>>,
 }
 
+impl<V: Send + 'static> Following<V> {
+    /// A stream that yields `e` and ends.
+    pub(crate) fn failed(e: Error) -> Self {
+        Self {
+            inner: Box::pin(futures::stream::once(async move { Err(e) })),
+        }
+    }
+}
+
 impl<V> std::fmt::Debug for Following<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Following")

@@ -71,6 +71,17 @@ impl Link {
         })
     }
 
+    /// The space's publication `name` (see [`SpacePublished`](super::SpacePublished)).
+    pub(crate) fn published(&self, name: &str) -> Published {
+        self.manager
+            .published(&format!("{}{name}", self.value_prefix()))
+    }
+
+    /// What the names of the space's publications start with on the directory node.
+    pub(crate) fn value_prefix(&self) -> String {
+        format!("{}/value/", self.space)
+    }
+
     /// The published layout.
     pub(crate) async fn read(&self) -> Result<Layout> {
         let bytes = self.layout.get().await?;

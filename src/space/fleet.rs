@@ -12,7 +12,7 @@ use super::lock::{SpaceAcquiring, SpaceGuard, SpaceHeld, Spec, Wait, hold, start
 use super::{LockSpace, Shared, Ticket};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Member, Membership, Prepare};
+use crate::recipes::{Member, Membership, MembershipState, Prepare};
 
 /// The place of `name` where every holder of it meets now, with the epoch its tokens
 /// carry: in a stable layout the only one; in a transition the old place while the
@@ -212,8 +212,10 @@ pub struct SpaceMembership {
 }
 
 impl SpaceMembership {
-    /// The error that ended the membership (it could not follow a new layout: a node's
-    /// manager stopped, a node the space was not given); `None` while it is a member.
+    /// The error that ended the membership: it could not follow a new layout (a node the
+    /// space was not given), or a place's membership ended for good (its node's manager
+    /// stopped, [`ErrorKind::SessionClosed`] after [`LockSpace::shutdown`]); `None` while
+    /// it is a member.
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
@@ -364,6 +366,11 @@ async fn keep(
         tokio::select! {
             biased;
             asked = &mut asked => break asked.ok(),
+            e = first_ended(&joined) => {
+                tracing::warn!(group = name, error = %e, "group membership ended");
+                ended.send_replace(Some(e));
+                break None;
+            }
             changed = layouts.changed() => {
                 if changed.is_err() {
                     break None;
@@ -390,6 +397,28 @@ async fn keep(
     if let Some(reply) = reply {
         let _ = reply.send(());
     }
+}
+
+/// Waits until one of the memberships of `joined` ends for good (its manager stopped, or
+/// an error no new session changes), and returns why.
+async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
+    let waits = joined.values().map(|m| {
+        let mut state = m.state_changes();
+        Box::pin(async move {
+            let ended = state
+                .wait_for(|s| matches!(s, MembershipState::Ended(_)))
+                .await
+                .map(|s| s.clone());
+            match ended {
+                Ok(MembershipState::Ended(Some(e))) => e,
+                _ => gone(),
+            }
+        })
+    });
+    if joined.is_empty() {
+        return std::future::pending().await;
+    }
+    futures::future::select_all(waits).await.0
 }
 
 impl LockSpace {

@@ -27,6 +27,12 @@
 //! layout (which a process can hold only if it was cut off from the directory while the
 //! fleet moved on) is reported lost.
 //!
+//! # Publications
+//!
+//! [`LockSpace::published`] is a value that does not move with the layout: on the
+//! directory node when the space has one, so it reads the same before, during and after a
+//! reshard ([`SpacePublished`] says why and where).
+//!
 //! # Fencing
 //!
 //! A lock in a space carries a [`SpaceToken`], `(epoch, order id)`, comparable across nodes
@@ -62,6 +68,7 @@ mod fleet;
 pub mod layout;
 mod lock;
 pub mod placement;
+mod published;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,6 +83,7 @@ pub use self::layout::{Lagging, Layout, Part, SpaceToken};
 pub use self::lock::{
     SpaceAcquiring, SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
 };
+pub use self::published::SpacePublished;
 
 use crate::client::Client;
 use crate::config::SessionOptions;
