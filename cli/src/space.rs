@@ -251,7 +251,9 @@ pub(crate) async fn run(conn: &Conn, action: Action, out: Out) -> Result<u8, Fai
             Op::Show => show(&space, out).await,
             Op::Init(layout) => {
                 let init = space.directory.init(layout);
-                let published = space.call("initialize", init).await?;
+                let init = async { init.await.map_err(|e| space.error("initialize", &e)) };
+                let bound = space.timeout + SpaceDirectory::ADMIN_WAIT;
+                let published = bounded(bound, "space", init).await?;
                 space.done(out, "initialized", "initialized", &published);
                 Ok(())
             }
@@ -338,7 +340,9 @@ async fn advance(
         let lag = space.call(verb, space.directory.lagging()).await?;
         if lag.is_empty() {
             let take = async { Ok(step.take(&space.directory).await) };
-            match bounded(space.timeout, "space", take).await? {
+            // A step may wait for another operator's step first.
+            let bound = space.timeout + SpaceDirectory::ADMIN_WAIT;
+            match bounded(bound, "space", take).await? {
                 Ok(published) => {
                     space.done(out, action, what, &published);
                     return Ok(());

@@ -17,9 +17,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
 use crate::recipes::{Group, Membership, Published};
 
-/// How long a reshard step waits for the directory's admin lock (another operator's step).
-const ADMIN_WAIT: Duration = Duration::from_secs(30);
-
 /// Between attempts to join the members after a failure.
 const REJOIN_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -138,12 +135,13 @@ impl Link {
         Fut: std::future::Future<Output = Result<(Layout, bool)>>,
     {
         let admin = self.manager.mutex(&format!("{}/admin", self.space));
-        let Some(guard) = admin.lock_timeout(ADMIN_WAIT).await? else {
+        let Some(guard) = admin.lock_timeout(SpaceDirectory::ADMIN_WAIT).await? else {
             return Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "another operator's step on lock space {:?} held its admin lock for {ADMIN_WAIT:?}; try again",
-                    self.space
+                    "another operator's step on lock space {:?} held its admin lock for {:?}; try again",
+                    self.space,
+                    SpaceDirectory::ADMIN_WAIT
                 ),
             ));
         };
@@ -310,6 +308,17 @@ pub struct SpaceDirectory {
 }
 
 impl SpaceDirectory {
+    /// How long a step ([`init`](Self::init), [`begin`](Self::begin), [`finish`](Self::finish),
+    /// ...) waits for the directory's admin lock while another operator's step holds it,
+    /// before it fails with [`ErrorKind::Timeout`]: bound a step by more than this.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ydb_coordination::space::SpaceDirectory;
+    /// assert_eq!(SpaceDirectory::ADMIN_WAIT, Duration::from_secs(30));
+    /// ```
+    pub const ADMIN_WAIT: Duration = Duration::from_secs(30);
+
     /// The directory of the space `space` on the coordination node `path`. Call it within
     /// a Tokio runtime: it starts the session manager of the directory node.
     ///
