@@ -808,7 +808,7 @@ async fn a_publication_refuses_by_kind() {
 
     let fixed = c.fixed(&layout(1, NODES)).await;
     for s in [&space, &fixed] {
-        s.shutdown().await;
+        within(s.shutdown()).await;
         let config = s.published("config");
         let closed = Some(ErrorKind::SessionClosed);
         assert_eq!(kind(within(config.publish(b"v")).await), closed);
@@ -860,7 +860,8 @@ async fn a_membership_ends_by_itself_with_its_error() {
     .await;
     assert!(member.error().is_none());
 
-    space.shutdown().await;
+    within(space.shutdown()).await;
+    // `error()` is what tells an ending that says why from a task gone silently.
     let err = within(member.ended()).await;
     assert_eq!(err.kind(), ErrorKind::SessionClosed);
     assert_eq!(

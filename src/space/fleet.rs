@@ -362,13 +362,14 @@ async fn keep(
     ended: watch::Sender<Option<Error>>,
 ) {
     let mut layouts = shared.layout.subscribe();
+    let mut failed = None;
     let reply = loop {
         tokio::select! {
             biased;
             asked = &mut asked => break asked.ok(),
             e = first_ended(&joined) => {
                 tracing::warn!(group = name, error = %e, "group membership ended");
-                ended.send_replace(Some(e));
+                failed = Some(e);
                 break None;
             }
             changed = layouts.changed() => {
@@ -385,13 +386,18 @@ async fn keep(
             }
             Err(e) => {
                 tracing::warn!(group = name, error = %e, "group membership could not follow the layout");
-                ended.send_replace(Some(e));
+                failed = Some(e);
                 break None;
             }
         }
     };
+    // Said once every place is left, so a caller that joins again at once is not behind
+    // its own old membership.
     for (_, m) in joined {
         let _ = m.leave().await;
+    }
+    if let Some(e) = failed {
+        ended.send_replace(Some(e));
     }
     drop(ticket);
     if let Some(reply) = reply {
