@@ -2,7 +2,9 @@
 //! and limits hold in both phases of a reshard (and would not without the transition),
 //! fencing tokens grow across a move, the operator's steps wait for lagging members, a
 //! layout that cannot be followed or that skips an epoch is handled, a node down affects
-//! only its names, multi-locks are all or nothing, and bad input is refused by kind.
+//! only its names, multi-locks are all or nothing, bad input is refused by kind, a
+//! publication keeps its value through a reshard, and a membership ends with its error and
+//! leaves without waiting for a move.
 //!
 //! One [`LockSpace`] is one process (one session per node): two holders of a name in one
 //! space would queue in the client, so every test that needs two holders opens two spaces.
@@ -790,7 +792,12 @@ async fn a_publication_refuses_by_kind() {
     let c = Cluster::start().await;
     let _directory = c.directory(&layout(1, NODES)).await;
     let space = c.following(&NODES).await;
-    let long = space.published(&"x".repeat(MAX_NAME_LEN - SPACE.len()));
+    // The limit is on the whole semaphore name, the directory's prefix included.
+    let room = MAX_NAME_LEN - format!("{SPACE}/value/").len();
+    let fits = space.published(&"y".repeat(room));
+    within(fits.publish(b"v")).await.unwrap();
+    assert_eq!(within(fits.get()).await.unwrap(), b"v");
+    let long = space.published(&"x".repeat(room + 1));
     let kind = |r: ydb_coordination::Result<()>| r.err().map(|e| e.kind());
     let invalid = Some(ErrorKind::InvalidArgument);
     assert_eq!(kind(within(long.publish(b"v")).await), invalid);
@@ -820,7 +827,7 @@ async fn a_publication_refuses_by_kind() {
 
 /// 16. A space membership ends by itself, and says why: when its name's new place in a
 ///     transition is another recipe's semaphore (it cannot join there, and leaves its old
-///     place), and when the space shuts down.
+///     place), and when the space shuts down; one that can move follows both steps.
 #[tokio::test(start_paused = true)]
 async fn a_membership_ends_by_itself_with_its_error() {
     let c = Cluster::start().await;
@@ -860,6 +867,22 @@ async fn a_membership_ends_by_itself_with_its_error() {
     .await;
     assert!(member.error().is_none());
 
+    // The second step: the kept membership leaves its old place and goes on in the new.
+    none_lagging(&directory).await;
+    within(directory.finish()).await.unwrap();
+    follows(&space, t.epoch() + 1).await;
+    let old = t.parts(kept)[0].node.clone();
+    eventually("the kept member left its old place", || async {
+        held_on(&space, &old, kept)
+            .await
+            .is_none_or(|h| h.1.is_empty())
+            && held_on(&space, "n3", kept)
+                .await
+                .is_some_and(|h| h.1.len() == 1)
+    })
+    .await;
+    assert!(member.error().is_none());
+
     within(space.shutdown()).await;
     // `error()` is what tells an ending that says why from a task gone silently.
     let err = within(member.ended()).await;
@@ -868,4 +891,41 @@ async fn a_membership_ends_by_itself_with_its_error() {
         member.error().map(|e| e.kind()),
         Some(ErrorKind::SessionClosed)
     );
+}
+
+/// 17. A leave does not wait for a move in progress: a membership moving onto a node whose
+///     server is down leaves at once, its old place too.
+#[tokio::test(start_paused = true)]
+async fn a_membership_leaves_while_its_move_waits_for_a_down_node() {
+    let c = Cluster::start().await;
+    let down = within(Emulator::builder().node(path("n3")).start())
+        .await
+        .unwrap();
+    let c3 = within(Client::connect(&down.connection_string()))
+        .await
+        .unwrap();
+    within(down.shutdown()).await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let builder = c
+        .builder(&["n1", "n2"])
+        .node("n3", &c3, &path("n3"))
+        .directory(&c.client, DIR, SPACE);
+    let space = within(builder.open()).await.unwrap();
+    let name = moved(&t, 1).remove(0);
+    let old = t.parts(&name)[0].node.clone();
+    let member = within(space.group(&name).join(b"w1")).await.unwrap();
+
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&space, t.epoch()).await;
+    // The move now waits for n3; give it time to be under way.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(member.error().is_none());
+    within(member.leave()).await;
+    eventually("the old place is left", || async {
+        held_on(&space, &old, &name)
+            .await
+            .is_none_or(|h| h.1.is_empty())
+    })
+    .await;
 }

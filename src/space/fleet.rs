@@ -250,7 +250,9 @@ impl SpaceMembership {
         }
     }
 
-    /// Leaves the group in every place and waits until the servers answered.
+    /// Leaves the group in every place and waits until the servers answered. A move to a
+    /// new layout in progress (which may wait for a node that is down) is dropped instead:
+    /// the places it joined leave by themselves, without that wait.
     ///
     /// # Cancel safety
     ///
@@ -378,7 +380,14 @@ async fn keep(
                 }
             }
         }
-        let moved = join_places(&shared, &name, &data, std::mem::take(&mut joined)).await;
+        // A move can wait long (a new place on a node that is down): a leave does not wait
+        // for it. Dropped, the move's memberships leave by themselves.
+        let moving = join_places(&shared, &name, &data, std::mem::take(&mut joined));
+        let moved = tokio::select! {
+            biased;
+            asked = &mut asked => break asked.ok(),
+            moved = moving => moved,
+        };
         match moved {
             Ok((now, next)) => {
                 joined = now;
@@ -408,6 +417,9 @@ async fn keep(
 /// Waits until one of the memberships of `joined` ends for good (its manager stopped, or
 /// an error no new session changes), and returns why.
 async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
+    if joined.is_empty() {
+        return std::future::pending().await;
+    }
     let waits = joined.values().map(|m| {
         let mut state = m.state_changes();
         Box::pin(async move {
@@ -421,9 +433,6 @@ async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
             }
         })
     });
-    if joined.is_empty() {
-        return std::future::pending().await;
-    }
     futures::future::select_all(waits).await.0
 }
 

@@ -26,6 +26,9 @@ use crate::recipes::{Published, ValueStream};
 ///   A process started later with another layout looks for the value where that layout
 ///   places it.
 ///
+/// Open every process of a space the same way: one with a directory and one with a fixed
+/// layout over the same nodes read and write different values.
+///
 /// So the directory node serves the space's publications, their reads and their
 /// subscribers' watches: keep publications for what is few and small (a configuration, a
 /// feature flag, an address), and keep per-entity state in the resource the space's locks
