@@ -501,7 +501,8 @@ impl Client {
         cfg.session_id = session_id;
         let token = CancellationToken::new();
         let terminal = Arc::new(Terminal::default());
-        let (handle, inbox) = crate::session::inbox::inbox(session_id, terminal.clone());
+        let (handle, inbox) =
+            crate::session::inbox::inbox(session_id, terminal.clone(), token.clone());
         let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
         let io = DriverIo {
             inbox,

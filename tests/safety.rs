@@ -676,6 +676,23 @@ async fn a_flood_of_server_pings_does_not_postpone_the_lease_deadline() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_token_was_never_asked_for_is_lost_with_its_session() {
+    // A lease makes its token on the first ask: one nobody asked for must still read as lost
+    // when its session's deadline passes, and hand out a token that has already fired.
+    let mut peer = Peer::start().await;
+    let (_client, s, _i0, lease) = peer_session_holding_lock(&mut peer).await;
+    assert!(!lease.is_lost());
+    peer.set_auto_pong(false);
+    assert_eq!(
+        wait_state(&s, SessionState::is_terminal).await,
+        SessionState::Expired
+    );
+    assert!(lease.is_lost());
+    assert!(lease.token().is_cancelled());
+    within(lease.cancelled()).await;
+}
+
 // ---- 3 (more). closing survives a lost stream; a manager's shutdown while reattaching ------
 
 #[tokio::test(start_paused = true)]

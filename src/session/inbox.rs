@@ -8,7 +8,7 @@
 //! queues end, which is how it learns that nobody can use the session any more.
 //!
 //! The handles also share, through it, what every one of them needs: the session's id, its
-//! terminal cause and the counter of caller ids, so that a lease carries one pointer for
+//! terminal cause, its token and the counter of caller ids, so that a lease carries one pointer for
 //! them all.
 //!
 //! Nothing bounds the queues: almost every sender then waits for its answer (which spends
@@ -19,6 +19,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+use tokio_util::sync::CancellationToken;
 
 use super::core::{CallerId, Terminal};
 use super::driver::{Notice, Request};
@@ -42,6 +44,8 @@ struct Shared {
     session_id: u64,
     terminal: Arc<Terminal>,
     ids: AtomicU64,
+    /// The session's token: the parent of every lease token.
+    token: CancellationToken,
 }
 
 /// The session task is done: it takes no more messages.
@@ -58,7 +62,11 @@ pub(crate) struct Inbox(Arc<Shared>);
 
 /// A new inbox of session `session_id`, whose cause is told by `terminal`, and its first
 /// handle.
-pub(crate) fn inbox(session_id: u64, terminal: Arc<Terminal>) -> (Handle, Inbox) {
+pub(crate) fn inbox(
+    session_id: u64,
+    terminal: Arc<Terminal>,
+    token: CancellationToken,
+) -> (Handle, Inbox) {
     let shared = Arc::new(Shared {
         mail: Mutex::new(Mail {
             handles: 1,
@@ -67,6 +75,7 @@ pub(crate) fn inbox(session_id: u64, terminal: Arc<Terminal>) -> (Handle, Inbox)
         session_id,
         terminal,
         ids: AtomicU64::new(1),
+        token,
     });
     (Handle(shared.clone()), Inbox(shared))
 }
@@ -92,6 +101,11 @@ impl Handle {
     /// A caller id, unique in the session.
     pub(crate) fn next_id(&self) -> CallerId {
         self.0.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The session's token, cancelled when the session is lost or closed.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.0.token
     }
 
     /// Why the session ended, once it has.
@@ -274,7 +288,7 @@ mod tests {
 
     #[test]
     fn notices_come_out_in_order_and_the_buffer_is_freed_when_read() {
-        let (handle, inbox) = inbox(7, Arc::default());
+        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
         for caller in 1..=3 {
             assert!(handle.notice(notice(caller)).is_ok());
         }
@@ -292,7 +306,7 @@ mod tests {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
-        let (handle, inbox) = inbox(7, Arc::default());
+        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
         let second = handle.clone();
         assert!(inbox.poll_notice(&mut cx).is_pending());
         drop(handle);
@@ -311,7 +325,7 @@ mod tests {
 
     #[test]
     fn a_closed_inbox_hands_back_what_was_queued_and_refuses_more() {
-        let (handle, inbox) = inbox(7, Arc::default());
+        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
         assert!(handle.notice(notice(1)).is_ok());
         let (commands, notices) = inbox.close();
         assert!(commands.is_empty());
@@ -322,7 +336,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_flooded_session_task_still_yields_to_the_other_tasks() {
-        let (handle, inbox) = inbox(7, Arc::default());
+        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
         for caller in 0..1000 {
             assert!(handle.notice(notice(caller)).is_ok());
         }

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::core::Control;
+use super::core::{CallerId, Control, Held};
 use super::driver::{Notice, ReplyTx};
 use super::inbox::Handle;
 use crate::error::{Error, Result};
@@ -49,24 +49,18 @@ use crate::error::{Error, Result};
 /// # }
 /// ```
 pub struct Lease {
-    name: Arc<str>,
-    count: u64,
-    order_id: u64,
-    id: u64,
-    token: CancellationToken,
-    /// When the session learnt of the grant, however late the holder picked it up.
-    granted_at: Instant,
-    /// The session: its inbox, id, terminal cause and caller ids.
+    /// The record the session core shares: name, count, order id, since when, the token.
+    held: Arc<Held>,
+    /// The session: its inbox, id, token, terminal cause and caller ids.
     handle: Handle,
-    released: bool,
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("name", &self.name)
-            .field("count", &self.count)
-            .field("fencing_token", &self.order_id)
+            .field("name", &self.held.name)
+            .field("count", &self.held.count)
+            .field("fencing_token", &self.held.order_id)
             .field("session_id", &self.session_id())
             .field("lost", &self.is_lost())
             .finish()
@@ -74,25 +68,8 @@ impl fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(
-        name: Arc<str>,
-        count: u64,
-        order_id: u64,
-        id: u64,
-        token: CancellationToken,
-        granted_at: Instant,
-        handle: Handle,
-    ) -> Self {
-        Self {
-            name,
-            count,
-            order_id,
-            id,
-            token,
-            granted_at,
-            handle,
-            released: false,
-        }
+    pub(crate) fn new(held: Arc<Held>, handle: Handle) -> Self {
+        Self { held, handle }
     }
 
     fn next_id(&self) -> u64 {
@@ -106,12 +83,12 @@ impl Lease {
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.held.name
     }
 
     /// How many tokens are held.
     pub fn count(&self) -> u64 {
-        self.count
+        self.held.count
     }
 
     /// The session holding the lease.
@@ -124,18 +101,20 @@ impl Lease {
     /// across reattaches and server restarts. Send it with every write to the protected
     /// resource and have the resource reject anything older than the newest it has seen.
     pub fn fencing_token(&self) -> u64 {
-        self.order_id
+        self.held.order_id
     }
 
     /// When the session learnt of the grant, not when the holder picked the lease up.
     pub(crate) fn granted_at(&self) -> Instant {
-        self.granted_at
+        self.held.since
     }
 
     /// A clone of the lease's cancellation token, for `select!` or
-    /// `run_until_cancelled`.
+    /// `run_until_cancelled`. Every call returns the same token, a child of the session's
+    /// [`token`](crate::Session::token); it is made on the first call, so a lease nobody
+    /// asks for a token costs none.
     pub fn token(&self) -> CancellationToken {
-        self.token.clone()
+        self.held.token(self.handle.token())
     }
 
     /// Waits until the lease ends or may have been lost.
@@ -144,12 +123,12 @@ impl Lease {
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await;
+        self.token().cancelled_owned().await;
     }
 
     /// Whether the lease may have been lost (its token fired while it is still held here).
     pub fn is_lost(&self) -> bool {
-        self.token.is_cancelled()
+        self.held.is_lost(self.handle.token())
     }
 
     /// Has the session watch the semaphore, so that the token fires as soon as the server
@@ -162,8 +141,8 @@ impl Lease {
     pub(crate) fn guard(&self) {
         let _ = self.handle.notice(Notice {
             control: Control::GuardLease {
-                name: self.name.clone(),
-                lease: self.id,
+                name: self.held.name.clone(),
+                lease: self.held.lease(),
             },
             reply: ReplyTx::None,
         });
@@ -193,8 +172,8 @@ impl Lease {
             let (tx, rx) = oneshot::channel();
             let notice = Notice {
                 control: Control::SetData {
-                    name: self.name.clone(),
-                    lease: self.id,
+                    name: self.held.name.clone(),
+                    lease: self.held.lease(),
                     data: data.to_vec(),
                     caller: self.next_id(),
                 },
@@ -220,38 +199,36 @@ impl Lease {
     ///
     /// The release is requested (and the token cancelled) as soon as this is called;
     /// dropping the future only skips waiting for the answer.
-    pub async fn release(mut self) -> Result<bool> {
-        self.released = true;
-        self.token.cancel();
+    pub async fn release(self) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
-        let notice = Notice {
-            control: Control::Release {
-                name: std::mem::take(&mut self.name),
-                lease: self.id,
-                caller: Some(self.next_id()),
-            },
-            reply: ReplyTx::Release(tx),
-        };
-        let sent = self.handle.notice(notice);
-        if sent.is_err() {
+        if !self.give_back(Some(self.next_id()), ReplyTx::Release(tx)) {
             return Err(self.gone());
         }
         rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Ends the lease here (its token fires) and asks the session to release it, once: the
+    /// first call sends the release, a later one (the drop after `release`) nothing.
+    /// Whether the session took the release (a later call answers `true` too).
+    fn give_back(&self, caller: Option<CallerId>, reply: ReplyTx) -> bool {
+        if !self.held.release() {
+            return true;
+        }
+        self.held.end();
+        let notice = Notice {
+            control: Control::Release {
+                name: self.held.name.clone(),
+                lease: self.held.lease(),
+                caller,
+            },
+            reply,
+        };
+        self.handle.notice(notice).is_ok()
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.token.cancel();
-        if !self.released {
-            let _ = self.handle.notice(Notice {
-                control: Control::Release {
-                    name: std::mem::take(&mut self.name),
-                    lease: self.id,
-                    caller: None,
-                },
-                reply: ReplyTx::None,
-            });
-        }
+        self.give_back(None, ReplyTx::None);
     }
 }

@@ -386,7 +386,6 @@ impl Session {
         Acquire {
             session: self.clone(),
             name: name.clone(),
-            count,
             id,
             cmd: Some(Request {
                 command: Command::Acquire(AcquireCmd {
@@ -453,16 +452,8 @@ impl Session {
         }
     }
 
-    fn lease(&self, name: Arc<str>, count: u64, grant: Grant) -> Lease {
-        Lease::new(
-            name,
-            count,
-            grant.order_id,
-            grant.lease,
-            grant.token,
-            grant.granted_at,
-            self.inner.handle.clone(),
-        )
+    fn lease(&self, grant: Grant) -> Lease {
+        Lease::new(grant.held, self.inner.handle.clone())
     }
 }
 
@@ -496,7 +487,6 @@ pub struct Acquire {
     queued: Option<oneshot::Receiver<()>>,
     session: Session,
     name: Arc<str>,
-    count: u64,
     id: u64,
     cmd: Option<Request>,
     /// Why the options were rejected: every poll answers with it, nothing is sent.
@@ -576,11 +566,7 @@ impl Acquire {
         this.submitted = false; // answered: nothing to withdraw
         let grant = result.unwrap_or_else(|_| Err(this.session.gone()))?;
         Poll::Ready(match grant {
-            Some(grant) => {
-                Ok(this
-                    .session
-                    .lease(std::mem::take(&mut this.name), this.count, grant))
-            }
+            Some(grant) => Ok(this.session.lease(grant)),
             None => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
@@ -604,7 +590,7 @@ impl Drop for Acquire {
         let name = std::mem::take(&mut self.name);
         match self.reply.try_recv() {
             // Dropping the lease releases the grant and fires its token.
-            Ok(Ok(Some(grant))) => drop(self.session.lease(name, self.count, grant)),
+            Ok(Ok(Some(grant))) => drop(self.session.lease(grant)),
             Ok(_) => {}
             Err(_) => {
                 let notice = Notice {

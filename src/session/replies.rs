@@ -95,7 +95,7 @@ impl Replies {
         match (reply, answer) {
             (ReplyTx::Acquire { reply, name, .. }, Answer::Acquire(result)) => {
                 if let Err(Ok(Some(grant))) = reply.send(result) {
-                    return Some((name, grant.lease));
+                    return Some((name, grant.held.lease()));
                 }
             }
             (ReplyTx::Describe(tx), Answer::Describe(result)) => {

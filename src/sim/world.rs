@@ -23,7 +23,7 @@ use crate::proto::{
     session_response as rs,
 };
 use crate::session::core::{
-    AcquireCmd, Answer, CallerId, Command, Control, CoreConfig, Effect, Grant, SessionCore,
+    AcquireCmd, Answer, CallerId, Command, Control, CoreConfig, Effect, Grant, Held, SessionCore,
     Terminal, start_message,
 };
 
@@ -1368,6 +1368,13 @@ impl World {
         }
     }
 
+    /// The token of a lease session `n` of client `c` granted, as the lease's handle makes
+    /// it (none once the session is gone: its leases went with it).
+    pub(super) fn lease_token(&self, c: usize, n: usize, held: &Held) -> Option<CancellationToken> {
+        let core = self.clients[c].sessions[n].core.as_ref()?;
+        Some(core.lease_token(held))
+    }
+
     fn answered(&mut self, c: usize, n: usize, caller: CallerId, answer: Answer) {
         if !self.clients[c].sessions[n].answered.insert(caller) {
             self.checker.violations.push(Violation {
@@ -1383,12 +1390,11 @@ impl World {
         };
         let think = Duration::from_millis(self.rng.range(0, 40));
         match answer {
-            Answer::Acquire(Ok(Some(Grant {
-                lease,
-                order_id,
-                token,
-                ..
-            }))) => {
+            Answer::Acquire(Ok(Some(Grant { held }))) => {
+                let Some(token) = self.lease_token(c, n, &held) else {
+                    return;
+                };
+                let (lease, order_id) = (held.lease(), held.order_id);
                 self.ops += 1;
                 let key = (c, self.clients[c].sessions[n].session_no, lease);
                 let resource = self.clients[c].workers[w].resource;

@@ -16,15 +16,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-
+use super::held::Held;
 use super::pending::Replay;
 use super::{AcquireCmd, Answer, CallerId, Effect, Grant, Kind, SessionCore, millis};
 use crate::clock::later;
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};
+use tokio::time::Instant;
 
 /// How long past an acquire's deadline the client waits for the server's own timeout
 /// answer on a live stream before answering the caller itself.
@@ -63,79 +62,99 @@ pub(super) struct LocalWaiter {
     deadline: Option<Instant>,
 }
 
-/// A granted lease as the core remembers it.
-#[derive(Debug)]
-pub(super) struct Holding {
-    pub(super) lease: u64,
-    pub(super) token: CancellationToken,
-    pub(super) count: u64,
-    pub(super) ephemeral: bool,
-    pub(super) order_id: u64,
-    pub(super) since: Instant,
-}
-
 /// Everything this session does with one semaphore name. Kept small, since a session may
-/// hold many leases: what only an acquire in progress needs lives behind a box.
+/// hold many leases: a held name is one pointer to the lease's record, and what only an
+/// acquire in progress needs lives behind one box.
 #[derive(Debug, Default)]
 pub(super) struct NameState {
-    pub(super) holding: Option<Holding>,
-    pub(super) active: Option<Box<Active>>,
-    pub(super) queue: LocalQueue,
+    /// Shared with the lease's handle.
+    pub(super) holding: Option<Arc<Held>>,
+    work: Option<Box<Work>>,
 }
 
-/// The acquires waiting locally for one name, in arrival order (rare: allocated only when
-/// one waits).
+/// The acquire the server is working on for one name, and the ones waiting locally behind
+/// it in arrival order (allocated only while there are any).
 #[derive(Debug, Default)]
-// Boxed on purpose: one pointer in every `NameState` instead of a `VecDeque`'s four words.
-#[allow(clippy::box_collection)]
-pub(super) struct LocalQueue(Option<Box<VecDeque<LocalWaiter>>>);
-
-impl LocalQueue {
-    pub(super) fn push_back(&mut self, waiter: LocalWaiter) {
-        self.0.get_or_insert_default().push_back(waiter);
-    }
-
-    pub(super) fn pop_front(&mut self) -> Option<LocalWaiter> {
-        let q = self.0.as_mut()?;
-        let first = q.pop_front();
-        if q.is_empty() {
-            self.0 = None;
-        }
-        first
-    }
-
-    /// Removes the waiter of `caller`.
-    pub(super) fn remove(&mut self, caller: CallerId) -> Option<LocalWaiter> {
-        let q = self.0.as_mut()?;
-        let pos = q.iter().position(|w| w.cmd.caller == caller)?;
-        let waiter = q.remove(pos);
-        if q.is_empty() {
-            self.0 = None;
-        }
-        waiter
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = &LocalWaiter> {
-        self.0.iter().flat_map(|q| q.iter())
-    }
-}
-
-impl IntoIterator for LocalQueue {
-    type Item = LocalWaiter;
-    type IntoIter = std::iter::Flatten<std::option::IntoIter<VecDeque<LocalWaiter>>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.map(|q| *q).into_iter().flatten()
-    }
+struct Work {
+    active: Option<Active>,
+    queue: VecDeque<LocalWaiter>,
 }
 
 impl NameState {
     fn is_idle(&self) -> bool {
-        self.holding.is_none() && self.active.is_none() && self.queue.is_empty()
+        self.holding.is_none() && self.work.is_none()
+    }
+
+    /// The acquire the server is working on.
+    pub(super) fn active(&self) -> Option<&Active> {
+        self.work.as_ref()?.active.as_ref()
+    }
+
+    fn active_mut(&mut self) -> Option<&mut Active> {
+        self.work.as_mut()?.active.as_mut()
+    }
+
+    fn set_active(&mut self, active: Active) {
+        self.work.get_or_insert_default().active = Some(active);
+    }
+
+    fn take_active(&mut self) -> Option<Active> {
+        let active = self.work.as_mut()?.active.take();
+        self.tidy();
+        active
+    }
+
+    fn push_waiter(&mut self, waiter: LocalWaiter) {
+        self.work.get_or_insert_default().queue.push_back(waiter);
+    }
+
+    fn pop_waiter(&mut self) -> Option<LocalWaiter> {
+        let first = self.work.as_mut()?.queue.pop_front();
+        self.tidy();
+        first
+    }
+
+    /// Removes the local waiter of `caller`.
+    fn remove_waiter(&mut self, caller: CallerId) -> Option<LocalWaiter> {
+        let queue = &mut self.work.as_mut()?.queue;
+        let pos = queue.iter().position(|w| w.cmd.caller == caller)?;
+        let waiter = queue.remove(pos);
+        self.tidy();
+        waiter
+    }
+
+    /// The acquires waiting locally, in arrival order.
+    pub(super) fn waiters(&self) -> impl Iterator<Item = &LocalWaiter> {
+        self.work.iter().flat_map(|w| w.queue.iter())
+    }
+
+    fn take_waiters(&mut self) -> VecDeque<LocalWaiter> {
+        let queue = self
+            .work
+            .as_mut()
+            .map(|w| std::mem::take(&mut w.queue))
+            .unwrap_or_default();
+        self.tidy();
+        queue
+    }
+
+    /// The acquire in progress and the local waiters, for a session that ends.
+    pub(super) fn into_acquires(self) -> (Option<Active>, VecDeque<LocalWaiter>) {
+        match self.work {
+            Some(work) => (work.active, work.queue),
+            None => (None, VecDeque::new()),
+        }
+    }
+
+    /// Frees the box once nothing is in it.
+    fn tidy(&mut self) {
+        if self
+            .work
+            .as_ref()
+            .is_some_and(|w| w.active.is_none() && w.queue.is_empty())
+        {
+            self.work = None;
+        }
     }
 }
 
@@ -150,7 +169,7 @@ impl SessionCore {
     pub(super) fn on_acquire(&mut self, now: Instant, cmd: AcquireCmd) {
         let deadline = cmd.opts.get_timeout().map(|t| later(now, t));
         let state = self.names.entry(cmd.name.clone()).or_default();
-        if state.holding.is_some() || state.active.is_some() {
+        if state.holding.is_some() || state.active().is_some() {
             // One entry per session and semaphore on the server: wait locally.
             if cmd.opts.get_timeout() == Some(Duration::ZERO) {
                 self.answer(cmd.caller, Answer::Acquire(Ok(None)));
@@ -160,7 +179,7 @@ impl SessionCore {
                 self.queue_deadlines
                     .insert((at, cmd.caller), cmd.name.clone());
             }
-            state.queue.push_back(LocalWaiter { cmd, deadline });
+            state.push_waiter(LocalWaiter { cmd, deadline });
             return;
         }
         self.activate(now, cmd, deadline);
@@ -200,7 +219,7 @@ impl SessionCore {
             self.active_deadlines.insert((at, caller), name.clone());
         }
         let state = self.names.entry(name).or_default();
-        state.active = Some(Box::new(active));
+        state.set_active(active);
     }
 
     /// A describe for the acquire of `caller`: of the owners, and with `waiters` (the
@@ -226,7 +245,7 @@ impl SessionCore {
     pub(super) fn active_mut(&mut self, name: &str, caller: CallerId) -> Option<&mut Active> {
         self.names
             .get_mut(name)
-            .and_then(|s| s.active.as_deref_mut())
+            .and_then(|s| s.active_mut())
             .filter(|a| a.cmd.caller == caller)
     }
 
@@ -329,7 +348,7 @@ impl SessionCore {
 
     /// Finishes the active acquire of `name` once both the grant and our order_id are known.
     fn try_complete(&mut self, now: Instant, name: &str) {
-        let Some(active) = self.names.get_mut(name).and_then(|s| s.active.as_mut()) else {
+        let Some(active) = self.names.get_mut(name).and_then(|s| s.active_mut()) else {
             return;
         };
         let describing = active.describe_req.is_some() || active.waiter_req.is_some();
@@ -373,16 +392,16 @@ impl SessionCore {
         let granted_at = active.granted.unwrap_or(now);
         let lease = self.next_lease;
         self.next_lease += 1;
-        let token = self.token.child_token();
-        let state = self.names.entry(active.cmd.name.clone()).or_default();
-        state.holding = Some(Holding {
+        let held = Arc::new(Held::new(
             lease,
-            token: token.clone(),
-            count: active.cmd.opts.count,
-            ephemeral: active.cmd.opts.ephemeral,
+            active.cmd.name.clone(),
+            active.cmd.opts.count,
             order_id,
-            since: granted_at,
-        });
+            granted_at,
+            active.cmd.opts.ephemeral,
+        ));
+        let state = self.names.entry(active.cmd.name.clone()).or_default();
+        state.holding = Some(held.clone());
         let waited = granted_at.saturating_duration_since(active.cmd.requested_at);
         self.metrics.acquire_ended(name, "acquired", waited);
         tracing::debug!(
@@ -393,12 +412,7 @@ impl SessionCore {
             ?waited,
             "acquired"
         );
-        let grant = Grant {
-            lease,
-            order_id,
-            token,
-            granted_at,
-        };
+        let grant = Grant { held };
         // If the caller went away at the last moment, the driver calls `grant_refused`.
         self.answer(active.cmd.caller, Answer::Acquire(Ok(Some(grant))));
     }
@@ -442,7 +456,7 @@ impl SessionCore {
 
     /// Removes the active acquire of `name`, keeping the queued gauge right.
     fn take_active(&mut self, name: &str) -> Option<Active> {
-        let active = *self.names.get_mut(name).and_then(|s| s.active.take())?;
+        let active = self.names.get_mut(name).and_then(|s| s.take_active())?;
         if let Some(at) = active.client_deadline() {
             self.active_deadlines.remove(&(at, active.cmd.caller));
         }
@@ -473,10 +487,10 @@ impl SessionCore {
             let Some(state) = self.names.get_mut(name) else {
                 return;
             };
-            if state.holding.is_some() || state.active.is_some() {
+            if state.holding.is_some() || state.active().is_some() {
                 return;
             }
-            let Some(q) = state.queue.pop_front() else {
+            let Some(q) = state.pop_waiter() else {
                 if state.is_idle() {
                     self.names.remove(name);
                 }
@@ -507,7 +521,7 @@ impl SessionCore {
             .names
             .get(&*name)
             .and_then(|s| s.holding.as_ref())
-            .map(|h| h.lease);
+            .map(|h| h.lease());
         if held != Some(lease) {
             if let Some(caller) = caller {
                 self.answer(caller, Answer::Release(Ok(false)));
@@ -515,7 +529,7 @@ impl SessionCore {
             return;
         }
         if let Some(h) = self.names.get_mut(&*name).and_then(|s| s.holding.take()) {
-            h.token.cancel();
+            h.end();
             let held_for = now.saturating_duration_since(h.since);
             self.metrics.lease_ended(&name, held_for, None);
             tracing::debug!(
@@ -554,7 +568,7 @@ impl SessionCore {
         let Some(state) = self.names.get_mut(name) else {
             return;
         };
-        if let Some(q) = state.queue.remove(caller) {
+        if let Some(q) = state.remove_waiter(caller) {
             if let Some(at) = q.deadline {
                 self.queue_deadlines.remove(&(at, caller));
             }
@@ -565,7 +579,7 @@ impl SessionCore {
             }
             return;
         }
-        if state.active.as_ref().is_none_or(|a| a.cmd.caller != caller) {
+        if state.active().is_none_or(|a| a.cmd.caller != caller) {
             return;
         }
         // Withdraw the waiter (or give back a grant nobody will take).
@@ -585,7 +599,7 @@ impl SessionCore {
             }
             self.queue_deadlines.remove(&(at, caller));
             if let Some(state) = self.names.get_mut(&name)
-                && let Some(q) = state.queue.remove(caller)
+                && let Some(q) = state.remove_waiter(caller)
             {
                 let waited = now.saturating_duration_since(q.cmd.requested_at);
                 self.metrics.acquire_ended(&name, "timed_out", waited);
@@ -644,7 +658,7 @@ impl SessionCore {
             let queue = self
                 .names
                 .get_mut(&name)
-                .map(|s| std::mem::take(&mut s.queue))
+                .map(NameState::take_waiters)
                 .unwrap_or_default();
             for q in queue {
                 if let Some(at) = q.deadline {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use super::held::Held;
 use crate::config::{AcquireOptions, DescribeOptions, SessionOptions, WatchOptions};
 use crate::error::{Error, Result};
 use crate::proto::session_request as rq;
@@ -22,11 +22,8 @@ pub(crate) type SubscriberId = u64;
 /// What a granted acquire hands to the caller.
 #[derive(Debug)]
 pub(crate) struct Grant {
-    pub(crate) lease: u64,
-    pub(crate) order_id: u64,
-    pub(crate) token: CancellationToken,
-    /// When the session learnt of the grant (a bound on the lease counts from it).
-    pub(crate) granted_at: Instant,
+    /// The lease's record, shared with the core: its id, order id, since when, its token.
+    pub(crate) held: Arc<Held>,
 }
 
 /// An acquire as sent by a handle.

@@ -20,6 +20,7 @@
 //! - `liveness.rs`: the keepalive arithmetic.
 
 mod acquire;
+mod held;
 mod hints;
 mod ids;
 mod link;
@@ -39,6 +40,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::acquire::NameState;
+pub(crate) use self::held::Held;
 use self::hints::QueueHints;
 pub(crate) use self::ids::Ids;
 use self::link::Link;
@@ -527,6 +529,13 @@ impl SessionCore {
         }
     }
 
+    /// The token of a lease this core granted, as its handle makes it (the tests and the
+    /// simulation hold leases without a handle).
+    #[cfg(test)]
+    pub(crate) fn lease_token(&self, held: &Held) -> CancellationToken {
+        held.token(&self.token)
+    }
+
     /// The driver could not hand a grant to its caller (it went away at the last moment):
     /// give the semaphore back.
     pub(crate) fn grant_refused(&mut self, now: Instant, name: Arc<str>, lease: u64) {
@@ -546,7 +555,7 @@ impl SessionCore {
                     since: h.since,
                 });
             }
-            if let Some(a) = &state.active {
+            if let Some(a) = state.active() {
                 waiting.push(WaitingAcquire {
                     name: name.to_string(),
                     count: a.cmd.opts.count,
@@ -554,7 +563,7 @@ impl SessionCore {
                     queued_on_server: a.queued,
                 });
             }
-            for q in state.queue.iter() {
+            for q in state.waiters() {
                 waiting.push(WaitingAcquire {
                     name: name.to_string(),
                     count: q.cmd.opts.count,
@@ -900,7 +909,7 @@ impl SessionCore {
                     );
                 }
             }
-            if state.active.as_ref().is_some_and(|a| a.queued) {
+            if state.active().is_some_and(|a| a.queued) {
                 self.metrics.queued(name, -1.0);
             }
         }
@@ -913,10 +922,11 @@ impl SessionCore {
         }
         let names: Vec<NameState> = std::mem::take(&mut self.names).into_values().collect();
         for state in names {
-            if let Some(active) = state.active {
+            let (active, waiters) = state.into_acquires();
+            if let Some(active) = active {
                 self.answer(active.cmd.caller, Answer::Acquire(Err(err.clone())));
             }
-            for q in state.queue {
+            for q in waiters {
                 self.answer(q.cmd.caller, Answer::Acquire(Err(err.clone())));
             }
         }

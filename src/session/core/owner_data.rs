@@ -29,8 +29,8 @@ impl SessionCore {
             .names
             .get(&*name)
             .and_then(|s| s.holding.as_ref())
-            .filter(|h| h.lease == lease)
-            .map(|h| (h.count, h.ephemeral, h.order_id));
+            .filter(|h| h.lease() == lease)
+            .map(|h| (h.count, h.ephemeral(), h.order_id));
         let Some((count, ephemeral, order_id)) = held else {
             self.answer(caller, Answer::Done(Err(not_held(&name))));
             return;
@@ -141,7 +141,7 @@ impl SessionCore {
             .names
             .get(name)
             .and_then(|s| s.holding.as_ref())
-            .is_some_and(|h| h.lease == lease);
+            .is_some_and(|h| h.lease() == lease);
         if order_id == Some(Some(fencing)) {
             // Still the lease's ownership; if the lease was released meanwhile, its release
             // (written behind this describe) gives it back.
@@ -155,7 +155,7 @@ impl SessionCore {
         let taken_over = self
             .names
             .get(name)
-            .is_some_and(|s| s.holding.is_some() || s.active.is_some());
+            .is_some_and(|s| s.holding.is_some() || s.active().is_some());
         // Owned anew, or perhaps (the describe failed).
         if order_id != Some(None) && !taken_over {
             self.submit_release(now, Arc::from(name), None);
@@ -183,7 +183,7 @@ impl SessionCore {
         let Some(h) = self.names.get_mut(name).and_then(|s| s.holding.take()) else {
             return false;
         };
-        h.token.cancel();
+        h.end();
         let held_for = now.saturating_duration_since(h.since);
         self.metrics
             .lease_ended(name, held_for, Some("session_expired"));

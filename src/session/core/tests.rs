@@ -144,7 +144,7 @@ impl Harness {
         self.server(now, described(describe, &[(SID, order_id)]));
         self.run(now);
         let grant = self.grant(caller).expect("granted");
-        (grant.lease, grant.token.clone())
+        (grant.held.lease(), grant.held.token(&self.token))
     }
 
     /// The grant answered to `caller` in the last effects.
@@ -254,8 +254,8 @@ fn an_immediate_grant_carries_the_order_id_of_the_pipelined_describe() {
     h.server(now, described(2, &[(SID, 42)]));
     h.run(now);
     let grant = h.grant(1).expect("granted");
-    assert_eq!(grant.order_id, 42);
-    assert!(!grant.token.is_cancelled());
+    assert_eq!(grant.held.order_id, 42);
+    assert!(!grant.held.is_lost(&h.token));
 }
 
 /// The describes `h` sent last, as (req_id, include_waiters).
@@ -302,7 +302,7 @@ fn a_queued_acquire_reads_its_order_id_from_the_owners_after_its_grant() {
     let shown = later + MS;
     h.server(shown, described(3, &[(SID, 43)]));
     h.run(shown);
-    let grant = h.grant(1).map(|g| (g.order_id, g.granted_at));
+    let grant = h.grant(1).map(|g| (g.held.order_id, g.held.since));
     assert_eq!(
         grant,
         Some((43, later)),
@@ -345,8 +345,8 @@ fn queue_and_grant(
         h.run(now);
     }
     let grant = h.grant(caller).expect("granted");
-    assert_eq!(grant.order_id, order_id);
-    let lease = grant.lease;
+    assert_eq!(grant.held.order_id, order_id);
+    let lease = grant.held.lease();
     h.core.control(
         now,
         Control::Release {
@@ -446,7 +446,7 @@ fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
     assert!(h.run(back).is_empty(), "the old order id is not used");
     h.server(back, described(4, &[(SID, 50)]));
     h.run(back);
-    assert_eq!(h.grant(1).map(|g| g.order_id), Some(50));
+    assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(50));
 }
 
 #[test]
@@ -463,7 +463,7 @@ fn a_waiter_that_reads_no_waiter_list_learns_its_order_id_after_the_grant_past_a
     assert_eq!(describes(&h), vec![(3, false)]);
     h.server(back, described(3, &[(SID, 50)]));
     h.run(back);
-    assert_eq!(h.grant(1).map(|g| g.order_id), Some(50));
+    assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(50));
 }
 
 #[test]
@@ -485,7 +485,7 @@ fn a_grant_after_describes_that_did_not_list_us_reads_the_order_id_again() {
     );
     h.server(later, described(4, &[(SID, 43)]));
     h.run(later);
-    assert_eq!(h.grant(1).map(|g| g.order_id), Some(43));
+    assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(43));
 }
 
 #[test]
@@ -1459,7 +1459,11 @@ fn run_schedule(steps: &[Step]) {
                         .core
                         .names
                         .iter()
-                        .find(|(_, s)| s.holding.as_ref().is_some_and(|x| x.lease == grant.lease))
+                        .find(|(_, s)| {
+                            s.holding
+                                .as_ref()
+                                .is_some_and(|x| x.lease() == grant.held.lease())
+                        })
                         .map(|(n, _)| n.clone());
                     if let Some(name) = name {
                         let caller = w.caller();
@@ -1467,7 +1471,7 @@ fn run_schedule(steps: &[Step]) {
                             now,
                             Control::Release {
                                 name,
-                                lease: grant.lease,
+                                lease: grant.held.lease(),
                                 caller: Some(caller),
                             },
                         );
@@ -1570,7 +1574,7 @@ fn run_schedule(steps: &[Step]) {
         );
     }
     for grant in &w.grants {
-        assert!(grant.token.is_cancelled());
+        assert!(grant.held.is_lost(&h.token));
     }
 }
 

@@ -71,7 +71,7 @@ impl SessionCore {
             .names
             .get(name)
             .and_then(|s| s.holding.as_ref())
-            .is_some_and(|h| h.lease == lease && !h.ephemeral);
+            .is_some_and(|h| h.lease() == lease && !h.ephemeral());
         if !held {
             return;
         }
@@ -232,7 +232,7 @@ impl SessionCore {
             .names
             .get(name)
             .and_then(|s| s.holding.as_ref())
-            .filter(|h| h.lease == lease)
+            .filter(|h| h.lease() == lease)
             .map(|h| h.order_id)
         else {
             return;

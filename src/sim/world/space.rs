@@ -595,16 +595,18 @@ impl World {
     pub(super) fn space_answered(&mut self, c: usize, n: usize, w: usize, answer: Answer) {
         let state = self.worker(c, w).state;
         let session_no = self.clients[c].sessions[n].session_no;
+        let token = match &answer {
+            Answer::Acquire(Ok(Some(Grant { held }))) => self.lease_token(c, n, held),
+            _ => None,
+        };
         let Some(lock) = self.lock(c, w) else {
             return; // the process closed: the sessions release it
         };
-        match answer {
-            Answer::Acquire(Ok(Some(Grant {
-                lease,
-                order_id,
-                token,
-                ..
-            }))) if state == State::Taking && lock.waiting == Some(n) => {
+        match (answer, token) {
+            (Answer::Acquire(Ok(Some(Grant { held }))), Some(token))
+                if state == State::Taking && lock.waiting == Some(n) =>
+            {
+                let (lease, order_id) = (held.lease(), held.order_id);
                 lock.waiting = None;
                 let key = (c, session_no, lease);
                 let resource = Resource::Part {
@@ -625,13 +627,13 @@ impl World {
                     .granted(self.now, key, resource, count, order_id, token);
                 self.schedule(c, w, self.now);
             }
-            Answer::Acquire(_) if state == State::Taking && lock.waiting == Some(n) => {
+            (Answer::Acquire(_), _) if state == State::Taking && lock.waiting == Some(n) => {
                 // Refused, timed out or the session ended: release what was taken.
                 lock.waiting = None;
                 self.worker(c, w).state = State::Dropping;
                 self.schedule(c, w, self.now);
             }
-            Answer::Release(_) if state == State::Releasing => {
+            (Answer::Release(_), _) if state == State::Releasing => {
                 lock.pending = lock.pending.saturating_sub(1);
                 if lock.pending == 0 {
                     self.schedule(c, w, self.now);
