@@ -36,38 +36,52 @@ pub(super) const FRESH_FOR: Duration = Duration::from_secs(30);
 const SLOTS: usize = 64;
 
 /// The queue hints of one session.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct QueueHints {
-    /// Per slot: the name's hash, the waiters last seen ahead, and when.
-    slots: [Option<(u64, u64, Instant)>; SLOTS],
+    /// Made on the first lesson: a session that never waited in a queue (most idle ones)
+    /// keeps no table.
+    slots: Option<Box<[Slot; SLOTS]>>,
 }
 
-impl Default for QueueHints {
-    fn default() -> Self {
-        Self {
-            slots: [None; SLOTS],
-        }
-    }
+/// What one slot remembers: 24 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    /// The low half of the name's hash (the slot is picked by its top bits).
+    check: u32,
+    /// The waiters last seen ahead, at most `u32::MAX`.
+    ahead: u32,
+    /// When; `None` for a slot never used.
+    at: Option<Instant>,
 }
 
 impl QueueHints {
     /// Whether a queued acquire of `name` at `now` reads the waiter list to learn its order
     /// id: the session saw the name's queue short, less than [`FRESH_FOR`] ago.
     pub(super) fn reads_waiters(&self, name: &str, now: Instant) -> bool {
-        let (slot, hash) = slot(name);
-        matches!(
-            self.slots[slot],
-            Some((h, ahead, at)) if h == hash
-                && ahead <= SHORT_QUEUE
-                && now.saturating_duration_since(at) < FRESH_FOR
-        )
+        let Some(slots) = &self.slots else {
+            return false;
+        };
+        let (slot, check) = slot(name);
+        let seen = slots[slot];
+        seen.check == check
+            && u64::from(seen.ahead) <= SHORT_QUEUE
+            && seen
+                .at
+                .is_some_and(|at| now.saturating_duration_since(at) < FRESH_FOR)
     }
 
     /// A queued acquire of `name` had `ahead` waiters in front of it (at most), seen at
     /// `now`.
     pub(super) fn learn(&mut self, name: &str, ahead: u64, now: Instant) {
-        let (slot, hash) = slot(name);
-        self.slots[slot] = Some((hash, ahead, now));
+        let (slot, check) = slot(name);
+        let slots = self
+            .slots
+            .get_or_insert_with(|| Box::new([Slot::default(); SLOTS]));
+        slots[slot] = Slot {
+            check,
+            ahead: u32::try_from(ahead).unwrap_or(u32::MAX),
+            at: Some(now),
+        };
     }
 }
 
@@ -77,12 +91,13 @@ pub(super) fn waiters_ahead(floor: u64, order_id: u64) -> u64 {
     order_id.saturating_sub(floor).saturating_sub(1)
 }
 
-fn slot(name: &str) -> (usize, u64) {
+/// The slot of `name` and the check that tells it from the other names of that slot.
+fn slot(name: &str) -> (usize, u32) {
     // Deterministic (no random seed), so a simulated run replays from its seed.
     let hash = super::Ids.hash_one(name);
     // The top bits pick the slot: the hasher's multiply leaves them the best mixed.
     let slot = (hash >> 58) as usize % SLOTS;
-    (slot, hash)
+    (slot, hash as u32)
 }
 
 #[cfg(test)]
@@ -93,6 +108,20 @@ mod tests {
     fn a_name_never_queued_is_assumed_long() {
         let hints = QueueHints::default();
         assert!(!hints.reads_waiters("job", Instant::now()));
+        assert!(
+            hints.slots.is_none(),
+            "a session that never queued keeps no table"
+        );
+    }
+
+    #[test]
+    fn a_queue_deeper_than_a_slot_holds_is_remembered_as_long() {
+        let now = Instant::now();
+        let mut hints = QueueHints::default();
+        hints.learn("job", u64::MAX, now);
+        assert!(!hints.reads_waiters("job", now));
+        hints.learn("job", u64::from(u32::MAX) + SHORT_QUEUE, now);
+        assert!(!hints.reads_waiters("job", now), "no wrap to a short queue");
     }
 
     #[test]
