@@ -7,9 +7,37 @@ pub(crate) mod space;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::session::core::Held;
+
+/// What a simulated holder reads to know whether its lease may be lost: the lease's token
+/// when the worker asked for it at the grant, else the lease's record and the session's
+/// token, as `Lease::is_lost` reads them before anyone asks (the token made late).
+#[derive(Debug, Clone)]
+pub(crate) enum Signal {
+    Token(CancellationToken),
+    Record(Arc<Held>, CancellationToken),
+}
+
+impl Signal {
+    /// Whether the lease may be lost.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        match self {
+            Signal::Token(token) => token.is_cancelled(),
+            Signal::Record(held, session) => held.is_lost(session),
+        }
+    }
+}
+
+impl From<CancellationToken> for Signal {
+    fn from(token: CancellationToken) -> Self {
+        Signal::Token(token)
+    }
+}
 
 /// One broken property, with what shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +99,7 @@ struct Holder {
     resource: Resource,
     count: u64,
     order_id: u64,
-    token: CancellationToken,
+    token: Signal,
 }
 
 /// Judges one run's history.
@@ -140,7 +168,7 @@ impl Checker {
         resource: Resource,
         count: u64,
         order_id: u64,
-        token: CancellationToken,
+        token: Signal,
     ) {
         self.grants += 1;
         let client = key.0;
@@ -246,7 +274,7 @@ mod tests {
             Resource::Mutex,
             u64::MAX,
             order_id,
-            CancellationToken::new(),
+            CancellationToken::new().into(),
         );
     }
 
@@ -258,7 +286,7 @@ mod tests {
             Resource::Semaphore,
             1,
             order_id,
-            CancellationToken::new(),
+            CancellationToken::new().into(),
         );
     }
 
@@ -283,7 +311,14 @@ mod tests {
         let t = Instant::now();
         let mut c = Checker::default();
         let fired = CancellationToken::new();
-        c.granted(t, (0, 1, 1), Resource::Mutex, u64::MAX, 1, fired.clone());
+        c.granted(
+            t,
+            (0, 1, 1),
+            Resource::Mutex,
+            u64::MAX,
+            1,
+            fired.clone().into(),
+        );
         fired.cancel();
         lock(&mut c, t, (1, 1, 1), 2);
         assert!(c.violations.is_empty());

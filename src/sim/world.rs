@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::space::{SpaceConfig, SpaceStats};
 use super::Rng;
-use super::check::{Checker, LeaseKey, Resource, SEMAPHORE_LIMIT, Violation};
+use super::check::{Checker, LeaseKey, Resource, SEMAPHORE_LIMIT, Signal, Violation};
 use crate::config::{AcquireOptions, SessionOptions};
 use crate::emulator_core::{Effect as ServerEffect, NodeState, StreamId};
 use crate::error::{Error, ErrorKind};
@@ -210,7 +210,7 @@ struct Worker {
     resource: Resource,
     state: WorkerState,
     count: u64,
-    lease: Option<(LeaseKey, u64, u64, CancellationToken)>,
+    lease: Option<(LeaseKey, u64, u64, Signal)>,
     writes_left: u32,
 }
 
@@ -1368,11 +1368,17 @@ impl World {
         }
     }
 
-    /// The token of a lease session `n` of client `c` granted, as the lease's handle makes
-    /// it (none once the session is gone: its leases went with it).
-    pub(super) fn lease_token(&self, c: usize, n: usize, held: &Held) -> Option<CancellationToken> {
+    /// What tells the holder of a lease session `n` of client `c` granted that it may be
+    /// lost (none once the session is gone: its leases went with it). Every other lease asks
+    /// for its token at the grant, as the recipes that watch it do; the rest read the record
+    /// and the session's token, as a `Lease` whose token nobody asked for does.
+    pub(super) fn lease_signal(&self, c: usize, n: usize, held: &Arc<Held>) -> Option<Signal> {
         let core = self.clients[c].sessions[n].core.as_ref()?;
-        Some(core.lease_token(held))
+        Some(if held.lease().is_multiple_of(2) {
+            Signal::Token(core.lease_token(held))
+        } else {
+            Signal::Record(held.clone(), core.session_token())
+        })
     }
 
     fn answered(&mut self, c: usize, n: usize, caller: CallerId, answer: Answer) {
@@ -1391,7 +1397,7 @@ impl World {
         let think = Duration::from_millis(self.rng.range(0, 40));
         match answer {
             Answer::Acquire(Ok(Some(Grant { held }))) => {
-                let Some(token) = self.lease_token(c, n, &held) else {
+                let Some(token) = self.lease_signal(c, n, &held) else {
                     return;
                 };
                 let (lease, order_id) = (held.lease(), held.order_id);

@@ -105,9 +105,15 @@ impl Held {
     }
 
     /// Whether the lease may have been lost or was given back, with `session` the session's
-    /// token: the same as asking whether its token fired, without making one.
+    /// token: the same as asking whether its token fired (also by its holder's own
+    /// `cancel()`), without making one.
     pub(crate) fn is_lost(&self, session: &CancellationToken) -> bool {
-        self.is_ended() || session.is_cancelled()
+        self.is_ended()
+            || session.is_cancelled()
+            || self
+                .slot()
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Marks the lease given back by its handle; whether it was the first time.
@@ -159,6 +165,15 @@ mod tests {
         assert!(quiet.is_lost(&session));
         assert!(!quiet.is_ended(), "the lease itself was not ended");
         assert!(quiet.token(&session).is_cancelled());
+    }
+
+    #[test]
+    fn a_token_its_holder_cancelled_reads_as_lost() {
+        let session = CancellationToken::new();
+        let h = held();
+        h.token(&session).cancel();
+        assert!(h.is_lost(&session));
+        assert!(!h.is_ended(), "the core did not end it");
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! The concerns live in their own files:
 //! - `acquire.rs`: the acquire queue per name, the fencing-token handshake, releases and
 //!   owner-data updates;
+//! - `held.rs`: a granted lease's record, shared with its `Lease` handle (its token is made
+//!   when first asked for);
+//! - `hints.rs`: what the session saw of the queues it waited in;
 //! - `watch.rs`: watches, one per name on the server, multiplexed to local subscribers;
 //! - `link.rs`: liveness (pings, the stream-dead check, the lease-safety deadline), stream
 //!   loss, reattach, replay and close;
@@ -534,6 +537,12 @@ impl SessionCore {
     #[cfg(test)]
     pub(crate) fn lease_token(&self, held: &Held) -> CancellationToken {
         held.token(&self.token)
+    }
+
+    /// The session's token (the tests and the simulation read leases without a handle).
+    #[cfg(test)]
+    pub(crate) fn session_token(&self) -> CancellationToken {
+        self.token.clone()
     }
 
     /// The driver could not hand a grant to its caller (it went away at the last moment):

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Checker, LeaseKey, Resource};
+use super::{Checker, LeaseKey, Resource, Signal};
 use crate::space::SpaceToken;
 
 /// The names of the simulated lock space: exclusive locks, then a counted semaphore. With
@@ -32,7 +32,7 @@ pub(crate) const LIMIT: u64 = 2;
 pub(crate) struct PartHeld {
     pub(crate) node: usize,
     pub(crate) key: LeaseKey,
-    pub(crate) token: CancellationToken,
+    pub(crate) token: Signal,
 }
 
 #[derive(Debug)]
@@ -194,7 +194,7 @@ mod tests {
         let part = PartHeld {
             node,
             key: (client, session, 1),
-            token: token.clone(),
+            token: token.clone().into(),
         };
         let count = if name == SEMAPHORE { 1 } else { u64::MAX };
         (
@@ -228,12 +228,12 @@ mod tests {
             PartHeld {
                 node: 1,
                 key: (0, 1, 1),
-                token: CancellationToken::new(),
+                token: CancellationToken::new().into(),
             },
             PartHeld {
                 node: 3,
                 key: (0, 2, 1),
-                token: fired.clone(),
+                token: fired.clone().into(),
             },
         ];
         c.space_held(t, 0, MUTEX, u64::MAX, 2, parts);
