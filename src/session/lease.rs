@@ -111,8 +111,8 @@ impl Lease {
 
     /// A clone of the lease's cancellation token, for `select!` or
     /// `run_until_cancelled`. Every call returns the same token, a child of the session's
-    /// [`token`](crate::Session::token); it is made on the first call, so a lease nobody
-    /// asks for a token costs none.
+    /// [`token`](crate::Session::token); it is made on the first call, so a lease whose
+    /// token nobody asks for costs none.
     pub fn token(&self) -> CancellationToken {
         self.held.token(self.handle.token())
     }

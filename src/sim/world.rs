@@ -242,6 +242,8 @@ struct Client {
 #[derive(Debug)]
 struct Session {
     core: Option<SessionCore>,
+    /// The current session's token, as its handles hold it: the parent of its lease tokens.
+    token: CancellationToken,
     session_no: u64,
     /// The attached stream.
     link: Option<u64>,
@@ -264,6 +266,7 @@ impl Session {
     fn new(base: Instant) -> Self {
         Self {
             core: None,
+            token: CancellationToken::new(),
             session_no: 0,
             link: None,
             dialing: None,
@@ -1035,6 +1038,7 @@ impl World {
                 self.sessions += 1;
                 let cfg = self.core_config(c, session_id);
                 let token = CancellationToken::new();
+                self.clients[c].sessions[n].token = token.clone();
                 let mut core =
                     SessionCore::new(cfg, token, Arc::new(Terminal::default()), sent_at, now_c);
                 if let Some(late) = self.cfg.fire_late {
@@ -1369,16 +1373,16 @@ impl World {
     }
 
     /// What tells the holder of a lease session `n` of client `c` granted that it may be
-    /// lost (none once the session is gone: its leases went with it). Every other lease asks
-    /// for its token at the grant, as the recipes that watch it do; the rest read the record
-    /// and the session's token, as a `Lease` whose token nobody asked for does.
-    pub(super) fn lease_signal(&self, c: usize, n: usize, held: &Arc<Held>) -> Option<Signal> {
-        let core = self.clients[c].sessions[n].core.as_ref()?;
-        Some(if held.lease().is_multiple_of(2) {
-            Signal::Token(core.lease_token(held))
+    /// lost. Every other lease asks for its token at the grant, as the recipes that watch it
+    /// do; the rest read the record and the session's token, as a `Lease` whose token nobody
+    /// asked for does.
+    pub(super) fn lease_signal(&self, c: usize, n: usize, held: &Arc<Held>) -> Signal {
+        let session = &self.clients[c].sessions[n].token;
+        if held.lease().is_multiple_of(2) {
+            Signal::Token(held.token(session))
         } else {
-            Signal::Record(held.clone(), core.session_token())
-        })
+            Signal::Record(held.clone(), session.clone())
+        }
     }
 
     fn answered(&mut self, c: usize, n: usize, caller: CallerId, answer: Answer) {
@@ -1397,9 +1401,7 @@ impl World {
         let think = Duration::from_millis(self.rng.range(0, 40));
         match answer {
             Answer::Acquire(Ok(Some(Grant { held }))) => {
-                let Some(token) = self.lease_signal(c, n, &held) else {
-                    return;
-                };
+                let token = self.lease_signal(c, n, &held);
                 let (lease, order_id) = (held.lease(), held.order_id);
                 self.ops += 1;
                 let key = (c, self.clients[c].sessions[n].session_no, lease);

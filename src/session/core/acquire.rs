@@ -16,6 +16,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::held::Held;
 use super::pending::Replay;
 use super::{AcquireCmd, Answer, CallerId, Effect, Grant, Kind, SessionCore, millis};
@@ -23,7 +25,6 @@ use crate::clock::later;
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};
-use tokio::time::Instant;
 
 /// How long past an acquire's deadline the client waits for the server's own timeout
 /// answer on a live stream before answering the caller itself.

@@ -532,19 +532,6 @@ impl SessionCore {
         }
     }
 
-    /// The token of a lease this core granted, as its handle makes it (the tests and the
-    /// simulation hold leases without a handle).
-    #[cfg(test)]
-    pub(crate) fn lease_token(&self, held: &Held) -> CancellationToken {
-        held.token(&self.token)
-    }
-
-    /// The session's token (the tests and the simulation read leases without a handle).
-    #[cfg(test)]
-    pub(crate) fn session_token(&self) -> CancellationToken {
-        self.token.clone()
-    }
-
     /// The driver could not hand a grant to its caller (it went away at the last moment):
     /// give the semaphore back.
     pub(crate) fn grant_refused(&mut self, now: Instant, name: Arc<str>, lease: u64) {

@@ -596,7 +596,7 @@ impl World {
         let state = self.worker(c, w).state;
         let session_no = self.clients[c].sessions[n].session_no;
         let token = match &answer {
-            Answer::Acquire(Ok(Some(Grant { held }))) => self.lease_signal(c, n, held),
+            Answer::Acquire(Ok(Some(Grant { held }))) => Some(self.lease_signal(c, n, held)),
             _ => None,
         };
         let Some(lock) = self.lock(c, w) else {
