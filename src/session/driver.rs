@@ -1,45 +1,68 @@
 //! The one task per session: the thin async shell around [`SessionCore`].
 //!
-//! It owns what the core must not: the gRPC stream, the dial in progress, the timer, the
-//! handles' inbox and reply senders. Each turn of its loop waits for one event, hands it
-//! to the core with the current time, and carries out the effects the core queued, in
-//! order. Whatever ends the task, a panic included, a [`Sentinel`] fires every token.
+//! It owns what neither the core nor the handles can: the reading side of the gRPC stream,
+//! the dial in progress and the timer. Each turn of its loop waits for one event, hands it
+//! to the core (in the [`Engine`], under the lock the handles also take) with the current
+//! time, and carries out the effects the core queued, in order; then it does the chores a
+//! handle left it. Whatever ends the task, a panic included, a [`Sentinel`] fires every
+//! token.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tonic::Streaming;
 
-use super::core::{Effect, SessionCore, Terminal};
-use super::inbox::Inbox;
-use super::replies::Replies;
+use super::core::{SessionCore, Terminal};
+use super::engine::{Chores, Engine};
+use super::inbox::{Handle, Inbox, Mailed, inbox};
 pub(crate) use super::replies::{Notice, ReplyTx, Request};
 use super::sentinel::Sentinel;
 use super::state::SessionState;
 pub(crate) use super::stream::{Attached, Conn, attach};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{SessionResponse, session_request as rq, session_response as rs};
-use crate::transport::Transport;
+use crate::transport::{Lane, Transport};
 
-/// The inbox and shared cells the driver works with.
+/// What the driver needs beside the core and the stream.
 #[derive(Debug)]
 pub(crate) struct DriverIo {
-    pub(crate) inbox: Inbox,
+    pub(crate) session_id: u64,
     pub(crate) state: watch::Sender<SessionState>,
     pub(crate) token: CancellationToken,
     pub(crate) terminal: Arc<Terminal>,
+    /// The span the session runs in, wherever its engine runs.
+    pub(crate) span: tracing::Span,
 }
 
 enum Event {
-    Request(Option<Request>),
-    Notice(Option<Notice>),
+    Mail(Mailed),
     Inbound(Option<std::result::Result<SessionResponse, tonic::Status>>),
     /// Boxed: it is rare, and as large as a stream.
     Dialed(Box<Result<Attached>>),
     Timer,
+}
+
+/// The reading side of the live stream.
+#[derive(Debug)]
+struct Reader {
+    inbound: Streaming<SessionResponse>,
+    lane: Lane,
+}
+
+/// The stream's reading side and the dial: what only the session task holds.
+struct Link {
+    transport: Arc<Transport>,
+    stream: Option<Reader>,
+    dialing: Option<BoxFuture<'static, Result<Attached>>>,
+    /// A stream on which a reattach got a session that is not ours, kept until the server
+    /// confirms it stopped that session (dropping it at once would reset the stream before
+    /// the stop is written).
+    foreign: Option<Box<Conn>>,
 }
 
 /// The session task.
@@ -47,223 +70,205 @@ pub(crate) struct Driver {
     // First field: dropped first on an unwind, so callers whose reply channels close next
     // already read the cause.
     sentinel: Sentinel,
-    /// After the sentinel: on an unwind, callers whose messages are still queued here read
-    /// the cause the sentinel set.
+    /// After the sentinel: on an unwind, callers whose messages are still queued here, or
+    /// whose answers the engine still owes, read the cause the sentinel set.
     inbox: Inbox,
-    core: SessionCore,
-    transport: Arc<Transport>,
-    stream: Option<Conn>,
-    dialing: Option<BoxFuture<'static, Result<Attached>>>,
-    /// A stream on which a reattach got a session that is not ours, kept until the server
-    /// confirms it stopped that session (dropping it at once would reset the stream before
-    /// the stop is written).
-    foreign: Option<Box<Conn>>,
-    replies: Replies,
-    state: watch::Sender<SessionState>,
-    /// The buffer the core's effects are carried out from (kept, with its capacity).
-    effects: Vec<Effect>,
+    link: Link,
 }
-
-/// The capacity of the effects buffer kept between events.
-const EFFECTS_KEPT: usize = 64;
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
-            .field("session_id", &self.core.session_id())
-            .field("waiting", &self.replies.waiting())
+            .field("inbox", &self.inbox)
             .finish_non_exhaustive()
     }
 }
 
 impl Driver {
-    /// A driver for a session that just attached on `attached`.
+    /// A driver for a session that just attached on `attached`, and the session's first
+    /// handle.
     pub(crate) fn new(
         core: SessionCore,
         transport: Arc<Transport>,
         attached: Attached,
         io: DriverIo,
-    ) -> Self {
-        Self {
+    ) -> (Handle, Self) {
+        let Conn { tx, inbound, lane } = attached.conn;
+        let engine = Engine::new(core, tx, io.state.clone(), io.span);
+        let (handle, inbox) = inbox(io.session_id, io.terminal.clone(), io.token.clone(), engine);
+        let driver = Self {
             sentinel: Sentinel {
-                token: io.token.clone(),
-                state: io.state.clone(),
-                terminal: io.terminal.clone(),
+                token: io.token,
+                state: io.state,
+                terminal: io.terminal,
                 armed: true,
             },
-            inbox: io.inbox,
-            core,
-            transport,
-            stream: Some(attached.conn),
-            dialing: None,
-            foreign: None,
-            replies: Replies::default(),
-            state: io.state.clone(),
-            effects: Vec::new(),
-        }
+            inbox,
+            link: Link {
+                transport,
+                stream: Some(Reader { inbound, lane }),
+                dialing: None,
+                foreign: None,
+            },
+        };
+        (handle, driver)
     }
 
-    /// Runs until the session ends.
+    /// Runs until the session ends. A panic in the core, here or in a handle, ends it with
+    /// the sentinel's cause.
     pub(crate) async fn run(mut self) {
-        let (mut commands_open, mut control_open) = (true, true);
+        let mut open = true;
         // One timer for the whole life of the task. Most events move the core's next
         // wake-up later (every answer moves the deadline), and a wake-up that comes early is
         // harmless (the core only acts on what is due), so the timer is moved only when the
-        // wake-up comes earlier than it is set for, or after it fired.
-        let mut armed = self.core.next_wake();
+        // wake-up comes earlier than it is set for, or after it fired. A handle whose
+        // message brings the wake-up earlier wakes the task.
+        let Some(armed) = self.inbox.engine().map(|e| e.armed) else {
+            return;
+        };
         let timer = tokio::time::sleep_until(armed);
         tokio::pin!(timer);
         let mut fired = false;
-        while !self.core.is_done() {
-            let next = self.core.next_wake();
-            if fired || next < armed {
-                armed = next;
-                timer.as_mut().reset(armed);
-                fired = false;
+        let stop_timeout = loop {
+            {
+                let Some(mut engine) = self.inbox.engine() else {
+                    return;
+                };
+                self.link.carry_out(engine.take_chores());
+                if engine.core.is_done() {
+                    break engine.core.stop_timeout();
+                }
+                let next = engine.core.next_wake();
+                if fired || next < engine.armed {
+                    engine.armed = next;
+                    timer.as_mut().reset(next);
+                    fired = false;
+                }
             }
             let event = tokio::select! {
                 biased;
-                n = self.inbox.notice(), if control_open => Event::Notice(n),
-                e = next_link_event(&mut self.stream, &mut self.dialing) => e,
-                r = self.inbox.command(), if commands_open => Event::Request(r),
+                m = self.inbox.notices(), if open => Event::Mail(m),
+                e = self.link.next_event() => e,
+                m = self.inbox.any(), if open => Event::Mail(m),
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
+            let Some(mut engine) = self.inbox.engine() else {
+                return;
+            };
+            // A handle may have dropped the stream since the event came: a message read
+            // from that stream is not the current stream's.
+            let chores = engine.take_chores();
+            let dropped = chores.drop_stream.is_some();
+            self.link.carry_out(chores);
             match event {
-                Event::Request(Some(r)) => self.accept(now, r),
-                Event::Request(None) => commands_open = false,
-                Event::Notice(Some(n)) => self.notice(now, n),
-                Event::Notice(None) => control_open = false,
-                Event::Inbound(Some(Ok(msg))) => self.core.inbound(now, msg),
+                Event::Mail(Mailed::Mail) => self.inbox.drain(&mut engine, now),
+                Event::Mail(Mailed::Ended) => open = false,
+                Event::Inbound(_) if dropped => {}
+                Event::Inbound(Some(Ok(msg))) => engine.core.inbound(now, msg),
                 Event::Inbound(Some(Err(status))) => {
-                    self.lost(now, Error::from_grpc(status, "session stream"));
+                    let cause = Error::from_grpc(status, "session stream");
+                    self.link.lost(&mut engine, now, &cause);
                 }
                 Event::Inbound(None) => {
-                    self.lost(
-                        now,
-                        Error::new(ErrorKind::Transport, "session stream ended"),
-                    );
+                    let cause = Error::new(ErrorKind::Transport, "session stream ended");
+                    self.link.lost(&mut engine, now, &cause);
                 }
-                Event::Dialed(result) => self.dialed(now, *result),
+                Event::Dialed(result) => self.link.dialed(&mut engine, now, *result),
                 Event::Timer => {
                     fired = true;
-                    self.core.tick(now);
+                    engine.core.tick(now);
                 }
             }
             // After every event, not only on timer wake-ups: a flood of messages on the
             // biased select must not delay the tokens past the deadline.
-            self.core.check_deadline(now);
-            if !commands_open && !control_open {
-                self.core.handles_gone(now);
+            engine.core.check_deadline(now);
+            if !open {
+                engine.core.handles_gone(now);
             }
-            self.apply(now);
-        }
+            engine.apply(now);
+        };
         self.sentinel.armed = false;
         // Whatever is still queued gets the cause.
         let (commands, notices) = self.inbox.close();
         let now = Instant::now();
-        for r in commands {
-            self.accept(now, r);
+        if let Some(mut engine) = self.inbox.engine() {
+            for r in commands {
+                engine.request(now, r);
+            }
+            for n in notices {
+                engine.notice(now, n);
+            }
+            engine.apply(now);
+            self.link.carry_out(engine.take_chores());
         }
-        for n in notices {
-            self.notice(now, n);
-        }
-        self.apply(now);
-        self.linger().await;
+        self.link.linger(stop_timeout).await;
     }
+}
 
-    fn accept(&mut self, now: Instant, request: Request) {
-        if let Some(command) = self.replies.request(request) {
-            self.core.command(now, command);
+impl Link {
+    /// Does what the engine left the session task.
+    fn carry_out(&mut self, chores: Chores) {
+        if let Some(reconnect) = chores.drop_stream
+            && let Some(reader) = self.stream.take()
+            && reconnect
+        {
+            self.transport.reconnect(&reader.lane);
         }
-    }
-
-    fn notice(&mut self, now: Instant, notice: Notice) {
-        let control = self.replies.notice(notice);
-        self.core.control(now, control);
+        if let Some((start, limit)) = chores.dial {
+            let transport = self.transport.clone();
+            self.dialing = Some(Box::pin(async move {
+                attach(&transport, transport.lane(), start, limit).await
+            }));
+        }
     }
 
     /// The stream broke: it is dropped here, and the core decides what follows. The
     /// endpoint is blamed unless the server ended the stream with a status that does not
     /// blame it (`classify.rs`: a gRPC `INTERNAL`, say).
-    fn lost(&mut self, now: Instant, cause: Error) {
-        if let Some(conn) = self.stream.take()
+    fn lost(&mut self, engine: &mut Engine, now: Instant, cause: &Error) {
+        if let Some(reader) = self.stream.take()
             && cause.blames_endpoint()
         {
-            self.transport.reconnect(&conn.lane);
+            self.transport.reconnect(&reader.lane);
         }
-        self.core.stream_lost(now, &cause);
+        engine.detach_tx();
+        engine.core.stream_lost(now, cause);
     }
 
-    fn dialed(&mut self, now: Instant, result: Result<Attached>) {
+    fn dialed(&mut self, engine: &mut Engine, now: Instant, result: Result<Attached>) {
         match result {
             Ok(a) => {
-                if self.core.attached(now, a.session_id, a.sent_at) {
-                    self.stream = Some(a.conn);
-                } else if a.session_id != self.core.session_id() {
+                if engine.core.attached(now, a.session_id, a.sent_at) {
+                    let Conn { tx, inbound, lane } = a.conn;
+                    engine.attach_tx(tx);
+                    self.stream = Some(Reader { inbound, lane });
+                } else if a.session_id != engine.core.session_id() {
                     // The server made a session for nobody: stop it.
                     a.conn.send(rq::Request::SessionStop(rq::SessionStop {}));
                     self.foreign = Some(Box::new(a.conn));
                 }
             }
-            Err(err) => self.core.attach_failed(now, &err, rand::random::<f64>()),
+            Err(err) => engine.core.attach_failed(now, &err, rand::random::<f64>()),
         }
     }
 
-    /// Carries out the core's effects, in order, until it has none left.
-    fn apply(&mut self, now: Instant) {
-        let mut effects = std::mem::take(&mut self.effects);
-        loop {
-            self.core.swap_effects(&mut effects);
-            if effects.is_empty() {
-                break;
-            }
-            for effect in effects.drain(..) {
-                self.effect(now, effect);
-            }
+    /// The next message on the stream, or the outcome of the dial in progress.
+    async fn next_event(&mut self) -> Event {
+        if let Some(reader) = &mut self.stream {
+            return Event::Inbound(reader.inbound.next().await);
         }
-        // A burst (a flood of grants at a reattach, say) must not keep its buffer for ever.
-        effects.shrink_to(EFFECTS_KEPT);
-        self.effects = effects;
-    }
-
-    fn effect(&mut self, now: Instant, effect: Effect) {
-        match effect {
-            Effect::Send(r) => {
-                if let Some(conn) = &self.stream {
-                    conn.send(r);
-                }
-            }
-            Effect::Answer(caller, answer) => {
-                // A grant nobody takes any more goes back.
-                if let Some((name, lease)) = self.replies.answer(caller, answer) {
-                    self.core.grant_refused(now, name, lease);
-                }
-            }
-            Effect::Queued(caller) => self.replies.queued(caller),
-            Effect::Watch(subscriber, item) => self.replies.watch(subscriber, item),
-            Effect::State(state) => {
-                let _ = self.state.send_replace(state);
-            }
-            Effect::DropStream => {
-                if let Some(conn) = self.stream.take()
-                    && !self.core.is_done()
-                {
-                    self.transport.reconnect(&conn.lane);
-                }
-            }
-            Effect::Dial { start, limit } => {
-                let transport = self.transport.clone();
-                self.dialing = Some(Box::pin(async move {
-                    attach(&transport, transport.lane(), start, limit).await
-                }));
-            }
+        if let Some(dial) = &mut self.dialing {
+            let result = dial.as_mut().await;
+            self.dialing = None;
+            return Event::Dialed(Box::new(result));
         }
+        std::future::pending().await
     }
 
     /// After the end: wait (within the stop timeout) for the server to confirm it stopped
     /// a session a reattach got by mistake.
-    async fn linger(&mut self) {
+    async fn linger(&mut self, stop_timeout: Duration) {
         let Some(mut conn) = self.foreign.take() else {
             return;
         };
@@ -274,22 +279,6 @@ impl Driver {
                 }
             }
         };
-        let _ = tokio::time::timeout(self.core.stop_timeout(), stopped).await;
+        let _ = tokio::time::timeout(stop_timeout, stopped).await;
     }
-}
-
-/// The next message on the stream, or the outcome of the dial in progress.
-async fn next_link_event(
-    stream: &mut Option<Conn>,
-    dialing: &mut Option<BoxFuture<'static, Result<Attached>>>,
-) -> Event {
-    if let Some(conn) = stream {
-        return Event::Inbound(conn.inbound.next().await);
-    }
-    if let Some(dial) = dialing {
-        let result = dial.as_mut().await;
-        *dialing = None;
-        return Event::Dialed(Box::new(result));
-    }
-    std::future::pending().await
 }

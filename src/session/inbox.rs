@@ -1,29 +1,38 @@
-//! The session task's inbox: the commands of its handles and the notices of its leases,
-//! acquires and watches, in two queues behind one lock.
+//! The session's inbox: the commands of its handles and the notices of its leases,
+//! acquires and watches, in two queues behind one lock, beside the [`Engine`] that reads them.
+//!
+//! A handle puts its message in a queue and then runs the engine itself when its lock is
+//! free: it reads every queued message and carries out what the core makes of them (see
+//! `engine.rs`). When the lock is taken, or the engine leaves the session task something to
+//! do, the handle wakes the task instead, which reads the queues the same way. Every message
+//! is read under the engine's lock, so the core sees each queue in the order it was filled.
 //!
 //! Two tokio channels cost an idle session about 1.6 KB (each allocates its shared state and
 //! a first block of 32 slots up front). This inbox costs one small allocation; its queues
-//! hold the messages themselves (no box each), take a buffer only while they hold messages
-//! and free it once the session task has read them. Every [`Handle`] counts: when the last one is dropped the session task sees both
-//! queues end, which is how it learns that nobody can use the session any more.
+//! hold the messages themselves (no box each) and take a buffer only while they hold
+//! messages. Every [`Handle`] counts: when the last one is dropped the session task sees
+//! the inbox end, which is how it learns that nobody can use the session any more.
 //!
 //! The handles also share, through it, what every one of them needs: the session's id, its
 //! terminal cause, its token and the counter of caller ids, so that a lease carries one pointer for
 //! them all.
 //!
 //! Nothing bounds the queues: almost every sender then waits for its answer (which spends
-//! its task's tokio budget), and the session task reads one message per turn, between the
-//! stream's messages and the timer, spending its own budget for each.
+//! its task's tokio budget), and the session task reads the queues once per turn, between
+//! the stream's messages and the timer, spending its own budget for each turn.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{CallerId, Terminal};
 use super::driver::{Notice, Request};
+use super::engine::Engine;
 use crate::error::Error;
 
 #[derive(Debug, Default)]
@@ -32,6 +41,8 @@ struct Mail {
     notices: VecDeque<Notice>,
     /// The session task, waiting for mail.
     waker: Option<Waker>,
+    /// A handle left the session task something to do.
+    kicked: bool,
     /// Live handles.
     handles: usize,
     /// The session task is done: nothing more is accepted.
@@ -41,6 +52,7 @@ struct Mail {
 #[derive(Debug)]
 struct Shared {
     mail: Mutex<Mail>,
+    engine: Mutex<Engine>,
     session_id: u64,
     terminal: Arc<Terminal>,
     ids: AtomicU64,
@@ -60,18 +72,29 @@ pub(crate) struct Handle(Arc<Shared>);
 #[derive(Debug)]
 pub(crate) struct Inbox(Arc<Shared>);
 
-/// A new inbox of session `session_id`, whose cause is told by `terminal`, and its first
-/// handle.
+/// What the session task finds in its inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mailed {
+    /// Messages to read, or a chore a handle left.
+    Mail,
+    /// Every handle is gone and the queues are read.
+    Ended,
+}
+
+/// A new inbox of session `session_id`, whose cause is told by `terminal`, around `engine`,
+/// and its first handle.
 pub(crate) fn inbox(
     session_id: u64,
     terminal: Arc<Terminal>,
     token: CancellationToken,
+    engine: Engine,
 ) -> (Handle, Inbox) {
     let shared = Arc::new(Shared {
         mail: Mutex::new(Mail {
             handles: 1,
             ..Mail::default()
         }),
+        engine: Mutex::new(engine),
         session_id,
         terminal,
         ids: AtomicU64::new(1),
@@ -89,6 +112,29 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Mail> {
 fn wake(waker: Option<Waker>) {
     if let Some(waker) = waker {
         waker.wake();
+    }
+}
+
+/// Hands every queued message to `engine`, notices first (they free what the commands may
+/// wait for), until both queues are empty.
+fn drain(shared: &Shared, engine: &mut Engine, now: Instant) {
+    loop {
+        let (commands, notices) = {
+            let mut mail = lock(shared);
+            (
+                std::mem::take(&mut mail.commands),
+                std::mem::take(&mut mail.notices),
+            )
+        };
+        if commands.is_empty() && notices.is_empty() {
+            return;
+        }
+        for notice in notices {
+            engine.notice(now, notice);
+        }
+        for request in commands {
+            engine.request(now, request);
+        }
     }
 }
 
@@ -118,14 +164,20 @@ impl Handle {
         self.0.terminal.cause()
     }
 
-    /// Queues a command; drops it if the session task is done.
+    /// Queues a command and sees it handed to the core; drops it if the session task is
+    /// done.
     pub(crate) fn command(&self, request: Request) -> Result<(), Closed> {
-        self.push(request, |mail| &mut mail.commands)
+        self.push(request, |mail| &mut mail.commands)?;
+        self.drive();
+        Ok(())
     }
 
-    /// Queues a notice; drops it if the session task is done.
+    /// Queues a notice and sees it handed to the core; drops it if the session task is
+    /// done.
     pub(crate) fn notice(&self, notice: Notice) -> Result<(), Closed> {
-        self.push(notice, |mail| &mut mail.notices)
+        self.push(notice, |mail| &mut mail.notices)?;
+        self.drive();
+        Ok(())
     }
 
     fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), Closed> {
@@ -136,10 +188,34 @@ impl Handle {
             return Err(Closed);
         }
         queue(&mut mail).push_back(item);
-        let waker = mail.waker.take();
-        drop(mail);
-        wake(waker);
         Ok(())
+    }
+
+    /// Runs the engine on what is queued if its lock is free; wakes the session task when
+    /// the lock is taken (its holder may be done reading) or the engine left it a chore. A
+    /// bug that panics in the core here poisons the lock: the session task then ends the
+    /// session, as when it panics itself, and the caller reads the cause instead of the
+    /// panic.
+    fn drive(&self) {
+        let shared = &self.0;
+        let look = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut engine) = shared.engine.try_lock() else {
+                return true;
+            };
+            let span = engine.span.clone();
+            let _entered = span.enter();
+            let now = Instant::now();
+            drain(shared, &mut engine, now);
+            engine.settle(now)
+        }))
+        .unwrap_or(true);
+        if look {
+            let mut mail = lock(shared);
+            mail.kicked = true;
+            let waker = mail.waker.take();
+            drop(mail);
+            wake(waker);
+        }
     }
 }
 
@@ -164,45 +240,50 @@ impl Drop for Handle {
     }
 }
 
-/// Takes the first message of `queue`, freeing its buffer once it is empty: an idle session
-/// holds none, and a burst of messages costs one allocation.
-fn pop<T>(queue: &mut VecDeque<T>) -> Option<T> {
-    let first = queue.pop_front();
-    if queue.is_empty() && queue.capacity() > 0 {
-        *queue = VecDeque::new();
-    }
-    first
-}
-
 impl Inbox {
-    /// The next notice; `None` once every handle is gone and the queue is read.
-    pub(crate) fn poll_notice(&self, cx: &mut Context<'_>) -> Poll<Option<Notice>> {
-        self.poll_queue(cx, |mail| &mut mail.notices)
+    /// The engine, for the session task; `None` once a panic broke it.
+    pub(crate) fn engine(&self) -> Option<MutexGuard<'_, Engine>> {
+        self.0.engine.lock().ok()
     }
 
-    /// The next command; `None` once every handle is gone and the queue is read.
-    pub(crate) fn poll_command(&self, cx: &mut Context<'_>) -> Poll<Option<Request>> {
-        self.poll_queue(cx, |mail| &mut mail.commands)
+    /// The engine whatever state a panic left it in, to let its callers go.
+    pub(crate) fn engine_anyway(&self) -> MutexGuard<'_, Engine> {
+        self.0.engine.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next message of one queue. Every message taken counts against the task's tokio
-    /// budget, as a channel's would: a session flooded with mail still yields to the other
-    /// tasks of its worker.
-    fn poll_queue<T>(
-        &self,
-        cx: &mut Context<'_>,
-        queue: fn(&mut Mail) -> &mut VecDeque<T>,
-    ) -> Poll<Option<T>> {
+    /// Hands every queued message to `engine` (the guard of [`Inbox::engine`]).
+    pub(crate) fn drain(&self, engine: &mut Engine, now: Instant) {
+        drain(&self.0, engine, now);
+    }
+
+    /// Ready once there are notices to read.
+    pub(crate) fn poll_notices(&self, cx: &mut Context<'_>) -> Poll<Mailed> {
+        self.poll_mail(cx, false)
+    }
+
+    /// Ready once there is anything to read, a chore, or the end.
+    pub(crate) fn poll_any(&self, cx: &mut Context<'_>) -> Poll<Mailed> {
+        self.poll_mail(cx, true)
+    }
+
+    /// Every ready turn counts against the task's tokio budget, as a channel's would: a
+    /// session flooded with mail still yields to the other tasks of its worker.
+    fn poll_mail(&self, cx: &mut Context<'_>, any: bool) -> Poll<Mailed> {
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         let mut mail = lock(&self.0);
-        if let Some(item) = pop(queue(&mut mail)) {
+        if any && mail.closed {
+            return Poll::Ready(Mailed::Ended);
+        }
+        let ready = !mail.notices.is_empty()
+            || (any && (!mail.commands.is_empty() || std::mem::take(&mut mail.kicked)));
+        if ready {
             coop.made_progress();
-            return Poll::Ready(Some(item));
+            return Poll::Ready(Mailed::Mail);
         }
-        if mail.handles == 0 || mail.closed {
-            return Poll::Ready(None);
+        if any && mail.handles == 0 {
+            return Poll::Ready(Mailed::Ended);
         }
-        // One slot for both queues: the session task is their only reader.
+        // One slot for both polls: the session task is their only reader.
         let replaced = match &mail.waker {
             Some(w) if w.will_wake(cx.waker()) => None,
             _ => mail.waker.replace(cx.waker().clone()),
@@ -212,22 +293,23 @@ impl Inbox {
         Poll::Pending
     }
 
-    /// The next notice.
+    /// Notices are waiting.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a notice is taken only when this returns it.
-    pub(crate) async fn notice(&self) -> Option<Notice> {
-        std::future::poll_fn(|cx| self.poll_notice(cx)).await
+    /// Cancel safe: nothing is taken.
+    pub(crate) async fn notices(&self) -> Mailed {
+        std::future::poll_fn(|cx| self.poll_notices(cx)).await
     }
 
-    /// The next command.
+    /// Anything is waiting, or the inbox ended.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a command is taken only when this returns it.
-    pub(crate) async fn command(&self) -> Option<Request> {
-        std::future::poll_fn(|cx| self.poll_command(cx)).await
+    /// Cancel safe: nothing is taken but a handle's wake-up call, which only asks the task
+    /// to look at the engine, and the task does after every event.
+    pub(crate) async fn any(&self) -> Mailed {
+        std::future::poll_fn(|cx| self.poll_any(cx)).await
     }
 
     /// Refuses everything from now on and returns what is still queued, commands first
@@ -245,8 +327,10 @@ impl Inbox {
 
 impl Drop for Inbox {
     fn drop(&mut self) {
-        // A session task that ends without closing (a panic) still refuses new mail.
+        // A session task that ends without closing (a panic) still refuses new mail, and
+        // every caller it was to answer reads the cause.
         drop(self.close());
+        self.engine_anyway().abandon();
     }
 }
 
@@ -255,22 +339,38 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures::task::noop_waker_ref;
+    use tokio::sync::{oneshot, watch};
 
     use super::*;
-    use crate::session::core::Control;
+    use crate::SessionOptions;
+    use crate::session::core::{Command, Control, CoreConfig, SessionCore};
     use crate::session::driver::ReplyTx;
+    use crate::session::outbox::outbox;
+    use crate::session::state::SessionState;
+
+    fn engine() -> Engine {
+        let now = Instant::now();
+        let cfg = CoreConfig {
+            path: "/local/app".into(),
+            options: SessionOptions::new(),
+            protection_key: vec![1; 16],
+            session_id: 7,
+            seq_no: 1,
+        };
+        let core = SessionCore::new(cfg, CancellationToken::new(), Arc::default(), now, now);
+        let (tx, _rx) = outbox();
+        let (state, _) = watch::channel(SessionState::Attached { session_id: 7 });
+        Engine::new(core, tx, state, tracing::Span::none())
+    }
+
+    fn pair() -> (Handle, Inbox) {
+        inbox(7, Arc::default(), CancellationToken::new(), engine())
+    }
 
     fn notice(caller: u64) -> Notice {
         Notice {
             control: Control::Snapshot { caller },
             reply: ReplyTx::None,
-        }
-    }
-
-    fn caller(n: &Notice) -> Option<u64> {
-        match n.control {
-            Control::Snapshot { caller } => Some(caller),
-            _ => None,
         }
     }
 
@@ -286,74 +386,143 @@ mod tests {
         }
     }
 
-    #[test]
-    fn notices_come_out_in_order_and_the_buffer_is_freed_when_read() {
-        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
-        for caller in 1..=3 {
-            assert!(handle.notice(notice(caller)).is_ok());
-        }
-        let mut read = Vec::new();
-        while let Poll::Ready(Some(n)) = inbox.poll_notice(&mut cx()) {
-            read.push(caller(&n));
-        }
-        assert_eq!(read, [Some(1), Some(2), Some(3)]);
-        assert_eq!(lock(&inbox.0).notices.capacity(), 0);
-        assert!(inbox.poll_command(&mut cx()).is_pending());
+    fn queued(inbox: &Inbox) -> (usize, usize) {
+        let mail = lock(&inbox.0);
+        (mail.commands.len(), mail.notices.len())
     }
 
     #[test]
-    fn the_queues_end_when_the_last_handle_is_dropped_and_the_waiting_task_is_woken() {
+    fn a_handle_runs_the_engine_itself_when_its_lock_is_free() {
+        let (handle, inbox) = pair();
+        let (tx, mut rx) = oneshot::channel();
+        let snapshot = Notice {
+            control: Control::Snapshot { caller: 1 },
+            reply: ReplyTx::Snapshot(tx),
+        };
+        assert!(handle.notice(snapshot).is_ok());
+        // Answered on the sender's thread: nothing waits in the queue, the task is not asked.
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(queued(&inbox), (0, 0));
+        assert!(inbox.poll_any(&mut cx()).is_pending());
+    }
+
+    #[test]
+    fn mail_sent_while_the_engine_is_taken_waits_for_the_task_in_order() {
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut task = Context::from_waker(&waker);
+        let (handle, inbox) = pair();
+        assert!(inbox.poll_any(&mut task).is_pending());
+        let mut engine = inbox.engine();
+        assert!(engine.is_some());
+        let mut answers = Vec::new();
+        for caller in 1..=3 {
+            let (tx, rx) = oneshot::channel();
+            let snapshot = Notice {
+                control: Control::Snapshot { caller },
+                reply: ReplyTx::Snapshot(tx),
+            };
+            assert!(handle.notice(snapshot).is_ok());
+            answers.push(rx);
+        }
+        // The task was woken; nothing was answered while the lock was held.
+        assert!(counter.0.load(Ordering::SeqCst) >= 1);
+        assert_eq!(queued(&inbox), (0, 3));
+        assert!(matches!(
+            inbox.poll_notices(&mut cx()),
+            Poll::Ready(Mailed::Mail)
+        ));
+        if let Some(engine) = engine.as_mut() {
+            inbox.drain(engine, Instant::now());
+            engine.apply(Instant::now());
+        }
+        drop(engine);
+        assert_eq!(queued(&inbox), (0, 0));
+        assert_eq!(lock(&inbox.0).notices.capacity(), 0);
+        for mut rx in answers {
+            assert!(rx.try_recv().is_ok());
+        }
+    }
+
+    #[test]
+    fn the_inbox_ends_when_the_last_handle_is_dropped_and_the_waiting_task_is_woken() {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
-        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
+        let (handle, inbox) = pair();
         let second = handle.clone();
-        assert!(inbox.poll_notice(&mut cx).is_pending());
+        assert!(inbox.poll_any(&mut cx).is_pending());
         drop(handle);
         assert_eq!(counter.0.load(Ordering::SeqCst), 0);
-        assert!(inbox.poll_command(&mut cx).is_pending());
-        assert!(second.notice(notice(9)).is_ok());
-        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert!(inbox.poll_any(&mut cx).is_pending());
         drop(second);
-        // Mail sent before the last handle went is still read, then the queue ends.
-        assert!(
-            matches!(inbox.poll_notice(&mut cx), Poll::Ready(Some(n)) if caller(&n) == Some(9))
-        );
-        assert!(matches!(inbox.poll_notice(&mut cx), Poll::Ready(None)));
-        assert!(matches!(inbox.poll_command(&mut cx), Poll::Ready(None)));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            inbox.poll_any(&mut cx),
+            Poll::Ready(Mailed::Ended)
+        ));
+        // Notices alone never report the end.
+        assert!(inbox.poll_notices(&mut cx).is_pending());
     }
 
     #[test]
     fn a_closed_inbox_hands_back_what_was_queued_and_refuses_more() {
-        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
+        let (handle, inbox) = pair();
+        let engine = inbox.engine();
         assert!(handle.notice(notice(1)).is_ok());
+        let (tx, _rx) = oneshot::channel();
+        let close = Request {
+            command: Command::Close { caller: 2 },
+            reply: ReplyTx::Done(tx),
+        };
+        assert!(handle.command(close).is_ok());
+        drop(engine);
         let (commands, notices) = inbox.close();
-        assert!(commands.is_empty());
-        assert_eq!(notices.len(), 1);
+        assert_eq!((commands.len(), notices.len()), (1, 1));
         assert!(handle.notice(notice(2)).is_err());
-        assert!(matches!(inbox.poll_notice(&mut cx()), Poll::Ready(None)));
+        assert!(matches!(
+            inbox.poll_any(&mut cx()),
+            Poll::Ready(Mailed::Ended)
+        ));
+    }
+
+    #[test]
+    fn a_handle_leaves_an_engine_a_panic_broke_to_the_task() {
+        let (handle, inbox) = pair();
+        let shared = handle.0.clone();
+        let unwound = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _engine = shared.engine.lock();
+            panic!("a bug in the core");
+        }));
+        assert!(unwound.is_err());
+        // The handle neither panics nor runs the broken engine; the task is asked to look.
+        assert!(handle.notice(notice(1)).is_ok());
+        assert!(lock(&inbox.0).kicked);
+        assert!(inbox.engine().is_none());
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_flooded_session_task_still_yields_to_the_other_tasks() {
-        let (handle, inbox) = inbox(7, Arc::default(), CancellationToken::new());
+        let (handle, inbox) = pair();
+        // Mail that keeps coming: the engine is held, so every notice waits for the task.
+        let engine = inbox.engine();
         for caller in 0..1000 {
             assert!(handle.notice(notice(caller)).is_ok());
         }
-        // The queue ends after the last notice, so the loop below cannot wait for ever.
-        drop(handle);
+        drop(engine);
         let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = other_ran.clone();
         tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
-        // Every notice is ready at once; only the task budget makes the reader yield.
-        let mut read_before_the_other_task_ran = 0;
-        while let Some(_n) = inbox.notice().await {
+        // The notices stay queued, so every turn is ready at once; only the task budget
+        // makes the reader yield.
+        let mut turns_before_the_other_task_ran = 0;
+        while inbox.notices().await == Mailed::Mail {
             if other_ran.load(Ordering::SeqCst) {
                 break;
             }
-            read_before_the_other_task_ran += 1;
+            turns_before_the_other_task_ran += 1;
+            assert!(turns_before_the_other_task_ran < 1000);
         }
         assert!(other_ran.load(Ordering::SeqCst));
-        assert!(read_before_the_other_task_ran < 1000);
     }
 }

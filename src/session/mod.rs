@@ -2,6 +2,7 @@
 
 pub(crate) mod core;
 pub(crate) mod driver;
+mod engine;
 pub(crate) mod inbox;
 mod lease;
 mod mailbox;
