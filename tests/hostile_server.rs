@@ -57,6 +57,19 @@ async fn describe_round_trip(peer: &mut Peer, s: &Session, index: usize, name: &
     assert_eq!(got.data, b"ok");
 }
 
+/// Answers the attach on stream `index` with the session's own id and waits until the
+/// session is attached again.
+async fn accept_reattach(peer: &Peer, s: &Session, index: usize) {
+    peer.send(
+        index,
+        Rs::SessionStarted(session_response::SessionStarted {
+            session_id: SID,
+            timeout_millis: 0,
+        }),
+    );
+    wait_state(s, attached).await;
+}
+
 /// Waits until the session's state satisfies `pred`.
 async fn wait_state(s: &Session, pred: impl Fn(&SessionState) -> bool) -> SessionState {
     let mut rx = s.state_changes();
@@ -325,14 +338,7 @@ async fn reattaches_after(end: impl FnOnce(&Peer, usize)) {
     assert_eq!(start.timeout_millis, first.timeout_millis);
     assert!(matches!(s.state(), SessionState::Reattaching { .. }));
     assert!(!s.token().is_cancelled());
-    peer.send(
-        i1,
-        Rs::SessionStarted(session_response::SessionStarted {
-            session_id: SID,
-            timeout_millis: 0,
-        }),
-    );
-    wait_state(&s, attached).await;
+    accept_reattach(&peer, &s, i1).await;
     // The describe that was in flight is sent again on the new stream.
     let (i, d2) = expect_describe(&mut peer).await;
     assert_eq!(i, i1);
@@ -770,4 +776,86 @@ async fn a_session_started_with_session_id_zero_is_rejected() {
         ),
         Ok(s) => panic!("a session with id {} was accepted", s.id()),
     }
+}
+
+/// Starts `n` describes and returns them with the requests the server got, in the order
+/// the callers were started.
+async fn describes_in_flight(
+    peer: &mut Peer,
+    s: &Session,
+    n: usize,
+) -> Vec<(
+    JoinHandle<Result<SemaphoreDescription>>,
+    session_request::DescribeSemaphore,
+)> {
+    let calls: Vec<_> = (0..n)
+        .map(|k| spawn_describe(s, &format!("s{k}")))
+        .collect();
+    let mut asked = Vec::new();
+    for _ in 0..n {
+        asked.push(expect_describe(peer).await.1);
+    }
+    asked.sort_by_key(|d| d.name[1..].parse::<usize>().unwrap());
+    calls.into_iter().zip(asked).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_answers_longer_than_one_read_reaches_every_caller() {
+    let mut peer = Peer::start().await;
+    let (_client, s, i0, _) = peer.session(SID, SessionOptions::new()).await;
+    let calls = describes_in_flight(&mut peer, &s, 100).await;
+    // All hundred answers are on the stream before the session task reads the first.
+    for (_, d) in &calls {
+        peer.send(
+            i0,
+            describe_ok(d.req_id, description(&d.name, d.name.as_bytes())),
+        );
+    }
+    for (call, d) in calls {
+        let got = within(call).await.unwrap().unwrap();
+        assert_eq!(got.name, d.name);
+        assert_eq!(got.data, d.name.as_bytes());
+    }
+    describe_round_trip(&mut peer, &s, i0, "after").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_read_after_the_servers_verdict_in_one_burst_is_not_taken() {
+    let mut peer = Peer::start().await;
+    let (_client, s, i0, _) = peer.session(SID, SessionOptions::new()).await;
+    let mut calls = describes_in_flight(&mut peer, &s, 2).await.into_iter();
+    let (a, da) = calls.next().unwrap();
+    let (b, db) = calls.next().unwrap();
+    peer.send(i0, describe_ok(da.req_id, description("s0", b"before")));
+    peer.send_message(i0, peer::failure(StatusCode::SessionExpired, "scripted"));
+    peer.send(i0, describe_ok(db.req_id, description("s1", b"after")));
+    peer.end(i0);
+    assert_eq!(within(a).await.unwrap().unwrap().data, b"before");
+    let err = within(b).await.unwrap().unwrap_err();
+    assert!(err.is_session_lost(), "{err:?}");
+    assert_eq!(
+        wait_state(&s, SessionState::is_terminal).await,
+        SessionState::Expired
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_and_the_streams_error_in_one_burst_are_both_read() {
+    let mut peer = Peer::start().await;
+    let (_client, s, i0, _) = peer.session(SID, SessionOptions::new()).await;
+    let mut calls = describes_in_flight(&mut peer, &s, 1).await.into_iter();
+    let (a, da) = calls.next().unwrap();
+    peer.send(i0, describe_ok(da.req_id, description("s0", b"kept")));
+    // A status that does not blame the endpoint (the server giving up on the call).
+    peer.error(i0, tonic::Status::cancelled("shutting down"));
+    assert_eq!(within(a).await.unwrap().unwrap().data, b"kept");
+    // The error is read too: the session reattaches at once and keeps working.
+    let (i1, start) = expect_start(&mut peer).await;
+    assert_ne!(i1, i0);
+    assert_eq!(start.session_id, SID);
+    accept_reattach(&peer, &s, i1).await;
+    describe_round_trip(&mut peer, &s, i1, "after").await;
+    // On the same connection: the client read the status, which does not blame the endpoint
+    // (an end without one would have it connect again).
+    assert_eq!(peer.connections(), 1);
 }

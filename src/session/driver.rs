@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{SessionResponse, session_request as rq, session_response as rs};
 use crate::transport::{Lane, Transport};
 
+/// How many messages already on the stream one turn of the task reads after the one that
+/// woke it; the rest wait for the next turn, after the handles' mail and the timer.
+const READ_AHEAD: usize = 32;
+
 /// What the driver needs beside the core and the stream.
 #[derive(Debug)]
 pub(crate) struct DriverIo {
@@ -39,9 +43,12 @@ pub(crate) struct DriverIo {
     pub(crate) span: tracing::Span,
 }
 
+/// What the stream gives: a message, its error, or its end.
+type Inbound = Option<std::result::Result<SessionResponse, tonic::Status>>;
+
 enum Event {
     Mail(Mailed),
-    Inbound(Option<std::result::Result<SessionResponse, tonic::Status>>),
+    Inbound(Inbound),
     /// Boxed: it is rare, and as large as a stream.
     Dialed(Box<Result<Attached>>),
     Timer,
@@ -165,14 +172,10 @@ impl Driver {
                 Event::Mail(Mailed::Mail) => self.inbox.drain(&mut engine, now),
                 Event::Mail(Mailed::Ended) => open = false,
                 Event::Inbound(_) if dropped => {}
-                Event::Inbound(Some(Ok(msg))) => engine.core.inbound(now, msg),
-                Event::Inbound(Some(Err(status))) => {
-                    let cause = Error::from_grpc(status, "session stream");
-                    self.link.lost(&mut engine, now, &cause);
-                }
-                Event::Inbound(None) => {
-                    let cause = Error::new(ErrorKind::Transport, "session stream ended");
-                    self.link.lost(&mut engine, now, &cause);
+                Event::Inbound(item) => {
+                    if self.link.inbound(&mut engine, now, item) {
+                        self.link.read_ready(&mut engine, now);
+                    }
                 }
                 Event::Dialed(result) => self.link.dialed(&mut engine, now, *result),
                 Event::Timer => {
@@ -251,6 +254,45 @@ impl Link {
             }
             Err(err) => engine.core.attach_failed(now, &err, rand::random::<f64>()),
         }
+    }
+
+    /// Hands the core the messages the stream already holds, at most [`READ_AHEAD`] of
+    /// them, so that answers that came together (an acquire's and the describe pipelined
+    /// behind it, a burst of grants) take one turn of the task. Stops before a message that
+    /// would come after the stream was dropped, and at the stream's end or error, which the
+    /// next turn reads as any other event.
+    fn read_ready(&mut self, engine: &mut Engine, now: Instant) {
+        for _ in 0..READ_AHEAD {
+            engine.apply(now);
+            if engine.has_chores() {
+                return;
+            }
+            let Some(reader) = &mut self.stream else {
+                return;
+            };
+            // Polled without the task's waker; the next turn polls the stream with it
+            // before the task waits.
+            let Some(item) = reader.inbound.next().now_or_never() else {
+                return;
+            };
+            if !self.inbound(engine, now, item) {
+                return;
+            }
+        }
+    }
+
+    /// Hands the core what the stream gave; returns whether the stream is still live.
+    fn inbound(&mut self, engine: &mut Engine, now: Instant, item: Inbound) -> bool {
+        let cause = match item {
+            Some(Ok(msg)) => {
+                engine.core.inbound(now, msg);
+                return true;
+            }
+            Some(Err(status)) => Error::from_grpc(status, "session stream"),
+            None => Error::new(ErrorKind::Transport, "session stream ended"),
+        };
+        self.lost(engine, now, &cause);
+        false
     }
 
     /// The next message on the stream, or the outcome of the dial in progress.

@@ -100,6 +100,11 @@ impl Engine {
         self.tx = None;
     }
 
+    /// Whether the session task has something left to do.
+    pub(crate) fn has_chores(&self) -> bool {
+        self.chores.any()
+    }
+
     /// What the session task is left to do, taken.
     pub(crate) fn take_chores(&mut self) -> Chores {
         std::mem::take(&mut self.chores)

@@ -87,6 +87,8 @@ struct Shared {
     auto_pong: AtomicBool,
     cut: Mutex<CancellationToken>,
     shutdown: CancellationToken,
+    /// TCP connections accepted so far.
+    connections: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -133,6 +135,7 @@ impl Peer {
             auto_pong: AtomicBool::new(true),
             cut: Mutex::new(shutdown.child_token()),
             shutdown: shutdown.clone(),
+            connections: std::sync::atomic::AtomicUsize::new(0),
         });
         let (conn_tx, conn_rx) = mpsc::unbounded_channel::<std::io::Result<DuplexStream>>();
         let server = tonic::transport::Server::builder()
@@ -152,6 +155,11 @@ impl Peer {
             buffered: VecDeque::new(),
             shared,
         }
+    }
+
+    /// How many TCP connections the server has accepted.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
     }
 
     /// The address the server listens on.
@@ -479,6 +487,7 @@ async fn accept_loop(
             continue;
         };
         let _ = tcp.set_nodelay(true);
+        shared.connections.fetch_add(1, Ordering::SeqCst);
         let (mut near, far) = tokio::io::duplex(4 * 1024 * 1024);
         if server.send(Ok(far)).is_err() {
             return;
