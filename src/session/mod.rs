@@ -125,7 +125,7 @@ impl Session {
     }
 
     /// What the session holds and waits for (names, counts, fencing tokens, since when),
-    /// answered by the session task without asking the server.
+    /// answered from the session's own tables without asking the server.
     ///
     /// # Examples
     ///
@@ -499,7 +499,7 @@ pub struct Acquire {
 }
 
 impl Acquire {
-    /// Hands the command to the session task (once; later calls only repeat the outcome).
+    /// Hands the command to the session (once; later calls only repeat the outcome).
     fn submit(&mut self) -> Result<()> {
         if let Some(err) = &self.invalid {
             return Err(err.clone());
