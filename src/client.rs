@@ -515,7 +515,6 @@ impl Client {
             state: state_tx,
             token: token.clone(),
             terminal,
-            span: span.clone(),
         };
         let (handle, driver) = driver::Driver::new(core, self.transport.clone(), attached, io);
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));

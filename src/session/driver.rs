@@ -1,11 +1,10 @@
 //! The one task per session: the thin async shell around [`SessionCore`].
 //!
-//! It owns what neither the core nor the handles can: the reading side of the gRPC stream,
-//! the dial in progress and the timer. Each turn of its loop waits for one event, hands it
-//! to the core (in the [`Engine`], under the lock the handles also take) with the current
-//! time, and carries out the effects the core queued, in order; then it does the chores a
-//! handle left it. Whatever ends the task, a panic included, a [`Sentinel`] fires every
-//! token.
+//! It owns the [`Engine`] (the core and what its effects reach), the reading side of the gRPC
+//! stream, the dial in progress and the timer. Each turn of its loop waits for one event,
+//! hands it to the core with the current time, and carries out the effects the core queued,
+//! in order, then the chores they left. Whatever ends the task, a panic included, a
+//! [`Sentinel`] fires every token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,8 +38,6 @@ pub(crate) struct DriverIo {
     pub(crate) state: watch::Sender<SessionState>,
     pub(crate) token: CancellationToken,
     pub(crate) terminal: Arc<Terminal>,
-    /// The span the session runs in, wherever its engine runs.
-    pub(crate) span: tracing::Span,
 }
 
 /// What the stream gives: a message, its error, or its end.
@@ -77,9 +74,11 @@ pub(crate) struct Driver {
     // First field: dropped first on an unwind, so callers whose reply channels close next
     // already read the cause.
     sentinel: Sentinel,
-    /// After the sentinel: on an unwind, callers whose messages are still queued here, or
-    /// whose answers the engine still owes, read the cause the sentinel set.
+    /// After the sentinel: on an unwind, callers whose messages are still queued here read
+    /// the cause the sentinel set.
     inbox: Inbox,
+    /// After the sentinel too: callers whose answers it still owes read that cause.
+    engine: Engine,
     link: Link,
 }
 
@@ -101,8 +100,8 @@ impl Driver {
         io: DriverIo,
     ) -> (Handle, Self) {
         let Conn { tx, inbound, lane } = attached.conn;
-        let engine = Engine::new(core, tx, io.state.clone(), io.span);
-        let (handle, inbox) = inbox(io.session_id, io.terminal.clone(), io.token.clone(), engine);
+        let engine = Engine::new(core, tx, io.state.clone());
+        let (handle, inbox) = inbox(io.session_id, io.terminal.clone(), io.token.clone());
         let driver = Self {
             sentinel: Sentinel {
                 token: io.token,
@@ -111,6 +110,7 @@ impl Driver {
                 armed: true,
             },
             inbox,
+            engine,
             link: Link {
                 transport,
                 stream: Some(Reader { inbound, lane }),
@@ -121,36 +121,27 @@ impl Driver {
         (handle, driver)
     }
 
-    /// Runs until the session ends. A panic in the core, here or in a handle, ends it with
-    /// the sentinel's cause.
+    /// Runs until the session ends. A panic in the core ends it with the sentinel's cause.
     pub(crate) async fn run(mut self) {
         let mut open = true;
         // One timer for the whole life of the task. Most events move the core's next
         // wake-up later (every answer moves the deadline), and a wake-up that comes early is
         // harmless (the core only acts on what is due), so the timer is moved only when the
-        // wake-up comes earlier than it is set for, or after it fired. A handle whose
-        // message brings the wake-up earlier wakes the task.
-        let Some(armed) = self.inbox.engine().map(|e| e.armed) else {
-            return;
-        };
+        // wake-up comes earlier than it is set for, or after it fired.
+        let mut armed = self.engine.core.next_wake();
         let timer = tokio::time::sleep_until(armed);
         tokio::pin!(timer);
         let mut fired = false;
         let stop_timeout = loop {
-            {
-                let Some(mut engine) = self.inbox.engine() else {
-                    return;
-                };
-                self.link.carry_out(engine.take_chores());
-                if engine.core.is_done() {
-                    break engine.core.stop_timeout();
-                }
-                let next = engine.core.next_wake();
-                if fired || next < engine.armed {
-                    engine.armed = next;
-                    timer.as_mut().reset(next);
-                    fired = false;
-                }
+            self.link.carry_out(self.engine.take_chores());
+            if self.engine.core.is_done() {
+                break self.engine.core.stop_timeout();
+            }
+            let next = self.engine.core.next_wake();
+            if fired || next < armed {
+                armed = next;
+                timer.as_mut().reset(next);
+                fired = false;
             }
             let event = tokio::select! {
                 biased;
@@ -160,24 +151,16 @@ impl Driver {
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
-            let Some(mut engine) = self.inbox.engine() else {
-                return;
-            };
-            // A handle may have dropped the stream since the event came: a message read
-            // from that stream is not the current stream's.
-            let chores = engine.take_chores();
-            let dropped = chores.drop_stream.is_some();
-            self.link.carry_out(chores);
+            let engine = &mut self.engine;
             match event {
-                Event::Mail(Mailed::Mail) => self.inbox.drain(&mut engine, now),
+                Event::Mail(Mailed::Mail) => self.inbox.drain(engine, now),
                 Event::Mail(Mailed::Ended) => open = false,
-                Event::Inbound(_) if dropped => {}
                 Event::Inbound(item) => {
-                    if self.link.inbound(&mut engine, now, item) {
-                        self.link.read_ready(&mut engine, now);
+                    if self.link.inbound(engine, now, item) {
+                        self.link.read_ready(engine, now);
                     }
                 }
-                Event::Dialed(result) => self.link.dialed(&mut engine, now, *result),
+                Event::Dialed(result) => self.link.dialed(engine, now, *result),
                 Event::Timer => {
                     fired = true;
                     engine.core.tick(now);
@@ -195,16 +178,14 @@ impl Driver {
         // Whatever is still queued gets the cause.
         let (commands, notices) = self.inbox.close();
         let now = Instant::now();
-        if let Some(mut engine) = self.inbox.engine() {
-            for r in commands {
-                engine.request(now, r);
-            }
-            for n in notices {
-                engine.notice(now, n);
-            }
-            engine.apply(now);
-            self.link.carry_out(engine.take_chores());
+        for r in commands {
+            self.engine.request(now, r);
         }
+        for n in notices {
+            self.engine.notice(now, n);
+        }
+        self.engine.apply(now);
+        self.link.carry_out(self.engine.take_chores());
         self.link.linger(stop_timeout).await;
     }
 }

@@ -1,13 +1,15 @@
-//! The session's state machine and what its effects reach, behind the one lock the session
-//! task and the handles share.
+//! The session's state machine and what its effects reach: the core, the table of callers
+//! waiting for its answers, the stream's writing side and the session's state.
 //!
-//! A handle that sends a command or a notice runs the core itself when the lock is free: it
-//! hands over its message, writes the requests the core queues straight to the stream and
-//! answers whoever the core answers, all on its own thread. A request then costs no wake-up
-//! of the session task and no switch to it. When the lock is taken, the message waits in the
-//! inbox for the holder or the session task, as before. What only the session task can do
-//! (open a stream, drop the stream's reading side, move its timer earlier) the engine leaves
-//! it as [`Chores`] and the handle wakes it.
+//! The session task owns it and hands it every event. Carrying out an effect that needs the
+//! task's own parts (open a stream, drop the stream's reading side) is left to the task as
+//! [`Chores`], so that the engine stays free of the stream's reading side and the dial.
+//!
+//! Handles do not run it themselves. They could, behind a lock, and write their requests
+//! without waking the task; measured side by side, that made the bench's lock cycle and its
+//! pipelined requests slower than waking the task (the README's performance notes give the
+//! numbers), which reads a whole batch of mail in one turn on the thread that also reads the
+//! answers.
 
 use std::time::Duration;
 
@@ -51,29 +53,18 @@ pub(crate) struct Engine {
     /// The buffer the core's effects are carried out from (kept, with its capacity).
     effects: Vec<Effect>,
     chores: Chores,
-    /// When the session task's timer fires; a core that must wake earlier wakes the task.
-    pub(crate) armed: Instant,
-    /// The session's span, entered wherever the engine runs.
-    pub(crate) span: tracing::Span,
 }
 
 impl Engine {
     /// The engine of `core`, whose states go to `state`, writing to `tx`.
-    pub(crate) fn new(
-        core: SessionCore,
-        tx: Outbox,
-        state: watch::Sender<SessionState>,
-        span: tracing::Span,
-    ) -> Self {
+    pub(crate) fn new(core: SessionCore, tx: Outbox, state: watch::Sender<SessionState>) -> Self {
         Self {
-            armed: core.next_wake(),
             core,
             replies: Replies::default(),
             tx: Some(tx),
             state,
             effects: Vec::new(),
             chores: Chores::default(),
-            span,
         }
     }
 
@@ -108,14 +99,6 @@ impl Engine {
     /// What the session task is left to do, taken.
     pub(crate) fn take_chores(&mut self) -> Chores {
         std::mem::take(&mut self.chores)
-    }
-
-    /// After a message from a handle: checks the deadline and carries out the effects.
-    /// Returns whether the session task must look (a chore, an earlier wake-up, the end).
-    pub(crate) fn settle(&mut self, now: Instant) -> bool {
-        self.core.check_deadline(now);
-        self.apply(now);
-        self.chores.any() || self.core.is_done() || self.core.next_wake() < self.armed
     }
 
     /// Carries out the core's effects, in order, until it has none left.
@@ -160,12 +143,5 @@ impl Engine {
             }
             Effect::Dial { start, limit } => self.chores.dial = Some((start, limit)),
         }
-    }
-
-    /// The session task is gone: every caller still waiting reads the cause, and nothing is
-    /// written any more.
-    pub(crate) fn abandon(&mut self) {
-        self.replies = Replies::default();
-        self.tx = None;
     }
 }

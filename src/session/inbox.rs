@@ -1,11 +1,9 @@
 //! The session's inbox: the commands of its handles and the notices of its leases,
-//! acquires and watches, in two queues behind one lock, beside the [`Engine`] that reads them.
+//! acquires and watches, in two queues behind one lock.
 //!
-//! A handle puts its message in a queue and then runs the engine itself when its lock is
-//! free: it reads every queued message and carries out what the core makes of them (see
-//! `engine.rs`). When the lock is taken, or the engine leaves the session task something to
-//! do, the handle wakes the task instead, which reads the queues the same way. Every message
-//! is read under the engine's lock, so the core sees each queue in the order it was filled.
+//! A handle puts its message in a queue and wakes the session task, which hands every queued
+//! message to the [`Engine`] in one turn (notices first), so the core sees each queue in the
+//! order it was filled and a burst of requests costs the task one turn.
 //!
 //! Two tokio channels cost an idle session about 1.6 KB (each allocates its shared state and
 //! a first block of 32 slots up front). This inbox costs one small allocation; its queues
@@ -22,7 +20,6 @@
 //! the stream's messages and the timer, spending its own budget for each turn.
 
 use std::collections::VecDeque;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -41,8 +38,6 @@ struct Mail {
     notices: VecDeque<Notice>,
     /// The session task, waiting for mail.
     waker: Option<Waker>,
-    /// A handle left the session task something to do.
-    kicked: bool,
     /// Live handles.
     handles: usize,
     /// The session task is done: nothing more is accepted.
@@ -52,7 +47,6 @@ struct Mail {
 #[derive(Debug)]
 struct Shared {
     mail: Mutex<Mail>,
-    engine: Mutex<Engine>,
     session_id: u64,
     terminal: Arc<Terminal>,
     ids: AtomicU64,
@@ -75,26 +69,24 @@ pub(crate) struct Inbox(Arc<Shared>);
 /// What the session task finds in its inbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mailed {
-    /// Messages to read, or a chore a handle left.
+    /// Messages to read.
     Mail,
     /// Every handle is gone and the queues are read.
     Ended,
 }
 
-/// A new inbox of session `session_id`, whose cause is told by `terminal`, around `engine`,
-/// and its first handle.
+/// A new inbox of session `session_id`, whose cause is told by `terminal`, and its first
+/// handle.
 pub(crate) fn inbox(
     session_id: u64,
     terminal: Arc<Terminal>,
     token: CancellationToken,
-    engine: Engine,
 ) -> (Handle, Inbox) {
     let shared = Arc::new(Shared {
         mail: Mutex::new(Mail {
             handles: 1,
             ..Mail::default()
         }),
-        engine: Mutex::new(engine),
         session_id,
         terminal,
         ids: AtomicU64::new(1),
@@ -112,29 +104,6 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Mail> {
 fn wake(waker: Option<Waker>) {
     if let Some(waker) = waker {
         waker.wake();
-    }
-}
-
-/// Hands every queued message to `engine`, notices first (they free what the commands may
-/// wait for), until both queues are empty.
-fn drain(shared: &Shared, engine: &mut Engine, now: Instant) {
-    loop {
-        let (commands, notices) = {
-            let mut mail = lock(shared);
-            (
-                std::mem::take(&mut mail.commands),
-                std::mem::take(&mut mail.notices),
-            )
-        };
-        if commands.is_empty() && notices.is_empty() {
-            return;
-        }
-        for notice in notices {
-            engine.notice(now, notice);
-        }
-        for request in commands {
-            engine.request(now, request);
-        }
     }
 }
 
@@ -164,20 +133,14 @@ impl Handle {
         self.0.terminal.cause()
     }
 
-    /// Queues a command and sees it handed to the core; drops it if the session task is
-    /// done.
+    /// Queues a command for the session task; drops it if the task is done.
     pub(crate) fn command(&self, request: Request) -> Result<(), Closed> {
-        self.push(request, |mail| &mut mail.commands)?;
-        self.drive();
-        Ok(())
+        self.push(request, |mail| &mut mail.commands)
     }
 
-    /// Queues a notice and sees it handed to the core; drops it if the session task is
-    /// done.
+    /// Queues a notice for the session task; drops it if the task is done.
     pub(crate) fn notice(&self, notice: Notice) -> Result<(), Closed> {
-        self.push(notice, |mail| &mut mail.notices)?;
-        self.drive();
-        Ok(())
+        self.push(notice, |mail| &mut mail.notices)
     }
 
     fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), Closed> {
@@ -188,34 +151,10 @@ impl Handle {
             return Err(Closed);
         }
         queue(&mut mail).push_back(item);
+        let waker = mail.waker.take();
+        drop(mail);
+        wake(waker);
         Ok(())
-    }
-
-    /// Runs the engine on what is queued if its lock is free; wakes the session task when
-    /// the lock is taken (its holder may be done reading) or the engine left it a chore. A
-    /// bug that panics in the core here poisons the lock: the session task then ends the
-    /// session, as when it panics itself, and the caller reads the cause instead of the
-    /// panic.
-    fn drive(&self) {
-        let shared = &self.0;
-        let look = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let Ok(mut engine) = shared.engine.try_lock() else {
-                return true;
-            };
-            let span = engine.span.clone();
-            let _entered = span.enter();
-            let now = Instant::now();
-            drain(shared, &mut engine, now);
-            engine.settle(now)
-        }))
-        .unwrap_or(true);
-        if look {
-            let mut mail = lock(shared);
-            mail.kicked = true;
-            let waker = mail.waker.take();
-            drop(mail);
-            wake(waker);
-        }
     }
 }
 
@@ -241,19 +180,23 @@ impl Drop for Handle {
 }
 
 impl Inbox {
-    /// The engine, for the session task; `None` once a panic broke it.
-    pub(crate) fn engine(&self) -> Option<MutexGuard<'_, Engine>> {
-        self.0.engine.lock().ok()
-    }
-
-    /// The engine whatever state a panic left it in, to let its callers go.
-    pub(crate) fn engine_anyway(&self) -> MutexGuard<'_, Engine> {
-        self.0.engine.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Hands every queued message to `engine` (the guard of [`Inbox::engine`]).
+    /// Hands every message queued now to `engine`, notices first (they free what the
+    /// commands may wait for). What comes meanwhile waits for the next turn, after the
+    /// stream and the timer.
     pub(crate) fn drain(&self, engine: &mut Engine, now: Instant) {
-        drain(&self.0, engine, now);
+        let (commands, notices) = {
+            let mut mail = lock(&self.0);
+            (
+                std::mem::take(&mut mail.commands),
+                std::mem::take(&mut mail.notices),
+            )
+        };
+        for notice in notices {
+            engine.notice(now, notice);
+        }
+        for request in commands {
+            engine.request(now, request);
+        }
     }
 
     /// Ready once there are notices to read.
@@ -261,7 +204,7 @@ impl Inbox {
         self.poll_mail(cx, false)
     }
 
-    /// Ready once there is anything to read, a chore, or the end.
+    /// Ready once there is anything to read, or the end.
     pub(crate) fn poll_any(&self, cx: &mut Context<'_>) -> Poll<Mailed> {
         self.poll_mail(cx, true)
     }
@@ -274,8 +217,7 @@ impl Inbox {
         if any && mail.closed {
             return Poll::Ready(Mailed::Ended);
         }
-        let ready = !mail.notices.is_empty()
-            || (any && (!mail.commands.is_empty() || std::mem::take(&mut mail.kicked)));
+        let ready = !mail.notices.is_empty() || (any && !mail.commands.is_empty());
         if ready {
             coop.made_progress();
             return Poll::Ready(Mailed::Mail);
@@ -306,8 +248,7 @@ impl Inbox {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: nothing is taken but a handle's wake-up call, which only asks the task
-    /// to look at the engine, and the task does after every event.
+    /// Cancel safe: nothing is taken.
     pub(crate) async fn any(&self) -> Mailed {
         std::future::poll_fn(|cx| self.poll_any(cx)).await
     }
@@ -327,10 +268,8 @@ impl Inbox {
 
 impl Drop for Inbox {
     fn drop(&mut self) {
-        // A session task that ends without closing (a panic) still refuses new mail, and
-        // every caller it was to answer reads the cause.
+        // A session task that ends without closing (a panic) still refuses new mail.
         drop(self.close());
-        self.engine_anyway().abandon();
     }
 }
 
@@ -360,11 +299,11 @@ mod tests {
         let core = SessionCore::new(cfg, CancellationToken::new(), Arc::default(), now, now);
         let (tx, _rx) = outbox();
         let (state, _) = watch::channel(SessionState::Attached { session_id: 7 });
-        Engine::new(core, tx, state, tracing::Span::none())
+        Engine::new(core, tx, state)
     }
 
     fn pair() -> (Handle, Inbox) {
-        inbox(7, Arc::default(), CancellationToken::new(), engine())
+        inbox(7, Arc::default(), CancellationToken::new())
     }
 
     fn notice(caller: u64) -> Notice {
@@ -392,29 +331,13 @@ mod tests {
     }
 
     #[test]
-    fn a_handle_runs_the_engine_itself_when_its_lock_is_free() {
-        let (handle, inbox) = pair();
-        let (tx, mut rx) = oneshot::channel();
-        let snapshot = Notice {
-            control: Control::Snapshot { caller: 1 },
-            reply: ReplyTx::Snapshot(tx),
-        };
-        assert!(handle.notice(snapshot).is_ok());
-        // Answered on the sender's thread: nothing waits in the queue, the task is not asked.
-        assert!(rx.try_recv().is_ok());
-        assert_eq!(queued(&inbox), (0, 0));
-        assert!(inbox.poll_any(&mut cx()).is_pending());
-    }
-
-    #[test]
-    fn mail_sent_while_the_engine_is_taken_waits_for_the_task_in_order() {
+    fn mail_wakes_the_task_and_reaches_the_engine_in_order_in_one_turn() {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut task = Context::from_waker(&waker);
         let (handle, inbox) = pair();
+        let mut engine = engine();
         assert!(inbox.poll_any(&mut task).is_pending());
-        let mut engine = inbox.engine();
-        assert!(engine.is_some());
         let mut answers = Vec::new();
         for caller in 1..=3 {
             let (tx, rx) = oneshot::channel();
@@ -425,23 +348,21 @@ mod tests {
             assert!(handle.notice(snapshot).is_ok());
             answers.push(rx);
         }
-        // The task was woken; nothing was answered while the lock was held.
+        // The task was woken; nothing is answered before it reads.
         assert!(counter.0.load(Ordering::SeqCst) >= 1);
         assert_eq!(queued(&inbox), (0, 3));
         assert!(matches!(
             inbox.poll_notices(&mut cx()),
             Poll::Ready(Mailed::Mail)
         ));
-        if let Some(engine) = engine.as_mut() {
-            inbox.drain(engine, Instant::now());
-            engine.apply(Instant::now());
-        }
-        drop(engine);
+        inbox.drain(&mut engine, Instant::now());
+        engine.apply(Instant::now());
         assert_eq!(queued(&inbox), (0, 0));
         assert_eq!(lock(&inbox.0).notices.capacity(), 0);
         for mut rx in answers {
             assert!(rx.try_recv().is_ok());
         }
+        assert!(inbox.poll_any(&mut task).is_pending());
     }
 
     #[test]
@@ -468,7 +389,6 @@ mod tests {
     #[test]
     fn a_closed_inbox_hands_back_what_was_queued_and_refuses_more() {
         let (handle, inbox) = pair();
-        let engine = inbox.engine();
         assert!(handle.notice(notice(1)).is_ok());
         let (tx, _rx) = oneshot::channel();
         let close = Request {
@@ -476,7 +396,6 @@ mod tests {
             reply: ReplyTx::Done(tx),
         };
         assert!(handle.command(close).is_ok());
-        drop(engine);
         let (commands, notices) = inbox.close();
         assert_eq!((commands.len(), notices.len()), (1, 1));
         assert!(handle.notice(notice(2)).is_err());
@@ -486,30 +405,12 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_handle_leaves_an_engine_a_panic_broke_to_the_task() {
-        let (handle, inbox) = pair();
-        let shared = handle.0.clone();
-        let unwound = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let _engine = shared.engine.lock();
-            panic!("a bug in the core");
-        }));
-        assert!(unwound.is_err());
-        // The handle neither panics nor runs the broken engine; the task is asked to look.
-        assert!(handle.notice(notice(1)).is_ok());
-        assert!(lock(&inbox.0).kicked);
-        assert!(inbox.engine().is_none());
-    }
-
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_flooded_session_task_still_yields_to_the_other_tasks() {
         let (handle, inbox) = pair();
-        // Mail that keeps coming: the engine is held, so every notice waits for the task.
-        let engine = inbox.engine();
         for caller in 0..1000 {
             assert!(handle.notice(notice(caller)).is_ok());
         }
-        drop(engine);
         let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = other_ran.clone();
         tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
