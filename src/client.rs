@@ -501,7 +501,15 @@ impl Client {
         cfg.session_id = session_id;
         let token = CancellationToken::new();
         let terminal = Arc::new(Terminal::default());
+        let (handle, inbox) =
+            crate::session::inbox::inbox(session_id, terminal.clone(), token.clone());
         let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
+        let io = DriverIo {
+            inbox,
+            state: state_tx,
+            token: token.clone(),
+            terminal: terminal.clone(),
+        };
         let core = SessionCore::new(
             cfg,
             token.clone(),
@@ -509,14 +517,8 @@ impl Client {
             attached.sent_at,
             Instant::now(),
         );
+        let driver = driver::Driver::new(core, self.transport.clone(), attached, io);
         let span = tracing::info_span!("coordination_session", session_id, node = %path);
-        let io = DriverIo {
-            session_id,
-            state: state_tx,
-            token: token.clone(),
-            terminal,
-        };
-        let (handle, driver) = driver::Driver::new(core, self.transport.clone(), attached, io);
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
         Ok(Session::new(path, handle, state_rx, token))
     }

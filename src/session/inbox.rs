@@ -1,9 +1,9 @@
 //! The session's inbox: the commands of its handles and the notices of its leases,
 //! acquires and watches, in two queues behind one lock.
 //!
-//! A handle puts its message in a queue and wakes the session task, which hands every queued
-//! message to the [`Engine`] in one turn (notices first), so the core sees each queue in the
-//! order it was filled and a burst of requests costs the task one turn.
+//! A handle puts its message in a queue and wakes the session task, which takes every queued
+//! message in one turn, so the core sees each queue in the order it was filled and a burst of
+//! requests costs the task one turn.
 //!
 //! Two tokio channels cost an idle session about 1.6 KB (each allocates its shared state and
 //! a first block of 32 slots up front). This inbox costs one small allocation; its queues
@@ -24,12 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{CallerId, Terminal};
 use super::driver::{Notice, Request};
-use super::engine::Engine;
 use crate::error::Error;
 
 #[derive(Debug, Default)]
@@ -179,24 +177,19 @@ impl Drop for Handle {
     }
 }
 
+fn take(mail: &mut Mail) -> (VecDeque<Request>, VecDeque<Notice>) {
+    (
+        std::mem::take(&mut mail.commands),
+        std::mem::take(&mut mail.notices),
+    )
+}
+
 impl Inbox {
-    /// Hands every message queued now to `engine`, notices first (they free what the
-    /// commands may wait for). What comes meanwhile waits for the next turn, after the
-    /// stream and the timer.
-    pub(crate) fn drain(&self, engine: &mut Engine, now: Instant) {
-        let (commands, notices) = {
-            let mut mail = lock(&self.0);
-            (
-                std::mem::take(&mut mail.commands),
-                std::mem::take(&mut mail.notices),
-            )
-        };
-        for notice in notices {
-            engine.notice(now, notice);
-        }
-        for request in commands {
-            engine.request(now, request);
-        }
+    /// Takes every message queued now, commands first and notices second, and frees the
+    /// queues' buffers: an idle session holds none. What comes meanwhile waits for the next
+    /// turn, after the stream and the timer.
+    pub(crate) fn take(&self) -> (VecDeque<Request>, VecDeque<Notice>) {
+        take(&mut lock(&self.0))
     }
 
     /// Ready once there are notices to read.
@@ -259,10 +252,7 @@ impl Inbox {
         let mut mail = lock(&self.0);
         mail.closed = true;
         mail.waker = None;
-        (
-            std::mem::take(&mut mail.commands),
-            std::mem::take(&mut mail.notices),
-        )
+        take(&mut mail)
     }
 }
 
@@ -278,29 +268,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures::task::noop_waker_ref;
-    use tokio::sync::{oneshot, watch};
+    use tokio::sync::oneshot;
 
     use super::*;
-    use crate::SessionOptions;
-    use crate::session::core::{Command, Control, CoreConfig, SessionCore};
+    use crate::session::core::{Command, Control};
     use crate::session::driver::ReplyTx;
-    use crate::session::outbox::outbox;
-    use crate::session::state::SessionState;
-
-    fn engine() -> Engine {
-        let now = Instant::now();
-        let cfg = CoreConfig {
-            path: "/local/app".into(),
-            options: SessionOptions::new(),
-            protection_key: vec![1; 16],
-            session_id: 7,
-            seq_no: 1,
-        };
-        let core = SessionCore::new(cfg, CancellationToken::new(), Arc::default(), now, now);
-        let (tx, _rx) = outbox();
-        let (state, _) = watch::channel(SessionState::Attached { session_id: 7 });
-        Engine::new(core, tx, state)
-    }
 
     fn pair() -> (Handle, Inbox) {
         inbox(7, Arc::default(), CancellationToken::new())
@@ -310,6 +282,13 @@ mod tests {
         Notice {
             control: Control::Snapshot { caller },
             reply: ReplyTx::None,
+        }
+    }
+
+    fn caller(n: &Notice) -> Option<u64> {
+        match n.control {
+            Control::Snapshot { caller } => Some(caller),
+            _ => None,
         }
     }
 
@@ -325,43 +304,29 @@ mod tests {
         }
     }
 
-    fn queued(inbox: &Inbox) -> (usize, usize) {
-        let mail = lock(&inbox.0);
-        (mail.commands.len(), mail.notices.len())
-    }
-
     #[test]
-    fn mail_wakes_the_task_and_reaches_the_engine_in_order_in_one_turn() {
+    fn mail_wakes_the_task_and_is_taken_in_order_in_one_turn() {
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut task = Context::from_waker(&waker);
         let (handle, inbox) = pair();
-        let mut engine = engine();
         assert!(inbox.poll_any(&mut task).is_pending());
-        let mut answers = Vec::new();
         for caller in 1..=3 {
-            let (tx, rx) = oneshot::channel();
-            let snapshot = Notice {
-                control: Control::Snapshot { caller },
-                reply: ReplyTx::Snapshot(tx),
-            };
-            assert!(handle.notice(snapshot).is_ok());
-            answers.push(rx);
+            assert!(handle.notice(notice(caller)).is_ok());
         }
-        // The task was woken; nothing is answered before it reads.
-        assert!(counter.0.load(Ordering::SeqCst) >= 1);
-        assert_eq!(queued(&inbox), (0, 3));
+        // One wake-up for the burst: the task takes the waker when it is woken.
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
         assert!(matches!(
             inbox.poll_notices(&mut cx()),
             Poll::Ready(Mailed::Mail)
         ));
-        inbox.drain(&mut engine, Instant::now());
-        engine.apply(Instant::now());
-        assert_eq!(queued(&inbox), (0, 0));
+        let (commands, notices) = inbox.take();
+        assert!(commands.is_empty());
+        assert_eq!(
+            notices.iter().map(caller).collect::<Vec<_>>(),
+            [Some(1), Some(2), Some(3)]
+        );
         assert_eq!(lock(&inbox.0).notices.capacity(), 0);
-        for mut rx in answers {
-            assert!(rx.try_recv().is_ok());
-        }
         assert!(inbox.poll_any(&mut task).is_pending());
     }
 
@@ -376,8 +341,13 @@ mod tests {
         drop(handle);
         assert_eq!(counter.0.load(Ordering::SeqCst), 0);
         assert!(inbox.poll_any(&mut cx).is_pending());
-        drop(second);
+        assert!(second.notice(notice(9)).is_ok());
         assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        drop(second);
+        // Mail sent before the last handle went is still read, then the inbox ends.
+        assert!(matches!(inbox.poll_any(&mut cx), Poll::Ready(Mailed::Mail)));
+        let (_, notices) = inbox.take();
+        assert_eq!(notices.iter().map(caller).collect::<Vec<_>>(), [Some(9)]);
         assert!(matches!(
             inbox.poll_any(&mut cx),
             Poll::Ready(Mailed::Ended)

@@ -2,7 +2,6 @@
 
 pub(crate) mod core;
 pub(crate) mod driver;
-mod engine;
 pub(crate) mod inbox;
 mod lease;
 mod mailbox;
@@ -125,7 +124,7 @@ impl Session {
     }
 
     /// What the session holds and waits for (names, counts, fencing tokens, since when),
-    /// answered from the session's own tables without asking the server.
+    /// answered by the session task without asking the server.
     ///
     /// # Examples
     ///
@@ -499,7 +498,7 @@ pub struct Acquire {
 }
 
 impl Acquire {
-    /// Hands the command to the session (once; later calls only repeat the outcome).
+    /// Hands the command to the session task (once; later calls only repeat the outcome).
     fn submit(&mut self) -> Result<()> {
         if let Some(err) = &self.invalid {
             return Err(err.clone());

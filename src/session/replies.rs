@@ -51,6 +51,11 @@ pub(super) struct Replies {
 }
 
 impl Replies {
+    /// How many callers wait for an answer.
+    pub(super) fn waiting(&self) -> usize {
+        self.callers.len()
+    }
+
     /// Keeps where the answer to `request` goes and returns its command for the core;
     /// `None` for an acquire whose caller gave up before the request was read.
     pub(super) fn request(&mut self, request: Request) -> Option<Command> {

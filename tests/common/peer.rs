@@ -29,7 +29,7 @@ use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -88,7 +88,7 @@ struct Shared {
     cut: Mutex<CancellationToken>,
     shutdown: CancellationToken,
     /// TCP connections accepted so far.
-    connections: std::sync::atomic::AtomicUsize,
+    connections: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -135,7 +135,7 @@ impl Peer {
             auto_pong: AtomicBool::new(true),
             cut: Mutex::new(shutdown.child_token()),
             shutdown: shutdown.clone(),
-            connections: std::sync::atomic::AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
         });
         let (conn_tx, conn_rx) = mpsc::unbounded_channel::<std::io::Result<DuplexStream>>();
         let server = tonic::transport::Server::builder()
