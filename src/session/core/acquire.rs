@@ -6,8 +6,8 @@
 //! shows our `order_id` (the fencing token) at no extra round trip. An acquire the server
 //! queues learns its order id one of two ways (`hints.rs` says which, per name): where the
 //! session saw the name's queue short lately, from its waiter entry while it waits (the server
-//! keeps a waiter's order id when it promotes it to owner), so its grant needs no describe
-//! after it; elsewhere from a describe of the owners after the grant, which costs a round
+//! keeps a waiter's order id when it promotes it to owner), read by the describe behind the
+//! acquire itself, so neither the wait nor the grant sends anything more; elsewhere from a describe of the owners after the grant, which costs a round
 //! trip but is bounded by the semaphore's limit, not its queue. A resend after a reattach
 //! may meet a server that dropped the waiter meanwhile and queues a new one under a new
 //! order id, so what a waiter learnt of its order id is forgotten at every replay.
@@ -36,9 +36,10 @@ pub(super) struct Active {
     pub(super) cmd: AcquireCmd,
     deadline: Option<Instant>,
     acquire_req: u64,
-    /// The describe of the owners in flight (behind the acquire, or after the grant).
+    /// The describe of the owners alone in flight (behind the acquire, or after the grant).
     describe_req: Option<u64>,
-    /// The describe of the waiters in flight (the acquire is queued).
+    /// The describe of the owners and the waiters in flight (behind the acquire, or after
+    /// the server queued it).
     waiter_req: Option<u64>,
     /// When the server's grant arrived (the order id may come a round trip later).
     granted: Option<Instant>,
@@ -200,14 +201,23 @@ impl SessionCore {
             |req_id| acquire_request(req_id, &name, &cmd.opts, timeout_millis),
         );
         // Pipelined right behind the acquire: for an immediate grant it shows our order_id
-        // (the fencing token) at no extra round trip.
-        let describe_req = self.submit_owners_describe(now, &name, caller, false);
+        // (the fencing token) at no extra round trip. Where the name's queue was short
+        // lately (and the acquire may wait), it reads the waiters too: a queued acquire
+        // then finds its order id in the same answer, and sends nothing more for it.
+        let may_wait = cmd.opts.get_timeout() != Some(Duration::ZERO);
+        let waiters = may_wait && self.hints.reads_waiters(&name, now);
+        let describe_req = self.submit_owners_describe(now, &name, caller, waiters);
+        let (describe_req, waiter_req) = if waiters {
+            (None, Some(describe_req))
+        } else {
+            (Some(describe_req), None)
+        };
         let active = Active {
             cmd,
             deadline,
             acquire_req,
-            describe_req: Some(describe_req),
-            waiter_req: None,
+            describe_req,
+            waiter_req,
             granted: None,
             order_id: None,
             confirming: false,
@@ -265,8 +275,13 @@ impl SessionCore {
         if std::mem::replace(&mut active.queued, true) {
             return;
         }
+        // The describe behind the acquire reads the waiters, or it showed us already.
+        let known = active.waiter_req.is_some() || active.order_id.is_some();
         self.metrics.queued(&name, 1.0);
         self.out.push(Effect::Queued(caller));
+        if known {
+            return;
+        }
         if !self.hints.reads_waiters(&name, now) {
             return; // the order id comes from the owners after the grant
         }

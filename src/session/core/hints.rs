@@ -2,9 +2,9 @@
 //! reads the waiter list only where it was short.
 //!
 //! The server's answer to an acquire carries no order id (the fencing token), so a queued
-//! acquire learns it one of two ways: from its own waiter entry while it waits (a describe
-//! of the waiters, which costs the server and the stream one entry per waiter ahead and
-//! behind), or from the owners once it is granted (bounded by the semaphore's limit, but one
+//! acquire learns it one of two ways: from its own waiter entry while it waits (the describe
+//! behind the acquire reads the waiters too, which costs the server and the stream one entry
+//! per waiter ahead and behind, and no request of its own), or from the owners once it is granted (bounded by the semaphore's limit, but one
 //! round trip after the grant). Reading the waiters keeps a handoff at the round trips of a
 //! client that reads no token; across a deep queue it costs `O(depth)` per waiter and
 //! `O(depth^2)` for the queue. So a session reads them only for a name whose last queue it

@@ -88,6 +88,27 @@ impl Harness {
         now
     }
 
+    /// [`Self::queued_lock`] where the queue was short lately: the describe behind the
+    /// acquire (req 2) reads the waiters, and the pending answer sends nothing more.
+    fn queued_lock_reading_waiters(&mut self) -> Instant {
+        self.short_queue();
+        let now = self.at(MS);
+        self.acquire(now, 1, "job", lock());
+        self.run(now);
+        assert_eq!(
+            describes(self),
+            vec![(2, true)],
+            "behind the acquire, with waiters"
+        );
+        self.server(now, pending(1));
+        let effects = self.run(now);
+        assert!(
+            effects.iter().all(|e| !matches!(e, Effect::Send(_))),
+            "nothing more"
+        );
+        now
+    }
+
     fn server(&mut self, now: Instant, r: rs::Response) {
         self.core
             .inbound(now, SessionResponse { response: Some(r) });
@@ -310,31 +331,48 @@ fn a_queued_acquire_reads_its_order_id_from_the_owners_after_its_grant() {
     );
 }
 
+/// What one queued acquire sent for its order id: whether the describe behind it read the
+/// waiters, how many describes it sent while queued, and how many after the grant.
+#[derive(Debug, PartialEq, Eq)]
+struct Reads {
+    behind_reads_waiters: bool,
+    while_queued: usize,
+    after_grant: usize,
+}
+
 /// Queues caller `caller` on "job" at `now` behind the owner (99, `floor`), grants it and
-/// answers the describes, then releases; returns the describes sent while it waited (not
-/// the one behind the acquire) and the number sent after the grant.
+/// answers the describes, then releases; returns what it sent for its order id.
 fn queue_and_grant(
     h: &mut Harness,
     now: Instant,
     caller: CallerId,
     floor: u64,
     order_id: u64,
-) -> (Vec<(u64, bool)>, usize) {
+) -> Reads {
+    let ahead: Vec<(u64, u64)> = (floor + 1..order_id).map(|o| (1_000 + o, o)).collect();
+    let queue = [ahead, vec![(SID, order_id)]].concat();
     h.acquire(now, caller, "job", lock());
     h.run(now);
-    let ids: Vec<u64> = h.sent().iter().map(|r| req_id(r)).collect();
-    let [acquire, behind] = ids[..] else {
+    let [(behind, behind_reads_waiters)] = describes(h)[..] else {
+        panic!("expected an acquire and a describe, got {:?}", h.effects);
+    };
+    let [acquire, _] = h.sent().iter().map(|r| req_id(r)).collect::<Vec<_>>()[..] else {
         panic!("expected an acquire and a describe, got {:?}", h.effects);
     };
     h.server(now, pending(acquire));
     h.run(now);
     let waiting = describes(h);
-    h.server(now, described(behind, &[(99, floor)]));
+    let answer = |req, waiters| {
+        if waiters {
+            described_queue(req, &[(99, floor)], &queue)
+        } else {
+            described(req, &[(99, floor)])
+        }
+    };
+    h.server(now, answer(behind, behind_reads_waiters));
     for &(req, waiters) in &waiting {
         assert!(waiters);
-        let ahead: Vec<(u64, u64)> = (floor + 1..order_id).map(|o| (1_000 + o, o)).collect();
-        let queue = [ahead, vec![(SID, order_id)]].concat();
-        h.server(now, described_queue(req, &[(99, floor)], &queue));
+        h.server(now, answer(req, waiters));
     }
     h.run(now);
     h.server(now, acquired(acquire, true));
@@ -356,8 +394,26 @@ fn queue_and_grant(
         },
     );
     h.run(now);
-    (waiting, after.len())
+    Reads {
+        behind_reads_waiters,
+        while_queued: waiting.len(),
+        after_grant: after.len(),
+    }
 }
+
+/// A queued acquire that reads its waiter entry: in the describe behind it, nothing more.
+const WAITERS: Reads = Reads {
+    behind_reads_waiters: true,
+    while_queued: 0,
+    after_grant: 0,
+};
+
+/// A queued acquire that reads the owners after its grant.
+const OWNERS: Reads = Reads {
+    behind_reads_waiters: false,
+    while_queued: 0,
+    after_grant: 1,
+};
 
 #[test]
 fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
@@ -365,27 +421,38 @@ fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
     let mut h = Harness::with(SessionOptions::new().timeout(hints::FRESH_FOR * 10));
     let now = h.at(MS);
     // The first queue: nothing known, the owners after the grant; 2 waiters were ahead.
-    assert_eq!(queue_and_grant(&mut h, now, 1, 40, 43), (vec![], 1));
-    // Seen short: the next queued acquire reads its waiter entry, and its grant needs no
-    // describe after it.
-    let (waiting, after) = queue_and_grant(&mut h, now, 2, 50, 50 + hints::SHORT_QUEUE + 2);
+    assert_eq!(queue_and_grant(&mut h, now, 1, 40, 43), OWNERS);
+    // Seen short: the describe behind the next acquire reads the waiters too, and neither
+    // the wait nor the grant sends another.
     assert_eq!(
-        (waiting.len(), after),
-        (1, 0),
+        queue_and_grant(&mut h, now, 2, 50, 50 + hints::SHORT_QUEUE + 2),
+        WAITERS,
         "the waiters are read, not the owners"
     );
     // That list had more than SHORT_QUEUE waiters ahead: the next one is not read.
-    assert_eq!(queue_and_grant(&mut h, now, 3, 100, 105), (vec![], 1));
+    assert_eq!(queue_and_grant(&mut h, now, 3, 100, 105), OWNERS);
     // The owners after that grant bound the queue at 4: read again, and the list shows 99
     // waiters ahead.
-    let (waiting, after) = queue_and_grant(&mut h, now, 4, 200, 300);
-    assert_eq!((waiting.len(), after), (1, 0));
-    assert_eq!(queue_and_grant(&mut h, now, 5, 400, 401), (vec![], 1));
+    assert_eq!(queue_and_grant(&mut h, now, 4, 200, 300), WAITERS);
+    assert_eq!(queue_and_grant(&mut h, now, 5, 400, 401), OWNERS);
     // That one bounded the queue at 0, but what it saw is stale by the next acquire.
     let later = now + hints::FRESH_FOR;
-    assert_eq!(queue_and_grant(&mut h, later, 6, 500, 501), (vec![], 1));
-    let (waiting, after) = queue_and_grant(&mut h, later, 7, 600, 601);
-    assert_eq!((waiting.len(), after), (1, 0), "seen short again, just now");
+    assert_eq!(queue_and_grant(&mut h, later, 6, 500, 501), OWNERS);
+    assert_eq!(
+        queue_and_grant(&mut h, later, 7, 600, 601),
+        WAITERS,
+        "seen short again, just now"
+    );
+}
+
+#[test]
+fn a_try_acquire_reads_no_waiters_behind_it_even_where_the_queue_was_short() {
+    let mut h = Harness::new();
+    h.short_queue();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(Duration::ZERO));
+    h.run(now);
+    assert_eq!(describes(&h), vec![(2, false)], "a try never waits");
 }
 
 #[test]
@@ -428,23 +495,21 @@ fn a_grant_whose_owners_describe_fails_is_given_back_with_the_describe_error() {
 #[test]
 fn a_waiter_order_id_read_before_a_reattach_is_read_again_after_it() {
     let mut h = Harness::new();
-    h.short_queue();
-    let now = h.queued_lock();
-    h.server(now, described(2, &[(99, 41)]));
-    h.server(now, described_queue(3, &[(99, 41)], &[(SID, 43)]));
+    let now = h.queued_lock_reading_waiters();
+    h.server(now, described_queue(2, &[(99, 41)], &[(SID, 43)]));
     h.run(now);
     let back = h.reattach(h.at(S));
     let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
     assert_eq!(
         sent,
-        vec![("acquire", 1), ("describe", 4)],
+        vec![("acquire", 1), ("describe", 3)],
         "the acquire, then a describe"
     );
-    assert_eq!(describes(&h), vec![(4, true)]);
+    assert_eq!(describes(&h), vec![(3, true)]);
     // Meanwhile the server dropped the old waiter: the resend made a new one, and granted it.
     h.server(back, acquired(1, true));
     assert!(h.run(back).is_empty(), "the old order id is not used");
-    h.server(back, described(4, &[(SID, 50)]));
+    h.server(back, described(3, &[(SID, 50)]));
     h.run(back);
     assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(50));
 }
@@ -469,21 +534,19 @@ fn a_waiter_that_reads_no_waiter_list_learns_its_order_id_after_the_grant_past_a
 #[test]
 fn a_grant_after_describes_that_did_not_list_us_reads_the_order_id_again() {
     let mut h = Harness::new();
-    h.short_queue();
-    let now = h.queued_lock();
-    // Neither describe lists us (someone else owns it, and the waiter list is empty).
+    let now = h.queued_lock_reading_waiters();
+    // It does not list us (someone else owns it, and the waiter list is empty).
     h.server(now, described(2, &[(99, 41)]));
-    h.server(now, described(3, &[(99, 41)]));
     assert!(h.run(now).is_empty());
     let later = h.at(S);
     h.server(later, acquired(1, true));
     h.run(later);
     assert_eq!(
         describes(&h),
-        vec![(4, false)],
+        vec![(3, false)],
         "one more describe after the grant, of the owners"
     );
-    h.server(later, described(4, &[(SID, 43)]));
+    h.server(later, described(3, &[(SID, 43)]));
     h.run(later);
     assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(43));
 }
