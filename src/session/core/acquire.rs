@@ -285,8 +285,9 @@ impl SessionCore {
         if !self.hints.reads_waiters(&name, now) {
             return; // the order id comes from the owners after the grant
         }
-        // Read our order id from our waiter entry while we wait, so that the grant needs no
-        // describe after it.
+        // The describe behind the acquire did not read the waiters (the hint was learnt since
+        // it was sent) or came back without us: read our order id from our waiter entry while
+        // we wait, so that the grant needs no describe after it.
         let req = self.submit_owners_describe(now, &name, caller, true);
         if let Some(active) = self.active_mut(&name, caller) {
             active.waiter_req = Some(req);

@@ -446,6 +446,47 @@ fn a_queued_acquire_reads_its_waiter_entry_where_the_last_queue_was_short() {
 }
 
 #[test]
+fn a_waiter_entry_read_behind_the_acquire_before_its_pending_answer_is_enough() {
+    let mut h = Harness::new();
+    h.short_queue();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    assert_eq!(describes(&h), vec![(2, true)]);
+    // The describe's answer overtakes the pending one: it shows our waiter entry.
+    h.server(now, described_queue(2, &[(99, 41)], &[(8, 42), (SID, 43)]));
+    h.server(now, pending(1));
+    let effects = h.run(now);
+    assert!(
+        effects.iter().all(|e| !matches!(e, Effect::Send(_))),
+        "nothing more is sent: {effects:?}"
+    );
+    h.server(now, acquired(1, true));
+    let effects = h.run(now);
+    assert!(effects.iter().all(|e| !matches!(e, Effect::Send(_))));
+    assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(43));
+}
+
+#[test]
+fn a_describe_behind_the_acquire_that_missed_us_is_followed_by_a_waiter_read_when_queued() {
+    let mut h = Harness::new();
+    h.short_queue();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock());
+    h.run(now);
+    // Answered before the pending one, and without us: the waiters are read again.
+    h.server(now, described_queue(2, &[(99, 41)], &[(8, 42)]));
+    h.server(now, pending(1));
+    h.run(now);
+    assert_eq!(describes(&h), vec![(3, true)]);
+    h.server(now, described_queue(3, &[(99, 41)], &[(8, 42), (SID, 44)]));
+    h.run(now);
+    h.server(now, acquired(1, true));
+    h.run(now);
+    assert_eq!(h.grant(1).map(|g| g.held.order_id), Some(44));
+}
+
+#[test]
 fn a_try_acquire_reads_no_waiters_behind_it_even_where_the_queue_was_short() {
     let mut h = Harness::new();
     h.short_queue();
