@@ -7,8 +7,10 @@
 //! queues learns its order id one of two ways (`hints.rs` says which, per name): where the
 //! session saw the name's queue short lately, from its waiter entry while it waits (the server
 //! keeps a waiter's order id when it promotes it to owner), read by the describe behind the
-//! acquire itself, so neither the wait nor the grant sends anything more; elsewhere from a describe of the owners after the grant, which costs a round
-//! trip but is bounded by the semaphore's limit, not its queue. A resend after a reattach
+//! acquire itself, so the wait and the grant send nothing more unless that describe came
+//! back without us (then the pending answer reads the waiters once more); elsewhere from a
+//! describe of the owners after the grant, which costs a round trip but is bounded by the
+//! semaphore's limit, not its queue. A resend after a reattach
 //! may meet a server that dropped the waiter meanwhile and queues a new one under a new
 //! order id, so what a waiter learnt of its order id is forgotten at every replay.
 
@@ -234,7 +236,7 @@ impl SessionCore {
     }
 
     /// A describe for the acquire of `caller`: of the owners, and with `waiters` (the
-    /// acquire is queued) of the waiters too.
+    /// acquire may wait, and the hints say the queue is short) of the waiters too.
     fn submit_owners_describe(
         &mut self,
         now: Instant,
@@ -285,9 +287,10 @@ impl SessionCore {
         if !self.hints.reads_waiters(&name, now) {
             return; // the order id comes from the owners after the grant
         }
-        // The describe behind the acquire did not read the waiters (the hint was learnt since
-        // it was sent) or came back without us: read our order id from our waiter entry while
-        // we wait, so that the grant needs no describe after it.
+        // The describe behind the acquire came back without us, or it did not read the
+        // waiters though the hints now say the queue is short (only a hint set from outside,
+        // as the simulator sets it, flips that way): read our order id from our waiter entry
+        // while we wait, so the grant needs no describe after it.
         let req = self.submit_owners_describe(now, &name, caller, true);
         if let Some(active) = self.active_mut(&name, caller) {
             active.waiter_req = Some(req);

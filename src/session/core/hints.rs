@@ -4,15 +4,16 @@
 //! The server's answer to an acquire carries no order id (the fencing token), so a queued
 //! acquire learns it one of two ways: from its own waiter entry while it waits (the describe
 //! behind the acquire reads the waiters too, which costs the server and the stream one entry
-//! per waiter ahead and behind, and no request of its own), or from the owners once it is granted (bounded by the semaphore's limit, but one
-//! round trip after the grant). Reading the waiters keeps a handoff at the round trips of a
+//! per waiter ahead and behind, and no request of its own), or from the owners once it is
+//! granted (bounded by the semaphore's limit, but one round trip after the grant). Reading the waiters keeps a handoff at the round trips of a
 //! client that reads no token; across a deep queue it costs `O(depth)` per waiter and
 //! `O(depth^2)` for the queue. So a session reads them only for a name whose last queue it
 //! saw short, lately ([`FRESH_FOR`]), and otherwise assumes a long one: a fleet that
 //! queues at once, on a lock it never queued on or one it last queued on a while ago (the
 //! nightly job), never pays for the waiter list; sessions that keep meeting a short queue
 //! keep reading it. A queue that grows at once behind sessions that saw it short moments
-//! before costs each of them one read of the list (which shows it long), then the owners.
+//! before costs each of them one read of the list (which shows it long; two where the
+//! describe behind the acquire came back without us), then the owners.
 //!
 //! What it learns, per name: the number of waiters that were ahead of its acquire, from its
 //! position in the waiter list when it read one, else from the order ids (every waiter ahead

@@ -71,7 +71,8 @@ enum Kind {
     AcquireDescribe {
         name: Arc<str>,
         caller: CallerId,
-        /// It asks for the waiters too (the acquire was queued).
+        /// It asks for the waiters too (the acquire may wait in a queue the hints say is
+        /// short).
         waiters: bool,
     },
     Release {
