@@ -1278,8 +1278,10 @@ fn row_scale_of_items(
          number); the sessions then idle for {} while the client's CPU time (user + system, \
          every thread) is read, both crates' sessions with a {SESSION_TIMEOUT:?} timeout. The \
          reattach runs in this process (emulator included in the CPU time): `net().cut()` \
-         until the session is attached again and a describe sent after that is answered.",
-        fmt_duration(idle)
+         until the session is attached again and a describe sent after that is answered, \
+         the median of {REATTACHES} cuts.",
+        fmt_duration(idle),
+        REATTACHES = growth::REATTACHES,
     ));
 }
 
