@@ -96,6 +96,26 @@ where
     }
 }
 
+/// Cuts every connection of `emulator` and waits until `session` is attached again, each
+/// change of its state within `limit`; a session that ends instead is an error.
+async fn cut_until_attached(
+    emulator: &Emulator,
+    session: &ydb_coordination::Session,
+    limit: Duration,
+) -> R<()> {
+    let mut states = session.state_changes();
+    states.borrow_and_update();
+    emulator.net().cut();
+    loop {
+        within("state change", limit, states.changed()).await?;
+        match *states.borrow_and_update() {
+            SessionState::Attached { .. } => return Ok(()),
+            SessionState::Reattaching { .. } => {}
+            other => return Err(format!("session ended on a cut: {other:?}").into()),
+        }
+    }
+}
+
 /// A `ydb` client on the emulator (its default discovery included).
 async fn ydb_client(connection: &str) -> R<ydb::Client> {
     let builder = ydb::ClientBuilder::new_from_connection_string(connection)?;
@@ -986,18 +1006,8 @@ async fn row_recovery(cfg: &Config) -> R<Recovery> {
         .acquire("held", AcquireOptions::exclusive().ephemeral(true))
         .await?;
     for _ in 0..reps {
-        let mut states = session.state_changes();
-        states.borrow_and_update();
         let t = Instant::now();
-        emulator.net().cut();
-        loop {
-            within("state change", STEP, states.changed()).await?;
-            match *states.borrow_and_update() {
-                SessionState::Attached { .. } => break,
-                SessionState::Reattaching { .. } => {}
-                other => return Err(format!("session ended on a cut: {other:?}").into()),
-            }
-        }
+        cut_until_attached(&emulator, &session, STEP).await?;
         out.reattach.push(t.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

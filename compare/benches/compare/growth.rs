@@ -12,7 +12,7 @@ use ydb_coordination::emulator::{Emulator, Traffic};
 use ydb_coordination::{AcquireOptions, Client, DescribeOptions, Session};
 
 use super::stats::quantile;
-use super::{R, cpu, ours_session_options, within};
+use super::{R, cpu, cut_until_attached, ours_session_options, within};
 
 /// How many acquires, and handoffs, are measured at each end of the queue.
 const MEASURED: usize = 100;
@@ -208,24 +208,8 @@ pub(crate) async fn held(leases: usize) -> R<Held> {
     let mut reattach = Vec::with_capacity(REATTACHES);
     let mut reattach_cpu = Vec::with_capacity(REATTACHES);
     for _ in 0..REATTACHES {
-        let mut states = session.state_changes();
-        states.mark_unchanged();
         let (cpu0, t) = (cpu::used()?, Instant::now());
-        emulator.net().cut();
-        within("reattach", WAIT, async {
-            loop {
-                states.changed().await.map_err(|e| e.to_string())?;
-                let state = *states.borrow_and_update();
-                match state {
-                    ydb_coordination::SessionState::Attached { .. } => return Ok(()),
-                    ydb_coordination::SessionState::Expired => {
-                        return Err("expired".to_string());
-                    }
-                    _ => {}
-                }
-            }
-        })
-        .await?;
+        cut_until_attached(&emulator, &session, WAIT).await?;
         within(
             "describe",
             WAIT,
