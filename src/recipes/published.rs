@@ -23,7 +23,9 @@ const PUBLISHED_LIMIT: u64 = u64::MAX;
 /// and notifies about for a semaphore, so a publish costs two round trips and a read one, a
 /// publication needs no owner to stay alive (the value outlives every session) and is
 /// visible to any YDB SDK as the semaphore's data. Until something is published the value
-/// is empty; publish a non-empty value if "nothing yet" must be told apart.
+/// is empty; [`lookup`](Published::lookup) tells a name without a publication (`None`) from
+/// a value published empty, as long as nobody subscribed to it (a subscription creates the
+/// publication, empty).
 ///
 /// # What it is not
 ///
@@ -73,6 +75,11 @@ pub struct Published {
 /// The value in `d`.
 fn value_of(d: &SemaphoreDescription, _me: u64) -> Vec<u8> {
     d.data.clone()
+}
+
+/// The value in `d`, which exists.
+fn found_value_of(d: &SemaphoreDescription, me: u64) -> Option<Vec<u8>> {
+    Some(value_of(d, me))
 }
 
 impl Published {
@@ -192,6 +199,49 @@ impl Published {
         .await
     }
 
+    /// The value now, or `None` when the name has no publication: nothing was published
+    /// under it, and nobody subscribed to it (a [subscription](Published::subscribe)
+    /// creates the publication, empty). Unlike [`get`](Published::get), it tells "never
+    /// published" from a value published empty. Like `get`, it creates nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let manager = client.session_manager("/local/app", SessionOptions::new());
+    /// let flags = manager.published("flags");
+    /// assert_eq!(flags.lookup().await?, None);
+    /// assert_eq!(flags.get().await?, b"");
+    ///
+    /// flags.publish(b"").await?;
+    /// assert_eq!(flags.lookup().await?, Some(Vec::new()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Published::get).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lookup(&self) -> Result<Option<Vec<u8>>> {
+        read(
+            &self.source,
+            &self.name,
+            DescribeOptions::new(),
+            found_value_of,
+            None,
+        )
+        .await
+    }
+
     /// Follows the value: the stream yields the value now, then each new one.
     ///
     /// # Latest-value semantics
@@ -229,3 +279,28 @@ super::made_from!(
     "value",
     "published and followed across session loss"
 );
+
+#[cfg(all(test, feature = "emulator"))]
+mod tests {
+    use crate::emulator::Emulator;
+    use crate::{Client, SessionOptions};
+
+    #[tokio::test]
+    async fn lookup_tells_never_published_from_published_empty()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let emulator = Emulator::builder().node("/local/app").start().await?;
+        let client = Client::connect(&emulator.connection_string()).await?;
+        let session = client.session("/local/app", SessionOptions::new()).await?;
+        let published = session.published("value");
+        assert_eq!(published.lookup().await?, None);
+        // Looking creates nothing.
+        assert_eq!(published.lookup().await?, None);
+        published.publish(b"").await?;
+        assert_eq!(published.lookup().await?, Some(Vec::new()));
+        published.publish(b"v1").await?;
+        assert_eq!(published.lookup().await?, Some(b"v1".to_vec()));
+        assert_eq!(published.get().await?, b"v1");
+        session.close().await;
+        Ok(())
+    }
+}

@@ -143,6 +143,38 @@ impl SpacePublished {
         self.target()?.get().await
     }
 
+    /// The value now, or `None` when the name has no publication, as
+    /// [`Published::lookup`]: it tells "never published" from a value published empty.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let mode = space.published("mode");
+    /// assert_eq!(mode.lookup().await?, None);
+    /// mode.publish(b"").await?;
+    /// assert_eq!(mode.lookup().await?, Some(Vec::new()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`SpacePublished::get`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lookup(&self) -> Result<Option<Vec<u8>>> {
+        self.target()?.lookup().await
+    }
+
     /// Follows the value: the value now, then each new one, with [`Published::subscribe`]'s
     /// latest-value semantics. A name that does not fit, or a space that was shut down,
     /// yields its error and ends.
