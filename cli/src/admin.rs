@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 use ydb_coordination::{Client, DescribeOptions, ErrorKind, NodeConfig, Session, WatchOptions};
 
 use super::fail::{Failure, node_error, semaphore_error};
@@ -17,12 +18,52 @@ pub(crate) async fn bounded<T>(
     what: &str,
     fut: impl Future<Output = Result<T, Failure>>,
 ) -> Result<T, Failure> {
-    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
-        Err(Failure::new(format!(
+    Budget::start(limit).bound(what, fut).await
+}
+
+/// One `--timeout`: a deadline set when the command starts, shared by connecting and the
+/// work after it, so that an endpoint that never answers costs the time limit once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// The whole limit, as given (for messages).
+    pub(crate) total: Duration,
+    at: Instant,
+}
+
+impl Budget {
+    /// A budget of `total` from now.
+    pub(crate) fn start(total: Duration) -> Self {
+        Self {
+            total,
+            at: Instant::now() + total,
+        }
+    }
+
+    /// What is left of it (at least a millisecond: the library refuses a zero bound).
+    pub(crate) fn left(&self) -> Duration {
+        self.at
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+
+    /// Awaits `fut` until the deadline; past it, a failure naming `what` and the limit.
+    pub(crate) async fn bound<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        tokio::time::timeout_at(self.at, fut)
+            .await
+            .unwrap_or_else(|_| Err(self.elapsed(what)))
+    }
+
+    /// The failure of running out of it while doing `what`.
+    pub(crate) fn elapsed(&self, what: &str) -> Failure {
+        Failure::new(format!(
             "{what}: no answer within {} (see --timeout)",
-            super::duration::format(limit)
-        )))
-    })
+            super::duration::format(self.total)
+        ))
+    }
 }
 
 /// `node create|alter|describe|drop`.

@@ -1,6 +1,7 @@
-//! Running a command for `lock`, `elect` and `ratelimit run`: in its own process group, with
-//! the signals `ydb-coord` receives forwarded to it, stopped (SIGTERM, then SIGKILL) when a
-//! token fires, its exit status turned into an exit code (126/127 when it cannot start).
+//! Running a command for `lock`, `elect` and `ratelimit run`: in a process group of its own
+//! (its guard's, `guard.rs`, which stops the group if `ydb-coord` dies), with the signals
+//! `ydb-coord` receives forwarded to it, stopped (SIGTERM, then SIGKILL) when a token fires,
+//! its exit status turned into an exit code (126/127 when it cannot start).
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -14,6 +15,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::fail::{self, Failure};
+use super::guard::Guard;
 use super::lock::Signals;
 
 /// How the command ended.
@@ -32,16 +34,20 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Sends `sig` to the command's process group (it runs in its own), or to the command
-/// alone if it left the group.
-fn signal_group(pid: Pid, sig: Signal) {
-    if killpg(pid, sig).is_err() {
+/// Sends `sig` to the command's process group, or to the command alone if the group is gone.
+fn signal_group(group: Pid, pid: Pid, sig: Signal) {
+    if killpg(group, sig).is_err() {
         let _ = kill(pid, sig);
     }
 }
 
-/// Runs the command in its own process group with `env` added; forwards the signals
-/// `ydb-coord` receives; when `token` fires, sends SIGTERM, then SIGKILL after `grace`.
+/// The grace a command without a lease (`ratelimit run`) gets between SIGTERM and SIGKILL
+/// when `ydb-coord` dies (`--kill-grace`'s default).
+const GRACE_WITHOUT_LEASE: Duration = Duration::from_secs(10);
+
+/// Runs the command in its guard's process group with `env` added; forwards the signals
+/// `ydb-coord` receives; when `token` fires, sends SIGTERM, then SIGKILL after `grace` (the
+/// guard does the same if `ydb-coord` dies).
 pub(crate) async fn run(
     command: &[OsString],
     env: &[(&str, String)],
@@ -54,18 +60,29 @@ pub(crate) async fn run(
         return Err(Failure::with_code(fail::USAGE, "no command given after --"));
     };
     let shown = program.to_string_lossy();
-    let mut child = std::process::Command::new(program)
+    let mut guard = Guard::start(grace).await?;
+    let group = guard.group()?;
+    let spawned = std::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
+        .process_group(group)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            guard.dismiss().await;
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => fail::NOT_FOUND,
                 _ => fail::CANNOT_EXECUTE,
             };
-            Failure::with_code(code, format!("cannot run {shown:?}: {e}"))
-        })?;
+            return Err(Failure::with_code(
+                code,
+                format!("cannot run {shown:?}: {e}"),
+            ));
+        }
+    };
+    guard.arm(child.id());
+    let group = Pid::from_raw(group);
     let pid = Pid::from_raw(
         i32::try_from(child.id())
             .map_err(|_| Failure::new("the command's process id is out of range"))?,
@@ -85,20 +102,23 @@ pub(crate) async fn run(
         };
         tokio::select! {
             status = &mut exited => break status,
-            sig = signals.recv() => signal_group(pid, sig),
+            sig = signals.recv() => signal_group(group, pid, sig),
             () = token.cancelled(), if on_lost.is_some() => {
                 if let Some(f) = on_lost.take() {
                     f();
                 }
-                signal_group(pid, Signal::SIGTERM);
+                signal_group(group, pid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
             }
             () = kill_timer => {
-                signal_group(pid, Signal::SIGKILL);
+                signal_group(group, pid, Signal::SIGKILL);
                 kill_at = None;
             }
         }
     };
+    // The command ended: the guard leaves the group, so that the group ends with the
+    // command's other processes.
+    guard.dismiss().await;
     let status = status
         .map_err(|_| Failure::new("lost track of the command"))?
         .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?;
@@ -107,9 +127,9 @@ pub(crate) async fn run(
         // The command is gone; whatever else it started in its group gets the rest of
         // the grace period, then SIGKILL.
         let deadline = kill_at.unwrap_or_else(Instant::now);
-        while killpg(pid, None).is_ok() {
+        while killpg(group, None).is_ok() {
             if Instant::now() >= deadline {
-                let _ = killpg(pid, Signal::SIGKILL);
+                let _ = killpg(group, Signal::SIGKILL);
                 break;
             }
             sleep(Duration::from_millis(50)).await;
@@ -129,6 +149,6 @@ pub(crate) async fn run_to_end(
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     let never = CancellationToken::new();
-    let end = run(command, env, never, Duration::ZERO, signals, || {}).await?;
+    let end = run(command, env, never, GRACE_WITHOUT_LEASE, signals, || {}).await?;
     Ok(end.code)
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use ydb_coordination::{Error, ErrorKind, StatusCode};
 
@@ -9,6 +10,9 @@ use ydb_coordination::{Error, ErrorKind, StatusCode};
 pub(crate) const ERROR: u8 = 1;
 /// Exit code: bad command line (unknown flag, bad duration, missing `--`).
 pub(crate) const USAGE: u8 = 2;
+/// Exit code: `subscribe --once` on a name nothing was ever published under (a value
+/// published empty exits 0).
+pub(crate) const NOT_PUBLISHED: u8 = 3;
 /// Exit code: `lock`/`elect` did not get the lock or leadership within `--wait`, or at once
 /// with `--no-wait`; `space reshard|finish` refused while a member lags (sysexits'
 /// `EX_TEMPFAIL`: try again later).
@@ -155,6 +159,22 @@ pub(crate) fn node_error(verb: &str, node: &str, err: &Error) -> Failure {
             Failure::new(format!("coordination node {node} already exists"))
         }
         _ => Failure::lib(&format!("{verb} {node}"), node, err),
+    }
+}
+
+/// The errors of starting a session on `node` within `limit` (`--timeout`): running out of
+/// time names the limit as given and the last failure; the others as [`node_error`].
+pub(crate) fn session_error(node: &str, limit: Duration, err: &Error) -> Failure {
+    if !matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) {
+        return node_error("open a session on", node, err);
+    }
+    let within = format!(
+        "could not open a session on {node} within {} (see --timeout)",
+        super::duration::format(limit)
+    );
+    match std::error::Error::source(err) {
+        Some(cause) => Failure::new(format!("{within}: {cause}")),
+        None => Failure::new(within),
     }
 }
 

@@ -4,7 +4,8 @@ use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 use ydb_coordination::{Member, MembershipState, Session, SessionManager};
 
-use super::fail::{Failure, node_error, semaphore_error};
+use super::admin::Budget;
+use super::fail::{self, Failure, semaphore_error, session_error};
 use super::lock::Signals;
 use super::output::{self, Out};
 
@@ -27,7 +28,11 @@ Examples:
 
 The value is the data of a persistent semaphore (created if missing), up to 1 MiB. Concurrent
 publishers overwrite each other (no compare-and-set). `subscribe` prints the value now and
-each new one until interrupted; a slow reader skips values but always gets the newest.";
+each new one until interrupted; a slow reader skips values but always gets the newest.
+With --json each value has \"published\": false while nothing was ever published under the
+name (true for a value published empty); `subscribe --once` then exits with 3. A subscription
+without --once creates the name's semaphore, empty: after it, the name reads as published
+empty.";
 
 /// The members as JSON objects.
 fn members_json(set: &[Member]) -> Value {
@@ -69,13 +74,21 @@ fn print_members(out: Out, event: &str, node: &str, name: &str, set: &[Member]) 
     );
 }
 
-/// The manager's first session, so that a missing node is reported as such.
-pub(crate) async fn first_session(manager: &SessionManager, node: &str) -> Result<(), Failure> {
-    manager
-        .current()
+/// The manager's first session within `budget`, so that a missing node is reported as such.
+pub(crate) async fn first_session(
+    manager: &SessionManager,
+    node: &str,
+    budget: Budget,
+) -> Result<(), Failure> {
+    let first = async {
+        let session = manager.current().await;
+        session
+            .map(drop)
+            .map_err(|e| session_error(node, budget.total, &e))
+    };
+    budget
+        .bound(&format!("open a session on {node}"), first)
         .await
-        .map(drop)
-        .map_err(|e| node_error("open a session on", node, &e))
 }
 
 /// `group members`: the members now.
@@ -147,7 +160,6 @@ pub(crate) async fn join(
 async fn follow<T>(
     mut stream: impl Stream<Item = ydb_coordination::Result<T>> + Unpin,
     signals: &mut Signals,
-    once: bool,
     mut print: impl FnMut(&T),
     fail: impl Fn(&ydb_coordination::Error) -> Failure,
 ) -> Result<(), Failure> {
@@ -160,9 +172,6 @@ async fn follow<T>(
             Some(Ok(value)) => print(&value),
             Some(Err(e)) => return Err(fail(&e)),
             None => return Ok(()),
-        }
-        if once {
-            return Ok(());
         }
     }
 }
@@ -178,7 +187,7 @@ pub(crate) async fn watch(
     let stream = manager.group(name).watch();
     let print = |set: &Vec<Member>| print_members(out, "members", node, name, set);
     let fail = |e: &ydb_coordination::Error| semaphore_error("watch", name, node, e);
-    follow(stream, signals, false, print, fail).await
+    follow(stream, signals, print, fail).await
 }
 
 /// `publish`: the value, replacing the last one.
@@ -201,7 +210,9 @@ pub(crate) async fn publish(
     Ok(())
 }
 
-/// `subscribe`: the value now, then each new one (only the first with `once`).
+/// `subscribe`: the value now, then each new one (only the first with `once`). A name never
+/// published is a value event with `"published": false`; with `once` it ends the command
+/// with [`fail::NOT_PUBLISHED`].
 pub(crate) async fn subscribe(
     manager: &SessionManager,
     node: &str,
@@ -210,18 +221,45 @@ pub(crate) async fn subscribe(
     out: Out,
     signals: &mut Signals,
 ) -> Result<(), Failure> {
-    let stream = manager.published(name).subscribe();
-    let print = |value: &Vec<u8>| {
+    let published = manager.published(name);
+    let fail = |e: &ydb_coordination::Error| semaphore_error("subscribe to", name, node, e);
+    // Read before the subscription, which creates the publication (empty).
+    let lookup = async { published.lookup().await.map_err(|e| fail(&e)) };
+    let now = signals.interruptible(lookup).await?;
+    let print = |value: &[u8], published: bool| {
         let mut map = Map::new();
         map.insert("event".into(), json!("value"));
         map.insert("node".into(), json!(node));
         map.insert("name".into(), json!(name));
-        output::put_data(&mut map, value);
+        map.insert("published".into(), json!(published));
+        if published {
+            output::put_data(&mut map, value);
+        }
         out.print(Value::Object(map), || match std::str::from_utf8(value) {
             Ok(text) => text.to_string(),
             Err(_) => output::show_data(value),
         });
     };
-    let fail = |e: &ydb_coordination::Error| semaphore_error("subscribe to", name, node, e);
-    follow(stream, signals, once, print, fail).await
+    if once {
+        return match now {
+            Some(value) => {
+                print(&value, true);
+                Ok(())
+            }
+            None if out.json => {
+                print(&[], false);
+                Err(Failure::with_code(fail::NOT_PUBLISHED, ""))
+            }
+            None => Err(Failure::with_code(
+                fail::NOT_PUBLISHED,
+                format!("nothing was ever published under {name:?} on {node}"),
+            )),
+        };
+    }
+    let mut never = now.is_none();
+    let print = |value: &Vec<u8>| {
+        print(value, !(never && value.is_empty()));
+        never = false;
+    };
+    follow(published.subscribe(), signals, print, fail).await
 }

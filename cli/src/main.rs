@@ -5,6 +5,7 @@ mod child;
 mod duration;
 mod fail;
 mod fleet;
+mod guard;
 mod lock;
 mod output;
 mod ratelimit;
@@ -19,11 +20,11 @@ use clap::error::{ContextKind, ContextValue, ErrorKind as ClapErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
-    Client, ConsistencyMode, Credentials, NodeConfig, RateLimiterCountersMode, Session,
-    SessionManager, SessionOptions,
+    Client, ConsistencyMode, Credentials, MAX_DESCRIPTION_LEN, NodeConfig, RateLimiterCountersMode,
+    Session, SessionManager, SessionOptions,
 };
 
-use self::admin::{NodeOp, SemaphoreOp};
+use self::admin::{Budget, NodeOp, SemaphoreOp};
 use self::fail::Failure;
 use self::lock::{Kind, Request, Signals, Wait};
 use self::output::Out;
@@ -52,6 +53,7 @@ Exit codes:
   0    success (lock, elect, ratelimit run: the command's own exit code is passed through)
   1    error (connection, missing node or semaphore, server error)
   2    bad command line
+  3    subscribe --once: nothing was ever published under the name
   75   lock, leadership or rate-limiter units not obtained in time (--wait elapsed, or
        --no-wait and it is held or the units are not available now); space reshard or
        finish refused while a member of the space lags (at once, or after --wait)
@@ -70,12 +72,17 @@ Examples:
   # Readers share, a plain `lock` (writer) excludes them all:
   ydb-coord lock /local/app config --shared -- ./read-config.sh
 
-The command runs in its own process group with YDB_COORD_FENCING_TOKEN (increases with each
-new holder: pass it to the resource you protect) and YDB_COORD_SESSION_ID in its environment.
-SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease may have been
-lost while it runs (the session expired or could not be confirmed in time), it gets SIGTERM,
-then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in time: 75.
-Otherwise ydb-coord exits with the command's exit code.";
+The command runs in a process group of its own with YDB_COORD_FENCING_TOKEN (increases with
+each new holder: pass it to the resource you protect) and YDB_COORD_SESSION_ID in its
+environment. SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease
+may have been lost while it runs (the session expired or could not be confirmed in time), it
+gets SIGTERM, then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in
+time: 75. Otherwise ydb-coord exits with the command's exit code.
+
+If ydb-coord dies, even by SIGKILL, a small guard process it starts in the command's group
+sends the group SIGTERM, then SIGKILL after --kill-grace. Processes the command moves out of
+its group (setsid, setpgid) are not stopped, and a stopped command may still have writes in
+flight: the fencing token is what keeps those from the resource.";
 
 const ELECT_HELP: &str = "\
 Examples:
@@ -250,6 +257,13 @@ enum Command {
         /// Print the value now and exit.
         #[arg(long)]
         once: bool,
+    },
+    /// Stops a command's process group if the ydb-coord that started it dies (internal).
+    #[command(name = guard::SUBCOMMAND, hide = true)]
+    Guard {
+        /// How long the group has between SIGTERM and SIGKILL.
+        #[arg(value_parser = duration::parse)]
+        grace: Duration,
     },
     /// Run an in-process YDB coordination-service emulator.
     ///
@@ -545,6 +559,9 @@ struct ElectArgs {
 #[derive(Debug)]
 struct Conn {
     args: ConnArgs,
+    /// `--timeout` from the command's start: connecting and the work of a command that does
+    /// not wait share it.
+    budget: Budget,
 }
 
 impl Conn {
@@ -561,14 +578,15 @@ impl Conn {
             let pem = read_file(file, "CA certificates")?;
             builder = builder.ca_certificate(pem);
         }
-        builder
+        let what = format!("connect to {cs}");
+        let build = builder
             .credentials(credentials)
             .discovery(!self.args.no_discovery)
-            .connect_timeout(self.args.timeout)
+            .connect_timeout(self.budget.left())
             .request_timeout(self.args.timeout)
-            .build()
-            .await
-            .map_err(|e| Failure::lib(&format!("connect to {cs}"), cs, &e))
+            .build();
+        let build = async { build.await.map_err(|e| Failure::lib(&what, cs, &e)) };
+        self.budget.bound(&what, build).await
     }
 
     /// The node's full path, as the server names it.
@@ -584,7 +602,7 @@ impl Conn {
         SessionOptions::new()
             .timeout(self.args.session_timeout)
             .connect_timeout(self.args.timeout)
-            .description(description)
+            .description(session_description(description))
     }
 
     /// A session manager on `path`, its first session open (or the node's error).
@@ -597,9 +615,8 @@ impl Conn {
         let client = signals.interruptible(self.client()).await?;
         let node = Self::node(&client, path);
         let manager = client.session_manager(&node, self.options(description));
-        signals
-            .interruptible(fleet::first_session(&manager, &node))
-            .await?;
+        let first = fleet::first_session(&manager, &node, self.budget);
+        signals.interruptible(first).await?;
         Ok((manager, node))
     }
 
@@ -609,12 +626,36 @@ impl Conn {
         node: &str,
         description: String,
     ) -> Result<Session, Failure> {
-        let options = self.options(description);
-        client
-            .session(node, options)
+        let options = self
+            .options(description)
+            .connect_timeout(self.budget.left());
+        let start = async {
+            client
+                .session(node, options)
+                .await
+                .map_err(|e| fail::session_error(node, self.budget.total, &e))
+        };
+        self.budget
+            .bound(&format!("open a session on {node}"), start)
             .await
-            .map_err(|e| fail::node_error("open a session on", node, &e))
     }
+}
+
+/// A session description the server takes: `description` (which names the lock, group or
+/// value, up to a name's 1024 bytes) cut to [`MAX_DESCRIPTION_LEN`] bytes at a character
+/// boundary, `...` marking the cut.
+fn session_description(mut description: String) -> String {
+    const CUT: &str = "...";
+    if description.len() <= MAX_DESCRIPTION_LEN {
+        return description;
+    }
+    let mut end = MAX_DESCRIPTION_LEN - CUT.len();
+    while !description.is_char_boundary(end) {
+        end -= 1;
+    }
+    description.truncate(end);
+    description.push_str(CUT);
+    description
 }
 
 /// The subcommand words of the command line (`ydb-coord lock`, `ydb-coord node create`).
@@ -722,6 +763,9 @@ fn main() -> ExitCode {
             }
         },
     };
+    if let Command::Guard { grace } = cli.command {
+        return ExitCode::from(guard::watch(grace));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -749,7 +793,10 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<u8, Failure> {
     fail::set_verbose(cli.verbose);
     let out = Out { json: cli.json };
-    let conn = Conn { args: cli.conn };
+    let conn = Conn {
+        budget: Budget::start(cli.conn.timeout),
+        args: cli.conn,
+    };
     match cli.command {
         Command::Emulator {
             listen,
@@ -770,6 +817,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let auth = Auth { tokens, users };
             emulator(listen, tls, database, nodes, auth).await
         }
+        Command::Guard { grace } => Ok(guard::watch(grace)),
         Command::Ratelimit { action } => ratelimit::run(&conn, action, out).await,
         Command::Space { action } => space::run(&conn, action, out).await,
         Command::Node { action } => {
@@ -782,7 +830,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             };
             let node = Conn::node(&client, &path);
             let call = admin::node(&client, &node, op, out);
-            admin::bounded(conn.args.timeout, "node", call).await?;
+            conn.budget.bound("node", call).await?;
             Ok(0)
         }
         Command::Semaphore { action } => {
@@ -823,7 +871,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .session(&client, &node, "ydb-coord semaphore".to_string())
                 .await?;
             let call = admin::semaphore(&session, &name, op, out);
-            let result = admin::bounded(conn.args.timeout, "semaphore", call).await;
+            let result = conn.budget.bound("semaphore", call).await;
             session.close().await;
             result.map(|()| 0)
         }
@@ -852,7 +900,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .session(&client, &node, "ydb-coord group members".to_string())
                 .await?;
             let call = fleet::members(&session, &name, out);
-            let result = admin::bounded(conn.args.timeout, "group members", call).await;
+            let result = conn.budget.bound("group members", call).await;
             session.close().await;
             result.map(|()| 0)
         }
@@ -884,7 +932,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .session(&client, &node, "ydb-coord publish".to_string())
                 .await?;
             let call = fleet::publish(&session, &name, value.as_bytes(), out);
-            let result = admin::bounded(conn.args.timeout, "publish", call).await;
+            let result = conn.budget.bound("publish", call).await;
             session.close().await;
             result.map(|()| 0)
         }
@@ -1034,6 +1082,27 @@ async fn wait_for_signal() {
         }
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_description_is_cut_at_a_char_boundary() {
+        let short = "ydb-coord lock job".to_string();
+        assert_eq!(session_description(short.clone()), short);
+        for name in [
+            "x".repeat(1024),
+            "\u{e9}".repeat(512),
+            "\u{1F512}".repeat(256),
+        ] {
+            let d = session_description(format!("ydb-coord pid 4194304 {name}"));
+            assert!(d.len() <= MAX_DESCRIPTION_LEN, "{}", d.len());
+            assert!(d.len() > MAX_DESCRIPTION_LEN - 4 - 3, "{}", d.len());
+            assert!(d.ends_with("..."));
         }
     }
 }

@@ -10,7 +10,6 @@ use ydb_coordination::{
     Error, ErrorKind, MAX_ACQUIRE_WAIT, RateLimiter, ResourceDescription, ResourceSettings,
 };
 
-use super::admin::bounded;
 use super::fail::{self, Failure, resource_error};
 use super::lock::{Signals, Wait};
 use super::output::Out;
@@ -252,7 +251,9 @@ pub(crate) async fn run(conn: &Conn, action: Action, out: Out) -> Result<u8, Fai
         admin => {
             let client = conn.client().await?;
             let limiter = client.rate_limiter(&Conn::node(&client, node_of(&admin)));
-            bounded(conn.args.timeout, "ratelimit", manage(&limiter, admin, out)).await?;
+            conn.budget
+                .bound("ratelimit", manage(&limiter, admin, out))
+                .await?;
             Ok(0)
         }
     }
