@@ -114,8 +114,8 @@ const SESSION_WAIT: Duration = Duration::from_secs(5);
 
 /// The session to acquire in, waited for until `deadline` (a form with a timeout; a
 /// deadline already passed, as a `try_` form's, waits [`SESSION_WAIT`]) or for as long as it
-/// takes (no timeout): a timeout form ends with [`ErrorKind::Timeout`] when no session
-/// comes in time, as when the server's queue times it out.
+/// takes (no timeout): a timeout form ends with [`ErrorKind::Unavailable`] when no session
+/// comes in time (never with [`ErrorKind::NotAcquired`]: the server said nothing of the lock).
 async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Session> {
     let Some(deadline) = deadline else {
         return source.session().await;
@@ -129,17 +129,18 @@ async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Sessio
     match tokio::time::timeout_at(until, source.session()).await {
         Ok(session) => session,
         Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
+            ErrorKind::Unavailable,
             "no session to the coordination node came within the acquire's timeout; check that the node is reachable",
         )),
     }
 }
 
-/// The outcome of a `try_` or `_timeout` form: `None` when the time ran out.
+/// The outcome of a `try_` or `_timeout` form: `None` when the server answered that the lock
+/// was not granted in time, and only then.
 pub(crate) fn optional(result: Result<Lease>) -> Result<Option<Lease>> {
     match result {
         Ok(lease) => Ok(Some(lease)),
-        Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(None),
         Err(e) => Err(e),
     }
 }

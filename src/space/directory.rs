@@ -137,7 +137,7 @@ impl Link {
         let admin = self.manager.mutex(&format!("{}/admin", self.space));
         let Some(guard) = admin.lock_timeout(SpaceDirectory::ADMIN_WAIT).await? else {
             return Err(Error::new(
-                ErrorKind::Timeout,
+                ErrorKind::NotAcquired,
                 format!(
                     "another operator's step on lock space {:?} held its admin lock for {:?}; try again",
                     self.space,
@@ -310,7 +310,7 @@ pub struct SpaceDirectory {
 impl SpaceDirectory {
     /// How long a step ([`init`](Self::init), [`begin`](Self::begin), [`finish`](Self::finish),
     /// ...) waits for the directory's admin lock while another operator's step holds it,
-    /// before it fails with [`ErrorKind::Timeout`]: bound a step by more than this.
+    /// before it fails with [`ErrorKind::NotAcquired`]: bound a step by more than this.
     ///
     /// ```
     /// use std::time::Duration;
