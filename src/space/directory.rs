@@ -282,29 +282,28 @@ impl Link {
                 None => return,
             }
             drop(member);
-            member = match self.rejoin(&shared, &reported, &stop).await {
-                Some(m) => m,
+            (member, epoch) = match self.rejoin(&shared, &reported, &stop).await {
+                Some(joined) => joined,
                 None => return,
             };
-            epoch = *reported.borrow();
         }
         let _ = member.release().await;
     }
 
     /// Joins the members again after a lapse, reporting the epoch run now, and confirms the
-    /// membership; `None` once the space stops.
+    /// membership: the lease and the epoch it reports; `None` once the space stops.
     async fn rejoin(
         &self,
         shared: &Weak<Shared>,
         reported: &tokio::sync::watch::Receiver<u64>,
         stop: &CancellationToken,
-    ) -> Option<Lease> {
+    ) -> Option<(Lease, u64)> {
         loop {
-            let data = report(*reported.borrow());
+            let epoch = *reported.borrow();
             let attempt = async {
-                let member = self.members.member_lease(&data).await?;
+                let member = self.members.member_lease(&report(epoch)).await?;
                 self.confirm(shared, &member).await?;
-                Ok::<_, Error>(member)
+                Ok::<_, Error>((member, epoch))
             };
             let joined = tokio::select! {
                 biased;
