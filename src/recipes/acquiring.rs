@@ -19,7 +19,16 @@ use crate::session::{Acquire, Lease, Session};
 /// [`Semaphore::acquire`](super::Semaphore::acquire), [`RwLock::read`](super::RwLock::read),
 /// [`Election::campaign`](super::Election::campaign) and their `try_` and `_timeout` forms.
 /// A future of `Result<T>`: the guard, or `Option` of it for the `try_` and `_timeout`
-/// forms (`None`: not obtained in time).
+/// forms (`None`: the server answered that it was not granted in time, and only that).
+///
+/// # Bounds
+///
+/// A `_timeout` form ends by its bound: when the server answers at the deadline, or, when
+/// it does not, with [`ErrorKind::Unavailable`] at the bound (the stream is down) or at most
+/// one round trip (the latest measured) and 200 ms past it (the stream is up: the server
+/// counts the timeout from the request's arrival). A source with no session yet waits for
+/// one until the bound; a `try_` form (whose bound is now) waits 5 s for it. Then
+/// [`ErrorKind::Unavailable`] too: a node that cannot be reached never reads as busy.
 ///
 /// Await it, or first ask [`Acquiring::queued`] whether it has to wait behind someone else.
 /// On a [`SessionManager`](crate::SessionManager) a session lost while waiting is replaced
