@@ -116,7 +116,7 @@ async fn worker(limiter: RateLimiter, start: Instant) -> ydb_coordination::Resul
                 // The call to the provider.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            Err(e) if e.kind() == ErrorKind::Timeout => return Ok(calls),
+            Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(calls),
             Err(e) => return Err(e),
         }
     }

@@ -148,7 +148,10 @@ pub(crate) fn client_side(kind: ErrorKind) -> Class {
     match kind {
         K::Transport | K::Timeout => class(kind, Idempotent, true),
         K::OutcomeUnknown => class(kind, Idempotent, false),
-        K::Aborted | K::Unavailable | K::Overloaded | K::BadSession => class(kind, Always, false),
+        // Not granted in time: nothing was taken, asking again changes nothing.
+        K::Aborted | K::Unavailable | K::Overloaded | K::BadSession | K::NotAcquired => {
+            class(kind, Always, false)
+        }
         _ => class(kind, Never, false),
     }
 }
@@ -278,6 +281,10 @@ mod tests {
         assert!(transport_failure(true, false).blames_endpoint);
         assert!(client_side(K::Timeout).blames_endpoint);
         assert!(!client_side(K::Internal).blames_endpoint);
+        // "Not granted in time" is the server's answer: the endpoint works, and asking
+        // again takes nothing twice.
+        assert!(!client_side(K::NotAcquired).blames_endpoint);
+        assert_eq!(client_side(K::NotAcquired).retry, Always);
     }
 
     #[test]

@@ -89,8 +89,14 @@ pub enum ErrorKind {
     /// The request may or may not have been carried out: it was in flight when the stream
     /// broke and cannot be safely repeated (create and delete).
     OutcomeUnknown,
-    /// A client-side time limit passed (connect, acquire with a timeout, stop).
+    /// A client-side time limit passed (connect, an attempt nobody answered, stop), or the
+    /// server's `TIMEOUT` status. Never the answer "not acquired in time": that is
+    /// [`NotAcquired`](ErrorKind::NotAcquired).
     Timeout,
+    /// The server answered that the semaphore (or the rate-limiter units) could not be
+    /// granted within the request's own timeout: nothing is held, the lock is busy. The only
+    /// kind the `try_` and `_timeout` forms turn into `None` (or `false`).
+    NotAcquired,
     /// The operation was cancelled by the caller or superseded.
     Cancelled,
     /// The server aborted the request (`ABORTED`), e.g. the semaphore was force-deleted
@@ -106,7 +112,10 @@ pub enum ErrorKind {
     /// The request or the options were rejected as invalid (`BAD_REQUEST`, a bad
     /// connection string, out-of-range options).
     InvalidArgument,
-    /// The service is temporarily unavailable (`UNAVAILABLE`).
+    /// The service is temporarily unavailable (`UNAVAILABLE`), or the client could not reach
+    /// it in time: no session to the coordination node came within an acquire's bound, a
+    /// lock space could not confirm its membership in the directory or read its layout
+    /// within a lock's bound.
     Unavailable,
     /// The service is overloaded (`OVERLOADED`).
     Overloaded,

@@ -55,9 +55,10 @@
 //! - **Per-request errors never end the session**: `ALREADY_EXISTS`, `NOT_FOUND`,
 //!   `ABORTED`, `BAD_REQUEST` come back to the caller as [`ErrorKind`]s.
 //! - **An acquire's timeout holds while the stream is down.** The server times out a
-//!   waiter it can talk to; while the stream is down the client answers
-//!   [`ErrorKind::Timeout`] at the acquire's own deadline and withdraws the waiter after the
-//!   reattach.
+//!   waiter it can talk to ([`ErrorKind::NotAcquired`], the one kind the `try_` and
+//!   `_timeout` forms read as `None`); while the stream is down the client answers
+//!   [`ErrorKind::Unavailable`] at the acquire's own deadline (the node did not answer: the
+//!   lock may be free) and withdraws the waiter after the reattach.
 //! - **One cause for everything.** Once a session has ended, every handle, lease, pending
 //!   acquire, watch and recipe guard reports the same error, with its kind:
 //!   [`ErrorKind::SessionExpired`] when the server ended it or the deadline passed,

@@ -150,3 +150,38 @@ async fn acquire_for_read_for_and_write_for_count_from_the_grant() {
     let write = picked_up_late(s.rwlock("rw-2").write_for(bound)).await;
     drop((permit, read, write));
 }
+
+/// `None` says one thing: the server answered that the lock is busy. A manager whose node
+/// cannot be reached (no session ever comes) fails its `try_` and `_timeout` forms with
+/// [`ErrorKind::Unavailable`] near their bound; once the node answers, a lock someone
+/// holds reads as `None`.
+#[tokio::test(start_paused = true)]
+async fn a_node_that_cannot_be_reached_is_an_error_never_a_busy_lock() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let holder = env.session().await;
+    let held = within(holder.mutex("job").lock()).await.unwrap();
+    let (proxy, client) = env.behind_proxy().await;
+    proxy.net().stall();
+    let manager = client.session_manager(&env.node, ydb_coordination::SessionOptions::new());
+    let mutex = manager.mutex("job");
+
+    let err = within(mutex.try_lock()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let timeout = Duration::from_secs(2);
+    let start = Instant::now();
+    let err = within(mutex.lock_timeout(timeout)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(start.elapsed() <= timeout + Duration::from_millis(10));
+
+    proxy.net().resume();
+    assert!(within(mutex.try_lock()).await.unwrap().is_none());
+    assert!(within(mutex.lock_timeout(timeout)).await.unwrap().is_none());
+    within(held.unlock()).await.unwrap();
+    let guard = within(mutex.try_lock()).await.unwrap();
+    assert!(guard.is_some());
+    drop(guard);
+    within(manager.shutdown()).await;
+}

@@ -3,7 +3,7 @@
 //! tokens, and by a scripted peer that records the header), is renewed before it expires, a
 //! failing IAM is retried and then reported, a bad key file names the file and the field, a
 //! reattach asks for a fresh token and a rejected one is renewed once, and no secret shows in
-//! `Debug`, logs or errors.
+//! `Debug`, logs or errors, not even one an endpoint echoes anywhere in its answer.
 #![allow(clippy::unwrap_used)]
 
 #[path = "common/certs.rs"]
@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cloud::{
-    MockHttp, Recorded, Reply, connect, current, emulator_accepting, key_json, rfc3339_in,
-    temp_file, verify_iam_request,
+    MockHttp, Recorded, Reply, assert_echoed_secrets_never_shown, connect, current,
+    emulator_accepting, key_json, rfc3339_in, temp_file, verify_iam_request,
 };
 use common::within;
 use peer::{Peer, Rs, StatusCode, session_response};
@@ -255,6 +255,36 @@ async fn a_metadata_token_that_lives_for_ever_is_used_and_never_overflows_the_cl
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
+/// An IAM endpoint that quotes what it was sent (the JWT, the query of its URL) in any field
+/// of any answer, in its body, headers and reason phrase: no error shows any of it, nor the
+/// key, and each keeps the kind of the answer.
+#[tokio::test(start_paused = true)]
+async fn secrets_an_iam_endpoint_echoes_never_show_in_errors() {
+    let iam = MockHttp::start(|_, _| Reply::status(500)).await;
+    let url = iam.url("/iam/v1/tokens?client_secret=SECRET-iam-query");
+    let key = key_json().to_string();
+    let credentials = || {
+        ServiceAccountCredentials::from_key_json(&key)
+            .unwrap()
+            .iam_endpoint(&url)
+            .unwrap()
+    };
+    let key_lines: Vec<&str> = cloud::TEST_ONLY_PRIVATE_KEY
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    assert_echoed_secrets_never_shown(&iam, 2, credentials, &key_lines).await;
+}
+
+/// The same for the metadata service, whose requests carry a secret only in the URL's query.
+#[tokio::test(start_paused = true)]
+async fn secrets_a_metadata_service_echoes_never_show_in_errors() {
+    let metadata = MockHttp::start(|_, _| Reply::status(500)).await;
+    let url = metadata.url("/token?audience=SECRET%20metadata%2Fquery");
+    let credentials = || MetadataCredentials::new().endpoint(&url).unwrap();
+    assert_echoed_secrets_never_shown(&metadata, 1, credentials, &[]).await;
 }
 
 #[test]

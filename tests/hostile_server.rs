@@ -859,3 +859,34 @@ async fn an_answer_and_the_streams_error_in_one_burst_are_both_read() {
     // (an end without one would have it connect again).
     assert_eq!(peer.connections(), 1);
 }
+
+/// A server's `TIMEOUT` status on an acquire is an error of its own kind: a `try_` form
+/// reads as `None` only the answer "not acquired" (`SUCCESS`, `acquired: false`).
+#[tokio::test(start_paused = true)]
+async fn a_timeout_status_on_a_try_is_an_error_and_only_not_acquired_is_none() {
+    let mut peer = Peer::start().await;
+    let (_client, s, _, _) = peer.session(SID, SessionOptions::new()).await;
+    for (status, busy) in [(StatusCode::Timeout, false), (StatusCode::Success, true)] {
+        let s2 = s.clone();
+        let call = tokio::spawn(async move {
+            s2.try_acquire("lock", AcquireOptions::exclusive().ephemeral(true))
+                .await
+        });
+        let (i, acquire) = loop {
+            match peer.recv().await {
+                (i, Rq::AcquireSemaphore(a)) => break (i, a),
+                (i, Rq::DescribeSemaphore(d)) => {
+                    peer.send(i, describe_ok(d.req_id, description("lock", b"")));
+                }
+                (_, other) => panic!("expected acquire_semaphore, got {other:?}"),
+            }
+        };
+        peer.send(i, acquire_result(acquire.req_id, status, false));
+        let outcome = within(call).await.unwrap();
+        if busy {
+            assert!(outcome.unwrap().is_none());
+        } else {
+            assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Timeout);
+        }
+    }
+}

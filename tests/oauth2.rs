@@ -2,7 +2,8 @@
 //! is posted, the JWTs of JWT sources (signatures checked with the public key for every
 //! algorithm family), the `Bearer` ticket an emulator that enforces tokens accepts, caching and
 //! renewal at half life, retries of a failing endpoint, the typed errors of refusals and bad
-//! answers, and config files whose errors name the field.
+//! answers, secrets an endpoint echoes kept out of every error, and config files whose errors
+//! name the field.
 #![allow(clippy::unwrap_used)]
 
 #[path = "common/certs.rs"]
@@ -17,7 +18,10 @@ use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud::{MockHttp, Reply, connect, current, emulator_accepting, temp_file};
+use cloud::{
+    Echo, MockHttp, Reply, assert_echoed_secrets_never_shown, connect, current, echo_reply,
+    emulator_accepting, secrets_sent, temp_file,
+};
 use common::within;
 use oauth2::{TOKEN_PATH, endpoint, field, form, issue, oauth_error, signing_key, verify_jwt};
 use ydb_coordination::{
@@ -247,6 +251,42 @@ async fn a_refusal_after_a_grant_is_tried_again_with_backoff_as_passing() {
     assert_eq!(refusal_of(&err).map(|r| r.status()), Some(401));
     // The next try gets a token again.
     assert_eq!(current(&credentials).await, "Bearer oauth-token-7");
+}
+
+/// A token endpoint that quotes what it was sent (the subject token, the actor's JWT, the
+/// client secret in the URL) in any field of any answer, in its body, headers and reason
+/// phrase: no error shows any of it, and each keeps the kind of the answer.
+#[tokio::test(start_paused = true)]
+async fn secrets_the_endpoint_echoes_never_show_in_errors() {
+    let mock = MockHttp::start(|_, _| Reply::status(500)).await;
+    let url = mock.url(&format!(
+        "{TOKEN_PATH}?client_secret=SECRET%20client%2Fsecret%2B1"
+    ));
+    let credentials = || {
+        let actor = JwtTokenSource::new("HS256", b"SECRET-hmac-key").unwrap();
+        OAuth2TokenExchangeCredentials::new(&url)
+            .unwrap()
+            .subject_token(OAuth2TokenSource::fixed(
+                "SECRET subject/token+1",
+                "urn:ietf:params:oauth:token-type:id_token",
+            ))
+            .actor_token(actor.issuer("me"))
+    };
+    assert_echoed_secrets_never_shown(&mock, 3, credentials, &[]).await;
+
+    // A refusal after a grant reads as passing and is retried: shown once the retries are
+    // through, it quotes no secret either.
+    let credentials = credentials();
+    mock.answer_with(|r, _| echo_reply(r, 200, Echo::Field("refresh_token"), 0));
+    current(&credentials).await;
+    credentials.invalidate();
+    mock.answer_with(|r, _| echo_reply(r, 400, Echo::EveryField, 2));
+    let err = within(credentials.token()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let sent: Vec<String> = mock.requests().iter().flat_map(secrets_sent).collect();
+    let shown = cloud::shown(&err);
+    assert!(sent.iter().all(|s| !shown.contains(s.as_str())));
+    assert!(!shown.contains("SECRET"), "a secret was shown");
 }
 
 /// The token endpoint's refusal somewhere in the source chain of `err`.

@@ -381,7 +381,7 @@ fn timed_out_failed_and_dropped_acquires_are_counted_by_result() {
         let err = within(b.acquire("job", lock().timeout(Duration::from_secs(1))))
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Timeout);
+        assert_eq!(err.kind(), ErrorKind::NotAcquired);
         assert_eq!(m.counter(ACQUISITIONS, &[("result", "timed_out")]), 1);
         assert_eq!(m.gauge(QUEUED_ACQUIRES, &[]), 0.0);
 

@@ -173,7 +173,7 @@ async fn an_acquire_that_cannot_be_granted_in_time_takes_nothing() {
     let err = within(limiter.acquire_timeout("api", 1, Duration::from_millis(300)))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
     assert_eq!(millis_since(start), 300, "the server gave up at the wait");
     // Nothing was taken: the next unit still comes on time.
     within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
@@ -202,7 +202,7 @@ async fn used_units_never_wait_and_leave_debt_that_acquires_wait_off() {
     let err = within(limiter.acquire_timeout("api", 1, Duration::from_secs(1)))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
     within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
         .await
         .unwrap();
@@ -238,7 +238,7 @@ async fn a_paced_stream_yields_at_the_resources_rate() {
     within(limiter.report_used("slow", 15)).await.unwrap();
     let mut retried = limiter.limit_stream("slow", 1, futures::stream::iter([9]));
     let err = within(retried.next()).await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
     assert_eq!(within(retried.next()).await.unwrap().unwrap(), 9);
     // `run` takes the units, then runs the work.
     let out = within(limiter.run("emails", 1, async { 42 }))

@@ -425,8 +425,8 @@ async fn obtain(
     loop {
         let this = left.min(MAX_ACQUIRE_WAIT);
         match limiter.acquire_timeout(resource, units, this).await {
-            Err(e) if e.kind() == ErrorKind::Timeout && left > this => left -= this,
-            Err(e) if e.kind() == ErrorKind::Timeout => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::NotAcquired && left > this => left -= this,
+            Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(false),
             r => return r.map(|()| true),
         }
     }

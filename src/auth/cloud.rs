@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 
 use super::cache::{Fetch, Fetched, TokenCache};
 use super::http::{self, Url};
+use super::redact::Sent;
 use super::{Secret, TokenFuture, TokenProvider};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -296,16 +297,20 @@ impl ServiceAccount {
             serde_json::to_vec(&serde_json::json!({ "jwt": jwt.expose() })).map_err(|e| {
                 Error::with_source(ErrorKind::Internal, "cannot encode the IAM request", e)
             })?;
+        let sent = Sent::new(&self.endpoint, [&jwt]);
+        let what = format!("the IAM endpoint {}", self.endpoint);
         let answer = http::exchange(
             &self.endpoint,
             hyper::Method::POST,
             &[("content-type", "application/json")],
             Some(body),
         )
-        .await?;
-        let what = format!("the IAM endpoint {}", self.endpoint);
-        check_status(&what, &answer)?;
-        iam_answer(&what, &answer.body, SystemTime::now())
+        .await
+        .and_then(|answer| {
+            check_status(&what, &answer, &sent)?;
+            iam_answer(&what, &answer.body, SystemTime::now())
+        });
+        sent.guard(&what, answer)
     }
 }
 
@@ -384,16 +389,20 @@ impl MetadataCredentials {
 impl Metadata {
     async fn ask(&self) -> Result<Fetched> {
         let url = Url::parse(&self.url, "the metadata endpoint")?;
+        let sent = Sent::new(&url, []);
+        let what = format!("the metadata service {url}");
         let answer = http::exchange(
             &url,
             hyper::Method::GET,
             &[("metadata-flavor", "Google")],
             None,
         )
-        .await?;
-        let what = format!("the metadata service {url}");
-        check_status(&what, &answer)?;
-        metadata_answer(&what, &answer.body)
+        .await
+        .and_then(|answer| {
+            check_status(&what, &answer, &sent)?;
+            metadata_answer(&what, &answer.body)
+        });
+        sent.guard(&what, answer)
     }
 }
 
@@ -419,8 +428,9 @@ pub(super) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A non-2xx answer as an error: 429 and 5xx are worth retrying, the rest is a refusal.
-fn check_status(what: &str, answer: &http::Answer) -> Result<()> {
+/// A non-2xx answer as an error: 429 and 5xx are worth retrying, the rest is a refusal. Its
+/// `message` is quoted with the secrets `sent` redacted.
+fn check_status(what: &str, answer: &http::Answer, sent: &Sent) -> Result<()> {
     if (200..300).contains(&answer.status) {
         return Ok(());
     }
@@ -429,8 +439,9 @@ fn check_status(what: &str, answer: &http::Answer) -> Result<()> {
         .and_then(|v| {
             v.get("message")
                 .and_then(|m| m.as_str())
-                .map(str::to_string)
+                .map(|m| sent.quote(m))
         })
+        .filter(|m| !m.is_empty())
         .map(|m| format!(" ({m})"))
         .unwrap_or_default();
     let status = answer.status;
@@ -564,10 +575,15 @@ fn lifetime_until(what: &str, expires_at: &str, now: SystemTime) -> Result<Durat
         )
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     let left = at - now;
+    // The instant as parsed, not the answer's text.
+    let past = || {
+        let at = at.format(&time::format_description::well_known::Rfc3339);
+        expired(what, &format!("expiresAt {}", at.unwrap_or_default()))
+    };
     Duration::try_from(left)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| expired(what, expires_at))
+        .ok_or_else(past)
 }
 
 #[cfg(test)]
@@ -721,7 +737,12 @@ mod tests {
             status,
             body: bytes::Bytes::from_static(br#"{"message":"no such key"}"#),
         };
-        let kind = |status| check_status("x", &answer(status)).err().map(|e| e.kind());
+        let kind = |status| {
+            let sent = Sent::default();
+            check_status("x", &answer(status), &sent)
+                .err()
+                .map(|e| e.kind())
+        };
         assert_eq!(kind(200), None);
         assert_eq!(kind(503), Some(ErrorKind::Unavailable));
         assert_eq!(kind(429), Some(ErrorKind::Overloaded));

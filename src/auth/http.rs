@@ -107,6 +107,11 @@ impl Url {
         Ok(self)
     }
 
+    /// The query, which may carry a secret.
+    pub(crate) fn query(&self) -> Option<&str> {
+        self.uri.query()
+    }
+
     fn authority(&self) -> String {
         match self.uri.authority() {
             Some(a) => a.as_str().to_string(),

@@ -3,12 +3,14 @@
 //! `mod.rs` has the provider trait, [`Credentials`] and the environment conventions;
 //! `cloud.rs` the Yandex Cloud providers (service account key, metadata service), `oauth2.rs`
 //! the OAuth 2.0 token exchange, `cache.rs` their token cache and renewal schedule, `http.rs`
-//! the small HTTP client they use.
+//! the small HTTP client they use, `redact.rs` what keeps the secrets they send out of the
+//! errors their answers lead to.
 
 mod cache;
 mod cloud;
 mod http;
 mod oauth2;
+mod redact;
 
 pub use cloud::{
     IAM_TOKEN_URL, KeyFileError, METADATA_TOKEN_URL, MetadataCredentials, ServiceAccountCredentials,

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use super::cache::{Fetch, Fetched, TokenCache};
 use super::cloud::{KeyFileError, bad_answer, expires_in, json_object, token_field, unix_now};
 use super::http::{self, Url};
+use super::redact::Sent;
 use super::{Secret, TokenFuture, TokenProvider};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -425,16 +426,18 @@ impl Exchange {
     /// does, instead of failing every session start (and stopping a session manager) for
     /// good: what was accepted once is likely to be accepted again.
     async fn exchange(&self) -> Result<Fetched> {
-        let (form, sent) = self.form()?;
+        let (form, secrets) = self.form()?;
+        let sent = Sent::new(&self.endpoint, &secrets);
+        let what = format!("the OAuth 2.0 token endpoint {}", self.endpoint);
         let answer = http::exchange(
             &self.endpoint,
             hyper::Method::POST,
             &[("content-type", "application/x-www-form-urlencoded")],
             Some(form.into_bytes()),
         )
-        .await?;
-        let what = format!("the OAuth 2.0 token endpoint {}", self.endpoint);
-        match token_answer(&what, &answer, &scope_param(&self.scope), &sent) {
+        .await
+        .and_then(|answer| token_answer(&what, &answer, &scope_param(&self.scope), &sent));
+        match sent.guard(&what, answer) {
             Ok(fetched) => {
                 self.granted.store(true, Ordering::Relaxed);
                 Ok(fetched)
@@ -502,7 +505,7 @@ fn token_answer(
     what: &str,
     answer: &http::Answer,
     expected_scope: &str,
-    sent: &[Secret],
+    sent: &Sent,
 ) -> Result<Fetched> {
     if answer.status != 200 {
         return Err(refusal(what, answer.status, &answer.body, sent));
@@ -514,7 +517,10 @@ fn token_answer(
         Some(Value::String(t)) => {
             return Err(bad_answer(
                 what,
-                &format!("with token_type {t:?} where Bearer was asked for"),
+                &format!(
+                    "with token_type {:?} where Bearer was asked for",
+                    sent.quote(t)
+                ),
             ));
         }
         _ => return Err(bad_answer(what, "without a token_type string")),
@@ -526,7 +532,10 @@ fn token_answer(
         Some(Value::String(s)) => {
             return Err(bad_answer(
                 what,
-                &format!("with the scope {s:?} where {expected_scope:?} was asked for"),
+                &format!(
+                    "with the scope {:?} where {expected_scope:?} was asked for",
+                    sent.quote(s)
+                ),
             ));
         }
         Some(_) => return Err(bad_answer(what, "with a scope that is not a string")),
@@ -540,7 +549,7 @@ fn token_answer(
 /// The token endpoint's refusal (RFC 6749 section 5.2), reachable through
 /// [`Error::source`](std::error::Error::source) of the error a failed exchange gives: the HTTP
 /// status and the `error`, `error_description` and `error_uri` of the answer, when it had
-/// them. A description that quotes a token sent is shown with the token redacted.
+/// them. A secret sent (a token, the URL's query) that any of them quotes is redacted.
 ///
 /// # Examples
 ///
@@ -602,23 +611,11 @@ impl fmt::Display for TokenExchangeError {
 
 impl std::error::Error for TokenExchangeError {}
 
-/// The longest error text of the endpoint that is kept.
-const MAX_ERROR_TEXT: usize = 512;
-
 /// A non-200 answer as an error: 5xx, 429 and 408 are worth retrying, the rest is a refusal.
-fn refusal(what: &str, status: u16, body: &[u8], sent: &[Secret]) -> Error {
+fn refusal(what: &str, status: u16, body: &[u8], sent: &Sent) -> Error {
     let body: Option<Map<String, Value>> = serde_json::from_slice(body).ok();
     let text = |name: &str| {
-        let value = body.as_ref()?.get(name)?.as_str()?;
-        let mut value = value.to_string();
-        for secret in sent.iter().filter(|s| !s.expose().is_empty()) {
-            value = value.replace(secret.expose(), "<redacted>");
-        }
-        let value: String = value
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(MAX_ERROR_TEXT)
-            .collect();
+        let value = sent.quote(body.as_ref()?.get(name)?.as_str()?);
         (!value.is_empty()).then_some(value)
     };
     let detail = TokenExchangeError {
@@ -1345,7 +1342,7 @@ mod tests {
     }
 
     fn kind_of(status: u16, body: serde_json::Value, scope: &str) -> Option<ErrorKind> {
-        token_answer("x", &answer(status, body), scope, &[])
+        token_answer("x", &answer(status, body), scope, &Sent::default())
             .err()
             .map(|e| e.kind())
     }
@@ -1360,7 +1357,7 @@ mod tests {
                 json!({"access_token": "at", "token_type": "bearer", "expires_in": 60}),
             ),
             "",
-            &[],
+            &Sent::default(),
         );
         let ok = ok.ok().map(|f| (f.token.expose().to_string(), f.lifetime));
         assert_eq!(ok, Some(("Bearer at".to_string(), Duration::from_secs(60))));
@@ -1415,12 +1412,9 @@ mod tests {
             "error_description": "subject token tok-SECRET expired",
             "error_uri": "https://auth.example.com/errors",
         });
-        let err = refusal(
-            "x",
-            400,
-            body.to_string().as_bytes(),
-            &[Secret::new("tok-SECRET")],
-        );
+        let url = Url::parse("http://h/t", "x").unwrap_or_else(|e| panic!("{e}"));
+        let sent = Sent::new(&url, &[Secret::new("tok-SECRET")]);
+        let err = refusal("x", 400, body.to_string().as_bytes(), &sent);
         assert_eq!(err.kind(), ErrorKind::Unauthorized);
         let detail = err
             .source()
@@ -1433,7 +1427,7 @@ mod tests {
         );
         assert!(detail.and_then(|d| d.description()).is_some());
         assert!(!format!("{err} {err:?}").contains("SECRET"));
-        let bare = refusal("x", 502, b"<html>bad gateway</html>", &[]);
+        let bare = refusal("x", 502, b"<html>bad gateway</html>", &sent);
         let detail = bare
             .source()
             .and_then(|s| s.downcast_ref::<TokenExchangeError>());

@@ -279,7 +279,7 @@ impl RateLimiter {
     /// the server's node.
     ///
     /// The server is asked to give up the wait before the call's own deadline, so that
-    /// [`ErrorKind::Timeout`] means nothing was taken. An acquire is not idempotent: it is
+    /// [`ErrorKind::NotAcquired`] means nothing was taken. An acquire is not idempotent: it is
     /// repeated only after failures that say it was not carried out (the endpoint was
     /// unreachable, `UNAVAILABLE`, `OVERLOADED`).
     ///
@@ -300,7 +300,7 @@ impl RateLimiter {
     /// limiter.create_resource("reports", one_per_second).await?;
     /// match limiter.acquire_timeout("reports", 1, Duration::from_secs(5)).await {
     ///     Ok(()) => { /* send the report */ }
-    ///     Err(e) if e.kind() == ErrorKind::Timeout => { /* busy: try later */ }
+    ///     Err(e) if e.kind() == ErrorKind::NotAcquired => { /* busy: try later */ }
     ///     Err(e) => return Err(e.into()),
     /// }
     /// # Ok(())
@@ -309,7 +309,7 @@ impl RateLimiter {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when the units were not available within `wait`: nothing was
+    /// [`ErrorKind::NotAcquired`] when the units were not available within `wait`: nothing was
     /// taken. [`ErrorKind::OutcomeUnknown`] when the units may have been taken: the answer
     /// did not come (the connection broke after the request went out, or no answer within
     /// `wait` and a margin), or the server's operation timer answered, which can race a
@@ -327,8 +327,8 @@ impl RateLimiter {
         let wait = wait.min(MAX_ACQUIRE_WAIT);
         match self.take(path, Units::Required(units), wait, &what).await {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::Timeout => Err(Error::caused_by(
-                ErrorKind::Timeout,
+            Err(e) if e.kind() == ErrorKind::NotAcquired => Err(Error::caused_by(
+                ErrorKind::NotAcquired,
                 format!(
                     "{what}: not available within {wait:?}; nothing was taken: try again \
                      later, or ask for fewer units"
@@ -348,7 +348,7 @@ impl RateLimiter {
     /// # Errors
     ///
     /// As [`acquire_timeout`](RateLimiter::acquire_timeout), but never
-    /// [`ErrorKind::Timeout`].
+    /// [`ErrorKind::NotAcquired`].
     ///
     /// # Cancel safety
     ///
@@ -361,7 +361,7 @@ impl RateLimiter {
             .await
         {
             Ok(()) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::Timeout => Ok(false),
+            Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -373,7 +373,7 @@ impl RateLimiter {
     /// # Errors
     ///
     /// As [`acquire_timeout`](RateLimiter::acquire_timeout), but never
-    /// [`ErrorKind::Timeout`] from the server.
+    /// [`ErrorKind::NotAcquired`].
     ///
     /// # Cancel safety
     ///
@@ -442,7 +442,7 @@ impl RateLimiter {
 
     /// One `AcquireResource`: `units` of `path`, the server waiting at most `wait` (zero:
     /// not at all), with the metrics and the span. The error's kind says what was taken
-    /// ([`outcome`]): [`ErrorKind::Timeout`] nothing, [`ErrorKind::OutcomeUnknown`] perhaps.
+    /// ([`outcome`]): [`ErrorKind::NotAcquired`] nothing, [`ErrorKind::OutcomeUnknown`] perhaps.
     async fn take(&self, path: &str, units: Units, wait: Duration, what: &str) -> Result<()> {
         let span = tracing::debug_span!("rate_limiter.acquire", resource = path, ?units);
         self.take_in_span(path, units, wait, what)
@@ -496,7 +496,7 @@ impl RateLimiter {
             .map_err(|e| outcome(e, wait));
         let outcome = match &result {
             Ok(_) => "granted",
-            Err(e) if e.kind() == ErrorKind::Timeout => "timed_out",
+            Err(e) if e.kind() == ErrorKind::NotAcquired => "timed_out",
             Err(_) => "error",
         };
         tracing::debug!(outcome, elapsed = ?started.elapsed(), "acquire answered");
@@ -575,7 +575,7 @@ fn proto_duration(d: Duration) -> ProtoDuration {
 }
 
 /// What a failed acquire took, in its kind:
-/// - [`ErrorKind::Timeout`]: nothing. The server gave up the wait at `cancel_after`
+/// - [`ErrorKind::NotAcquired`]: nothing. The server gave up the wait at `cancel_after`
 ///   (`CANCELLED`), or an acquire that may not wait (`wait` zero, no operation timer) was
 ///   not granted at once (`TIMEOUT`).
 /// - [`ErrorKind::OutcomeUnknown`]: perhaps the units. The server's operation timer answered
@@ -603,7 +603,7 @@ fn outcome(err: Error, wait: Duration) -> Error {
             &err,
         )
     } else if server.is_some() {
-        Error::caused_by(ErrorKind::Timeout, format!("{err}"), &err)
+        Error::caused_by(ErrorKind::NotAcquired, format!("{err}"), &err)
     } else {
         err
     }
@@ -670,8 +670,11 @@ mod tests {
         let kind = |err: Error, wait: u64| outcome(err, Duration::from_secs(wait)).kind();
         let status = |s| Error::from_status(s, "acquire");
         // The server gave up the wait, or a try was not granted at once: nothing taken.
-        assert_eq!(kind(status(StatusCode::Cancelled), 5), ErrorKind::Timeout);
-        assert_eq!(kind(status(StatusCode::Timeout), 0), ErrorKind::Timeout);
+        assert_eq!(
+            kind(status(StatusCode::Cancelled), 5),
+            ErrorKind::NotAcquired
+        );
+        assert_eq!(kind(status(StatusCode::Timeout), 0), ErrorKind::NotAcquired);
         // The operation timer can race a grant; so can a lost answer.
         assert_eq!(
             kind(status(StatusCode::Timeout), 5),

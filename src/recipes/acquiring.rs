@@ -19,7 +19,16 @@ use crate::session::{Acquire, Lease, Session};
 /// [`Semaphore::acquire`](super::Semaphore::acquire), [`RwLock::read`](super::RwLock::read),
 /// [`Election::campaign`](super::Election::campaign) and their `try_` and `_timeout` forms.
 /// A future of `Result<T>`: the guard, or `Option` of it for the `try_` and `_timeout`
-/// forms (`None`: not obtained in time).
+/// forms (`None`: the server answered that it was not granted in time, and only that).
+///
+/// # Bounds
+///
+/// A `_timeout` form ends by its bound: when the server answers at the deadline, or, when
+/// it does not, with [`ErrorKind::Unavailable`] at the bound (the stream is down) or at most
+/// one round trip (the latest measured) and 200 ms past it (the stream is up: the server
+/// counts the timeout from the request's arrival). A source with no session yet waits for
+/// one until the bound; a `try_` form (whose bound is now) waits 5 s for it. Then
+/// [`ErrorKind::Unavailable`] too: a node that cannot be reached never reads as busy.
 ///
 /// Await it, or first ask [`Acquiring::queued`] whether it has to wait behind someone else.
 /// On a [`SessionManager`](crate::SessionManager) a session lost while waiting is replaced
@@ -114,8 +123,8 @@ const SESSION_WAIT: Duration = Duration::from_secs(5);
 
 /// The session to acquire in, waited for until `deadline` (a form with a timeout; a
 /// deadline already passed, as a `try_` form's, waits [`SESSION_WAIT`]) or for as long as it
-/// takes (no timeout): a timeout form ends with [`ErrorKind::Timeout`] when no session
-/// comes in time, as when the server's queue times it out.
+/// takes (no timeout): a timeout form ends with [`ErrorKind::Unavailable`] when no session
+/// comes in time (never with [`ErrorKind::NotAcquired`]: the server said nothing of the lock).
 async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Session> {
     let Some(deadline) = deadline else {
         return source.session().await;
@@ -129,17 +138,18 @@ async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Sessio
     match tokio::time::timeout_at(until, source.session()).await {
         Ok(session) => session,
         Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
+            ErrorKind::Unavailable,
             "no session to the coordination node came within the acquire's timeout; check that the node is reachable",
         )),
     }
 }
 
-/// The outcome of a `try_` or `_timeout` form: `None` when the time ran out.
+/// The outcome of a `try_` or `_timeout` form: `None` when the server answered that the lock
+/// was not granted in time, and only then.
 pub(crate) fn optional(result: Result<Lease>) -> Result<Option<Lease>> {
     match result {
         Ok(lease) => Ok(Some(lease)),
-        Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -314,6 +314,17 @@ impl Group {
         &self.name
     }
 
+    /// One membership with `data` as a plain lease, for a lock space's directory, which
+    /// keeps its membership itself: its data changes in place, and its token says when
+    /// the membership may be lost.
+    pub(crate) fn member_lease(&self, data: &[u8]) -> Acquiring<Lease> {
+        let options = AcquireOptions::new().count(1).data(data.to_vec());
+        let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
+        acquiring(&self.source, &self.name, options, prepare, |r| {
+            r.inspect(Lease::guard)
+        })
+    }
+
     /// One attempt at membership with `data`.
     fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
         let options = AcquireOptions::new().count(1).data(data.to_vec());

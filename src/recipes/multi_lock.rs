@@ -211,7 +211,7 @@ impl MultiLock {
         match self.take(None).await? {
             Some(guard) => Ok(guard),
             None => Err(Error::new(
-                ErrorKind::Timeout,
+                ErrorKind::NotAcquired,
                 "the locks were not all acquired in time",
             )),
         }
@@ -317,7 +317,7 @@ impl MultiLock {
                             "the releases of a multi-lock's parts were not confirmed in time"
                         );
                     }
-                    return if e.kind() == ErrorKind::Timeout {
+                    return if e.kind() == ErrorKind::NotAcquired {
                         Ok(None)
                     } else {
                         Err(e)

@@ -357,8 +357,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when the timeout passed in the queue (use
-    /// [`Session::try_acquire`] for an `Option`), [`ErrorKind::NotFound`] (a persistent
+    /// [`ErrorKind::NotAcquired`] when the server answered that the timeout passed in the
+    /// queue (use [`Session::try_acquire`] for an `Option`), [`ErrorKind::NotFound`] (a persistent
     /// semaphore that does not exist), [`ErrorKind::PreconditionFailed`] (the ephemeral flag
     /// does not match), [`ErrorKind::InvalidArgument`] (count 0 or above the limit),
     /// [`ErrorKind::Aborted`] (the semaphore was deleted while waiting), session errors.
@@ -423,7 +423,7 @@ impl Session {
         let acquire = self.acquire(name, options.timeout(std::time::Duration::ZERO));
         match acquire.await {
             Ok(lease) => Ok(Some(lease)),
-            Err(e) if e.kind() == ErrorKind::Timeout => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -568,7 +568,7 @@ impl Acquire {
         Poll::Ready(match grant {
             Some(grant) => Ok(this.session.lease(grant)),
             None => Err(Error::new(
-                ErrorKind::Timeout,
+                ErrorKind::NotAcquired,
                 format!(
                     "semaphore {:?} was not acquired within the timeout",
                     this.name
@@ -610,7 +610,7 @@ impl Drop for Acquire {
 fn outcome<T>(result: &Result<T>) -> &'static str {
     match result {
         Ok(_) => "ok",
-        Err(e) if e.kind() == ErrorKind::Timeout => "timed_out",
+        Err(e) if e.kind() == ErrorKind::NotAcquired => "timed_out",
         Err(_) => "error",
     }
 }

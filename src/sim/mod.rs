@@ -12,7 +12,8 @@
 //! A world may have several coordination nodes, each client a session on each, and a lock
 //! space over them ([`SpaceConfig`]): space workers take names in every place of their
 //! process's layout, and an operator reshards the space onto one more node in the middle of
-//! the run, A -> A+B -> B, through a directory the processes follow and report to. The
+//! the run, A -> A+B -> B, through a directory the processes follow and report to, each a
+//! member while its session on the directory's node lives (and takes locks only then). The
 //! checker then also judges each name across the nodes: one holder at a time (the
 //! semaphore's limit), and fencing tokens that grow across the move.
 //!

@@ -43,8 +43,16 @@ fn a_space_keeps_one_holder_and_growing_tokens_through_a_reshard() {
     let space = &totals.space;
     eprintln!(
         "sim space: seeds={seeds} reshards={} held A/A+B/B={:?} transition holders after B={} \
-         refused steps={} claims lost={}",
-        totals.reshards, space.held, space.late_transition, space.refused, space.claims_lost
+         refused steps={} claims lost={} membership lapses={} locks lost to them={} \
+         steps within a lapse={}",
+        totals.reshards,
+        space.held,
+        space.late_transition,
+        space.refused,
+        space.claims_lost,
+        space.lapses,
+        space.lapse_locks_lost,
+        space.steps_in_lapse
     );
     assert_eq!(totals.reshards, seeds, "every run reshards A -> A+B -> B");
     // Workers on both sides of each step: locks in every layout, and transition holders
@@ -57,6 +65,10 @@ fn a_space_keeps_one_holder_and_growing_tokens_through_a_reshard() {
     );
     // The operator waited for lagging members before the second step.
     assert!(space.refused > 0, "{space:?}");
+    // Directory sessions lapsed and cost their processes' locks, and the operator stepped
+    // while a process was cut off from the directory: the case the membership guards.
+    assert!(space.lapse_locks_lost > 0, "{space:?}");
+    assert!(space.steps_in_lapse > 0, "{space:?}");
 }
 
 #[test]
@@ -150,4 +162,31 @@ fn the_simulated_names_move_off_every_old_node_but_one() {
             vec!["n0", "n3"]
         ]
     );
+}
+
+#[test]
+fn the_checker_catches_locks_that_outlive_their_membership() {
+    // A process cut off from the directory (not from the lock nodes) keeps its locks and
+    // goes on taking them in the layout it runs; the server expires its directory session,
+    // the operator, seeing one member fewer, publishes the next steps, and the other
+    // process takes a moved name on its new node while the cut-off one holds it on its old
+    // node. Two processes, so that each directory session meets more of the faults and one
+    // member fewer can lag: seed 20 is the first to show it.
+    let cfg = Config {
+        clients: 2,
+        ..broken(SpaceConfig {
+            locks_outlive_membership: true,
+            ..SpaceConfig::default()
+        })
+    };
+    let overlap = |r: &Report| r.violations.iter().any(|v| v.what == "space overlap");
+    let found = (0..40)
+        .map(|seed| run(&cfg, seed))
+        .find(overlap)
+        .expect("locks that outlive their membership went unnoticed");
+    assert_eq!(found.seed, 20, "{}", explain(&found));
+    assert!(found.space.steps_in_lapse > 0, "{:?}", found.space);
+    if std::env::var_os("SIM_EXPLAIN").is_some() {
+        eprintln!("{}\nspace: {:?}", explain(&found), found.space);
+    }
 }

@@ -1,7 +1,8 @@
 //! The simulated world: emulator node cores, client processes with one session core per
 //! node, the streams between them, workers, faults, and a queue of timed events. With a
-//! lock space ([`Config::space`]) the world also has its directory, an operator that
-//! reshards it in the middle of the run, and space workers ([`space`]).
+//! lock space ([`Config::space`]) the world also has its directory (a node of its own, each
+//! client's membership a session on it), an operator that reshards the space in the middle
+//! of the run, and space workers ([`space`]).
 
 mod space;
 
@@ -155,10 +156,17 @@ enum Ev {
         worker: usize,
         wake: u64,
     },
-    /// A process sees a newly published layout.
+    /// A process sees the published layout: from its watch, or (`join`, the number of the
+    /// directory session) as the answer to the read that completes its joining.
     Follow {
         client: usize,
         epoch: u64,
+        join: Option<u64>,
+    },
+    /// A process's read of the published layout reaches the directory.
+    LayoutRead {
+        client: usize,
+        join: Option<u64>,
     },
     /// A worker's read of the published epoch reaches the directory.
     DirRead {
@@ -173,9 +181,11 @@ enum Ev {
         wake: u64,
         epoch: u64,
     },
-    /// A process's report of the epoch it runs reaches the directory.
+    /// A process's report of the epoch it runs reaches the directory, sent on its
+    /// directory session `session` (the server's id).
     Reported {
         client: usize,
+        session: u64,
         epoch: u64,
     },
     /// The operator looks at the directory.
@@ -357,7 +367,7 @@ impl World {
                         SEMAPHORE_LIMIT,
                     );
                 }
-                if space.is_some() {
+                if space.as_ref().is_some_and(|s| n != s.directory()) {
                     space::create_semaphores(&mut state, base);
                 }
                 Node { state, timer: None }
@@ -384,7 +394,7 @@ impl World {
                     sessions_started: 0,
                     sessions: (0..node_count).map(|_| Session::new(base)).collect(),
                     workers,
-                    space: space::Process::new(space_workers),
+                    space: space::Process::new(space_workers, base),
                 }
             })
             .collect();
@@ -615,6 +625,7 @@ impl World {
                 self.nodes[node].timer = None;
                 let effects = self.nodes[node].state.advance(self.now);
                 self.server_effects(effects);
+                self.directory_timers(node);
             }
             Ev::ServerPing { link } => self.server_ping(link),
             Ev::Fault => self.fault(),
@@ -630,7 +641,12 @@ impl World {
                 worker,
                 wake,
             } => self.directory_read(client, worker, wake),
-            Ev::Reported { client, epoch } => self.reported(client, epoch),
+            Ev::Reported {
+                client,
+                session,
+                epoch,
+            } => self.reported(client, session, epoch),
+            Ev::LayoutRead { client, join } => self.layout_read(client, join),
             Ev::Operator => self.operator(),
             ev => {
                 // The client and, for an event of one session, its node.
@@ -905,8 +921,8 @@ impl World {
         }
         let touched = match ev {
             Ev::Space { worker, wake, .. } => self.space_step(c, worker, wake, now_c),
-            Ev::Follow { epoch, .. } => {
-                self.follow(c, epoch);
+            Ev::Follow { epoch, join, .. } => {
+                self.follow(c, epoch, join);
                 Vec::new()
             }
             Ev::DirAnswer {
@@ -1016,6 +1032,7 @@ impl World {
             Some(core) => {
                 if core.attached(now_c, session_id, sent_at) {
                     s.link = Some(link);
+                    self.session_up(c, n);
                 } else {
                     // A session made for nobody: stop it.
                     self.send_up(link, rq::Request::SessionStop(rq::SessionStop {}));
@@ -1475,7 +1492,13 @@ impl World {
         self.faults += 1;
         let short = Duration::from_millis(self.rng.range(50, timeout.as_millis() as u64 * 4 / 10));
         let long = timeout + Duration::from_millis(self.rng.range(1_000, 10_000));
-        let kind = self.rng.range(0, 100);
+        let mut kind = self.rng.range(0, 100);
+        if kind > 90 && self.space.as_ref().is_some_and(|s| n == s.directory()) {
+            // A directory session is expired by the server on its own, after the session
+            // timeout without contact (a long stall), never by fiat: a membership that the
+            // server could end before its client's deadline would be no lease at all.
+            kind = 75;
+        }
         let what = match kind {
             0..=24 => "cut",
             25..=44 => "short stall",
@@ -1620,7 +1643,7 @@ impl World {
             if n == 0 {
                 persistent.push(Resource::Semaphore.name().to_string());
             }
-            if self.space.is_some() {
+            if self.space.as_ref().is_some_and(|s| n != s.directory()) {
                 persistent.push(space::semaphore_name().to_string());
             }
             persistent.sort_unstable();

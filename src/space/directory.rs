@@ -15,7 +15,8 @@ use crate::client::Client;
 use crate::config::SessionOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
-use crate::recipes::{Group, Membership, Published};
+use crate::recipes::{Group, Published};
+use crate::session::Lease;
 
 /// Between attempts to join the members after a failure.
 const REJOIN_BACKOFF: Duration = Duration::from_secs(1);
@@ -137,7 +138,7 @@ impl Link {
         let admin = self.manager.mutex(&format!("{}/admin", self.space));
         let Some(guard) = admin.lock_timeout(SpaceDirectory::ADMIN_WAIT).await? else {
             return Err(Error::new(
-                ErrorKind::Timeout,
+                ErrorKind::NotAcquired,
                 format!(
                     "another operator's step on lock space {:?} held its admin lock for {:?}; try again",
                     self.space,
@@ -164,24 +165,35 @@ impl Link {
         Ok(next)
     }
 
-    /// Starts following the published layout and reporting the epoch of `shared`, after
-    /// joining the members once (so the process is seen before it takes a lock).
+    /// Starts following the published layout and keeping the process a member reporting
+    /// the epoch of `shared`, after joining the members once (so the process is seen
+    /// before it takes a lock) and opening the gate to locks.
     pub(crate) async fn start(&self, shared: Weak<Shared>, stop: CancellationToken) -> Result<()> {
         let reported = match shared.upgrade() {
             Some(s) => s.reported.subscribe(),
             None => return Ok(()),
         };
         let epoch = *reported.borrow();
-        let membership = self.members.join(&report(epoch)).await?;
-        // The layout read before joining may have been succeeded by one whose step counted
-        // the members without this process: read it again now that the process is one, so
-        // that it never runs a layout older than the published one's predecessor.
+        let member = self.members.member_lease(&report(epoch)).await?;
+        self.confirm(&shared, &member).await?;
+        tokio::spawn(self.clone().follow(shared.clone(), stop.clone()));
+        tokio::spawn(
+            self.clone()
+                .keep_member(shared, reported, member, epoch, stop),
+        );
+        Ok(())
+    }
+
+    /// Confirms the membership `member` to the gate, once the layout read after joining is
+    /// followed: the layout read before may have been succeeded by one whose step counted
+    /// the members without this process, so read it again now that the process is one,
+    /// and it never runs a layout older than the published one's predecessor.
+    async fn confirm(&self, shared: &Weak<Shared>, member: &Lease) -> Result<()> {
         let layout = self.read().await?;
         if let Some(shared) = shared.upgrade() {
             shared.follow(layout);
+            shared.set_member(Ok(member.token()));
         }
-        tokio::spawn(self.clone().follow(shared, stop.clone()));
-        tokio::spawn(self.clone().report(reported, membership, epoch, stop));
         Ok(())
     }
 
@@ -214,55 +226,105 @@ impl Link {
         }
     }
 
-    /// The task that keeps the process a member reporting the epoch in `reported`: a new
-    /// membership each time the epoch changes (it only grows: a member never reports an
-    /// older epoch than before).
-    async fn report(
+    /// The task that keeps the process a member reporting the epoch in `reported`: one
+    /// lease whose data changes in place with the epoch (it only grows: a member never
+    /// reports an older epoch than before). When the lease may be lost (its token fires at
+    /// the directory session's lease-safety deadline, before the server could drop the
+    /// member), the gate shuts, which every lock of the process follows; the task joins
+    /// again, reads the layout, and only then opens the gate.
+    async fn keep_member(
         self,
+        shared: Weak<Shared>,
         mut reported: tokio::sync::watch::Receiver<u64>,
-        mut membership: Membership,
+        mut member: Lease,
         mut epoch: u64,
         stop: CancellationToken,
     ) {
         loop {
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => {
-                    let _ = membership.leave().await;
-                    return;
-                }
-                changed = reported.changed() => {
-                    if changed.is_err() {
-                        let _ = membership.leave().await;
-                        return;
-                    }
-                }
-            }
-            let now = *reported.borrow_and_update();
-            if now == epoch {
-                continue;
-            }
-            let _ = membership.leave().await;
-            let data = report(now);
-            membership = loop {
-                let joined = tokio::select! {
+            let lost = member.token();
+            let want = *reported.borrow_and_update();
+            if want != epoch && !lost.is_cancelled() {
+                let update = tokio::select! {
                     biased;
-                    () = stop.cancelled() => return,
-                    joined = self.members.join(&data) => joined,
+                    () = stop.cancelled() => break,
+                    update = member.data_update(&report(want)) => update,
                 };
-                match joined {
-                    Ok(m) => break m,
-                    Err(e) if self.manager.is_stopped() => {
-                        tracing::debug!(error = %e, "lock space directory stopped");
-                        return;
-                    }
+                match update {
+                    Ok(()) => epoch = want,
                     Err(e) => {
                         tracing::warn!(error = %e, "lock space could not report its epoch; trying again");
-                        tokio::time::sleep(REJOIN_BACKOFF).await;
+                        tokio::select! {
+                            biased;
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep(REJOIN_BACKOFF) => {}
+                        }
                     }
                 }
+                continue;
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = lost.cancelled() => {}
+                changed = reported.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            // The membership may be lost: no lock until the process is a member again.
+            match shared.upgrade() {
+                Some(s) => s.set_member(Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "this process's membership in the lock space's directory may have been lost (no contact within the session timeout); its locks were reported lost, and it takes none until it is a member again",
+                ))),
+                None => return,
+            }
+            drop(member);
+            (member, epoch) = match self.rejoin(&shared, &reported, &stop).await {
+                Some(joined) => joined,
+                None => return,
             };
-            epoch = now;
+        }
+        let _ = member.release().await;
+    }
+
+    /// Joins the members again after a lapse, reporting the epoch run now, and confirms the
+    /// membership: the lease and the epoch it reports; `None` once the space stops.
+    async fn rejoin(
+        &self,
+        shared: &Weak<Shared>,
+        reported: &tokio::sync::watch::Receiver<u64>,
+        stop: &CancellationToken,
+    ) -> Option<(Lease, u64)> {
+        loop {
+            let epoch = *reported.borrow();
+            let attempt = async {
+                let member = self.members.member_lease(&report(epoch)).await?;
+                self.confirm(shared, &member).await?;
+                Ok::<_, Error>((member, epoch))
+            };
+            let joined = tokio::select! {
+                biased;
+                () = stop.cancelled() => return None,
+                joined = attempt => joined,
+            };
+            match joined {
+                Ok(member) => return Some(member),
+                Err(e) if self.manager.is_stopped() => {
+                    tracing::debug!(error = %e, "lock space directory stopped");
+                    return None;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "lock space could not join its directory again; trying again");
+                    tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return None,
+                        () = tokio::time::sleep(REJOIN_BACKOFF) => {}
+                    }
+                }
+            }
         }
     }
 
@@ -310,7 +372,7 @@ pub struct SpaceDirectory {
 impl SpaceDirectory {
     /// How long a step ([`init`](Self::init), [`begin`](Self::begin), [`finish`](Self::finish),
     /// ...) waits for the directory's admin lock while another operator's step holds it,
-    /// before it fails with [`ErrorKind::Timeout`]: bound a step by more than this.
+    /// before it fails with [`ErrorKind::NotAcquired`]: bound a step by more than this.
     ///
     /// ```
     /// use std::time::Duration;

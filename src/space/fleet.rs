@@ -22,7 +22,8 @@ async fn observed(shared: &Shared, name: &str) -> Result<(String, u64)> {
     let layout: Arc<Layout> = shared.layout.borrow().clone();
     let mut parts = layout.parts(name);
     let published = if layout.is_transition() {
-        shared.published_epoch().await?
+        let bound = tokio::time::Instant::now() + shared.directory_wait();
+        shared.published_epoch(bound).await?
     } else {
         None
     };
@@ -331,7 +332,7 @@ async fn join_places(
     data: &[u8],
     mut joined: BTreeMap<String, Membership>,
 ) -> Result<(BTreeMap<String, Membership>, Ticket)> {
-    let (layout, ticket) = shared.enter();
+    let (layout, ticket) = shared.enter_now();
     let places: Vec<String> = layout.parts(name).into_iter().map(|p| p.node).collect();
     for node in &places {
         if !joined.contains_key(node) {

@@ -175,6 +175,23 @@ pub struct Lagging {
     pub epoch: u64,
 }
 
+/// How a published layout stands to the one a process runs ([`Layout::judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judgment {
+    /// The same layout.
+    Same,
+    /// Its next step: followed at once.
+    Next,
+    /// A newer epoch that is not the next step (a gap, or another transition): the
+    /// process's locks were taken in a layout the fleet has left, so they are lost, and
+    /// it adopts the newer one once it holds nothing, as a process opened now would.
+    Restart,
+    /// The same epoch with other nodes, or an older epoch: the directory contradicts what
+    /// the process runs. Its locks are lost and it takes none until the directory
+    /// publishes its layout again or a newer one.
+    Contradicts,
+}
+
 impl Layout {
     /// A stable layout of `nodes` (sorted, each once) in `epoch`.
     ///
@@ -482,13 +499,7 @@ impl Layout {
         next: &Layout,
         members: impl IntoIterator<Item = (u64, u64)>,
     ) -> Result<()> {
-        let follows = next.epoch == self.epoch + 1
-            && match (&self.next, &next.next) {
-                (None, Some(_)) => next.nodes == self.nodes,
-                (Some(to), None) => next.nodes == *to,
-                _ => false,
-            };
-        if !follows {
+        if !self.is_followed_by(next) {
             return Err(Error::new(
                 ErrorKind::PreconditionFailed,
                 format!(
@@ -507,6 +518,31 @@ impl Layout {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `next` is this layout's next step: one epoch on, from [`Layout::begin`] or
+    /// [`Layout::finish`].
+    fn is_followed_by(&self, next: &Layout) -> bool {
+        next.epoch == self.epoch + 1
+            && match (&self.next, &next.next) {
+                (None, Some(_)) => next.nodes == self.nodes,
+                (Some(to), None) => next.nodes == *to,
+                _ => false,
+            }
+    }
+
+    /// What a process that runs this layout does with `published`, the layout its
+    /// directory holds now (see [`Judgment`]).
+    pub(crate) fn judge(&self, published: &Layout) -> Judgment {
+        if published == self {
+            Judgment::Same
+        } else if self.is_followed_by(published) {
+            Judgment::Next
+        } else if published.epoch > self.epoch {
+            Judgment::Restart
+        } else {
+            Judgment::Contradicts
+        }
     }
 
     /// The layout as bytes, the value a directory publishes (JSON with a format tag).
@@ -624,6 +660,34 @@ fn invalid(message: impl Into<String>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_published_layout_is_judged_against_the_one_run() {
+        let a = Layout::new(3, ["a", "b"]).unwrap();
+        let moving = a.add_node("c").unwrap();
+        let done = moving.finish().unwrap();
+        assert_eq!(a.judge(&a), Judgment::Same);
+        assert_eq!(a.judge(&moving), Judgment::Next);
+        assert_eq!(moving.judge(&done), Judgment::Next);
+        // A gap, or an epoch on that is not the next step.
+        assert_eq!(a.judge(&done), Judgment::Restart);
+        assert_eq!(
+            a.judge(&a.remove_node("b").unwrap().finish().unwrap()),
+            Judgment::Restart
+        );
+        let other = Layout::new(4, ["x"]).unwrap();
+        assert_eq!(a.judge(&other), Judgment::Restart);
+        // The same epoch with other nodes, or an older epoch.
+        assert_eq!(
+            a.judge(&Layout::new(3, ["a", "c"]).unwrap()),
+            Judgment::Contradicts
+        );
+        assert_eq!(moving.judge(&a), Judgment::Contradicts);
+        assert_eq!(
+            a.judge(&Layout::new(1, ["a", "b"]).unwrap()),
+            Judgment::Contradicts
+        );
+    }
 
     fn layout(epoch: u64, nodes: &[&str]) -> Layout {
         Layout::new(epoch, nodes.iter().copied()).unwrap_or_else(|e| panic!("{e}"))

@@ -23,6 +23,13 @@ use crate::session::Lease;
 /// How long a lock that could not be had in full waits for the release of its parts.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the read of the published layout behind a lock in a transition may take past
+/// the lock's bound (a `try_` form's is now): one round trip to the directory.
+const READ_AFTER_BOUND: Duration = Duration::from_secs(1);
+
+/// Between two takes of a lock without a bound whose directory read went unanswered.
+const READ_RETRY: Duration = Duration::from_millis(500);
+
 /// What a lock takes on each node.
 #[derive(Debug, Clone)]
 pub(super) struct Spec {
@@ -143,9 +150,11 @@ impl<T> Future for SpaceAcquiring<T> {
 /// A lock held in a [`LockSpace`]: the recipe locks of its name (names, for a
 /// [`SpaceMultiLock`]) on each node the layout placed it on, with its [`SpaceToken`].
 ///
-/// Its [`token`](SpaceGuard::token) fires when any part is lost, when the lock's layout
-/// falls two epochs behind the published one, at the bound of a `_for` form, and when the
-/// guard is released or dropped. Dropping it releases every part (in a small task that
+/// Its [`token`](SpaceGuard::token) fires when any part is lost, when the process's
+/// membership in the space's directory may be lost (see the
+/// [module docs](super#locks-live-inside-the-membership)), when the lock's layout falls two
+/// epochs behind the published one or is contradicted by it, at the bound of a `_for` form,
+/// and when the guard is released or dropped. Dropping it releases every part (in a small task that
 /// also lets the process report a newer epoch once the releases are answered).
 #[derive(Debug)]
 pub struct SpaceGuard {
@@ -189,7 +198,10 @@ impl GuardState {
 
 impl SpaceGuard {
     fn start(taken: Taken, deadline: Option<Instant>) -> Self {
-        let part_tokens: Vec<CancellationToken> = taken.leases.iter().map(Lease::token).collect();
+        let mut part_tokens: Vec<CancellationToken> =
+            taken.leases.iter().map(Lease::token).collect();
+        // The membership in the directory: the lock is lost when it may be.
+        part_tokens.extend(taken.member.clone());
         let epoch_lost = taken.ticket.lost.clone();
         let state = Arc::new(GuardState {
             leases: StdMutex::new(taken.leases),
@@ -368,6 +380,23 @@ struct Taken {
     nodes: Vec<String>,
     tokens: Vec<(String, SpaceToken)>,
     ticket: Ticket,
+    /// The membership in the directory the lock lives in (`None`: no directory).
+    member: Option<CancellationToken>,
+}
+
+/// `work`'s outcome, or `None` if the membership `member` may be lost first.
+async fn while_member<T>(
+    member: Option<&CancellationToken>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    match member {
+        None => Some(work.await),
+        Some(member) => tokio::select! {
+            biased;
+            () = member.cancelled() => None,
+            done = work => Some(done),
+        },
+    }
 }
 
 /// Takes `names` (sorted, each once) in every place of the layout run now, name by name
@@ -382,17 +411,27 @@ async fn take(
     for name in &names {
         config::check_name(name)?;
     }
+    let deadline = match wait {
+        Wait::Forever => None,
+        Wait::Until(d) => Some(d),
+    };
     loop {
-        let (layout, ticket) = shared.enter();
+        let (layout, ticket, member) = shared.enter(deadline).await?;
         let mut leases = Vec::new();
         let mut nodes = Vec::new();
         let mut orders = Vec::new();
         let mut failed = None;
+        let mut lapsed = false;
         'names: for name in &names {
             let parts = layout.parts(name);
             let mut mine = Vec::with_capacity(parts.len());
             for part in &parts {
-                match take_part(&shared, &part.node, name, &spec, wait, &queued).await {
+                let taking = take_part(&shared, &part.node, name, &spec, wait, &queued);
+                let Some(taken) = while_member(member.as_ref(), taking).await else {
+                    lapsed = true;
+                    break 'names;
+                };
+                match taken {
                     Ok(Some(lease)) => {
                         mine.push(lease.fencing_token());
                         leases.push(lease);
@@ -405,6 +444,12 @@ async fn take(
                 }
             }
             orders.push((name.clone(), mine));
+        }
+        if lapsed {
+            // The membership may be lost: give the places back and wait at the gate for
+            // the next one (bounded by the deadline there).
+            let _ = release_all(leases).await;
+            continue;
         }
         if let Some(outcome) = failed {
             let _ = release_all(leases).await;
@@ -419,10 +464,28 @@ async fn take(
             continue;
         }
         let published = if layout.is_transition() {
-            match shared.published_epoch().await {
-                Ok(p) => p,
-                Err(e) => {
+            // Bounded by the caller's deadline, and by the membership: the places are
+            // given back rather than held while the directory does not answer.
+            let now = Instant::now();
+            let bound = match deadline {
+                None => now + shared.directory_wait(),
+                // A try, or a bound that passed while the places were taken: one read.
+                Some(d) => d.max(now + READ_AFTER_BOUND),
+            };
+            let read = while_member(member.as_ref(), shared.published_epoch(bound)).await;
+            match read {
+                Some(Ok(p)) => p,
+                None => {
                     let _ = release_all(leases).await;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    let _ = release_all(leases).await;
+                    if deadline.is_none() && e.kind() == ErrorKind::Unavailable {
+                        // No bound: try again in a moment, once the directory answers.
+                        tokio::time::sleep(READ_RETRY).await;
+                        continue;
+                    }
                     return Err(Error::caused_by(
                         e.kind(),
                         format!(
@@ -435,6 +498,10 @@ async fn take(
         } else {
             None
         };
+        if member.as_ref().is_some_and(CancellationToken::is_cancelled) {
+            let _ = release_all(leases).await;
+            continue;
+        }
         let tokens = orders
             .into_iter()
             .map(|(name, o)| (name, layout.token(&o, published)))
@@ -444,6 +511,7 @@ async fn take(
             nodes,
             tokens,
             ticket,
+            member,
         }));
     }
 }
@@ -616,8 +684,12 @@ impl SpaceMutex {
     ///
     /// [`ErrorKind::InvalidArgument`] for a name over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
     /// bytes; [`ErrorKind::PreconditionFailed`] for a layout naming a node the space was
-    /// not given; a node's manager errors once it stopped; in a transition, the directory's
-    /// errors reading the layout (the lock is released).
+    /// not given, or a published layout that contradicts the one run (see
+    /// [`LockSpace::layout_error`](super::LockSpace::layout_error)); a node's manager errors
+    /// once it stopped; in a transition, the directory's errors reading the layout (the
+    /// lock is released). Without a bound, it waits while the process is not a confirmed
+    /// member of its directory, and takes the lock again after a read of the layout that
+    /// went unanswered.
     ///
     /// # Cancel safety
     ///
@@ -639,11 +711,16 @@ impl SpaceMutex {
         self.lock_timeout(Duration::ZERO)
     }
 
-    /// Waits for the lock at most `timeout` in all; `None` if it passed.
+    /// Waits for the lock at most `timeout` in all; `None` if a node answered that it was
+    /// not granted in time, and only then.
     ///
     /// # Errors
     ///
-    /// As [`SpaceMutex::lock`]; a timeout over a day is `InvalidArgument`.
+    /// As [`SpaceMutex::lock`]; a timeout over a day is `InvalidArgument`. At the bound,
+    /// [`ErrorKind::Unavailable`] when a node did not answer, the process is not a confirmed
+    /// member of its directory, or (in a transition) the directory did not answer the read
+    /// of the layout, which may take one second past the bound (a `try_` form's bound is
+    /// now). Every place taken is given back first.
     ///
     /// # Cancel safety
     ///

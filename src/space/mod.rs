@@ -23,9 +23,27 @@
 //! holds), and [`SpaceDirectory`] (the `ydb-coord space` command) advances the published
 //! layout only when no member reports an older epoch than the published one. A process
 //! that cannot read the layout keeps its last one and says so
-//! ([`LockSpace::layout_error`]). A lock taken two or more epochs before the published
-//! layout (which a process can hold only if it was cut off from the directory while the
-//! fleet moved on) is reported lost.
+//! ([`LockSpace::layout_error`]).
+//!
+//! # Locks live inside the membership
+//!
+//! With a directory, a process takes a lock only while its membership there is confirmed
+//! (its member lease on the directory's session holds), and every lock it holds or is
+//! taking is lost when that membership may be lost: the lease's token fires at the
+//! directory session's lease-safety deadline, before the server could drop the member from
+//! the list. So an operator's step never meets a lock of a process the directory does not
+//! list, however long the process is cut off. A process that lost its membership joins
+//! again, reads the published layout, follows it, and only then takes locks; meanwhile a
+//! lock ends with [`ErrorKind::Unavailable`] at its bound (a lock without one waits). The
+//! directory thus carries every lock's liveness; a space with a fixed layout has no
+//! directory and none of this.
+//!
+//! A published layout is judged against the one run: its next step is followed; a newer
+//! epoch that is not the next step (a process back from a partition) makes the locks of
+//! the older layout lost and is run once they are released; the same epoch with other
+//! nodes, or an older epoch (a layout written past [`SpaceDirectory`]), makes every lock
+//! lost and no new one taken until the directory publishes the running layout again or a
+//! newer one, with the reason in [`LockSpace::layout_error`].
 //!
 //! # Publications
 //!
@@ -73,12 +91,15 @@ mod published;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use self::directory::{SpaceDirectory, SpaceMember};
 pub use self::fleet::{SpaceElection, SpaceGroup, SpaceLeader, SpaceMembership};
+use self::layout::Judgment;
 pub use self::layout::{Lagging, Layout, Part, SpaceToken};
 pub use self::lock::{
     SpaceAcquiring, SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
@@ -112,6 +133,11 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// Why the last published layout was not followed, if it was not.
     layout_error: StdMutex<Option<Error>>,
+    /// Whether a lock may be taken now (see [`Gate`]).
+    gate: watch::Sender<Gate>,
+    /// The last layout read from the directory, judged again when the process's last lock
+    /// ends while the gate is shut by a contradiction.
+    last_published: StdMutex<Option<Layout>>,
     /// The epochs of the layouts locks in progress or held were taken in.
     uses: StdMutex<BTreeMap<u64, Use>>,
     /// The oldest epoch the process runs: the layout's, or an older lock's.
@@ -136,6 +162,56 @@ struct Use {
     lost: CancellationToken,
 }
 
+/// Whether the process may take a lock now. In a space with a directory, only while its
+/// membership there is confirmed (its member lease on the directory's session holds) and
+/// the published layout does not contradict the one it runs; every lock it takes is lost
+/// when that membership may be lost (the lease's token, which fires at the directory
+/// session's lease-safety deadline, before the server could drop the member). A space with
+/// a fixed layout is always open.
+#[derive(Debug, Clone)]
+pub(crate) struct Gate {
+    /// `Ok(token)` while the membership is confirmed (`None`: no directory), or why not.
+    member: std::result::Result<Option<CancellationToken>, Error>,
+    /// A published layout that contradicts the one run.
+    contradiction: Option<Error>,
+}
+
+impl Gate {
+    fn fixed() -> Self {
+        Self {
+            member: Ok(None),
+            contradiction: None,
+        }
+    }
+
+    fn joining() -> Self {
+        Self {
+            member: Err(not_member()),
+            contradiction: None,
+        }
+    }
+
+    /// The membership's token if a lock may be taken now, or why not.
+    pub(crate) fn check(&self) -> Result<Option<CancellationToken>> {
+        if let Some(e) = &self.contradiction {
+            return Err(e.clone());
+        }
+        match &self.member {
+            Ok(Some(token)) if token.is_cancelled() => Err(not_member()),
+            Ok(token) => Ok(token.clone()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// Why a space with a directory takes no lock while it is not a confirmed member.
+fn not_member() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "this process's membership in the lock space's directory is not confirmed (the directory cannot be reached); no lock is taken until it is a member again",
+    )
+}
+
 /// A lock's claim on the epoch of the layout it was taken in: while it lives, the process
 /// reports that epoch (or an older one). Dropped after the lock's release is answered.
 #[derive(Debug)]
@@ -154,8 +230,12 @@ impl Drop for Ticket {
                 uses.remove(&self.epoch);
             }
         }
+        let idle = uses.is_empty();
         drop(uses);
         self.shared.report();
+        if idle {
+            self.shared.rejudge();
+        }
     }
 }
 
@@ -164,8 +244,41 @@ impl Shared {
         self.uses.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The layout to take a lock in now, and the lock's claim on its epoch.
-    pub(crate) fn enter(self: &Arc<Self>) -> (Arc<Layout>, Ticket) {
+    /// The layout to take a lock in, the lock's claim on its epoch and the token of the
+    /// membership it lives in, once the [`Gate`] lets a lock be taken: waited for until
+    /// `deadline` (`None`: as long as it takes), then [`ErrorKind::Unavailable`] saying why.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        deadline: Option<Instant>,
+    ) -> Result<(Arc<Layout>, Ticket, Option<CancellationToken>)> {
+        let mut gate = self.gate.subscribe();
+        loop {
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(closed());
+            }
+            let why = match gate.borrow_and_update().check() {
+                Ok(member) => {
+                    let (layout, ticket) = self.enter_now();
+                    return Ok((layout, ticket, member));
+                }
+                Err(why) => why,
+            };
+            let changed = match deadline {
+                None => gate.changed().await,
+                Some(d) => match tokio::time::timeout_at(d, gate.changed()).await {
+                    Ok(changed) => changed,
+                    Err(_) => return Err(why),
+                },
+            };
+            if changed.is_err() {
+                return Err(closed());
+            }
+        }
+    }
+
+    /// The layout to take a lock in now, and the lock's claim on its epoch (for what the
+    /// gate does not cover: a space group's membership).
+    pub(crate) fn enter_now(self: &Arc<Self>) -> (Arc<Layout>, Ticket) {
         let layout = self.layout.borrow().clone();
         let epoch = layout.epoch();
         let lost = {
@@ -226,14 +339,29 @@ impl Shared {
         Ok(manager)
     }
 
-    /// The epoch published now, read from the directory (`None` without one).
-    pub(crate) async fn published_epoch(&self) -> Result<Option<u64>> {
+    /// The epoch published now, read from the directory (`None` without one), waited for
+    /// until `deadline` at the most; then [`ErrorKind::Unavailable`].
+    pub(crate) async fn published_epoch(&self, deadline: Instant) -> Result<Option<u64>> {
         let Some(link) = &self.directory else {
             return Ok(None);
         };
-        let layout = link.read().await?;
+        let layout = match tokio::time::timeout_at(deadline, link.read()).await {
+            Ok(read) => read?,
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "the lock space's directory did not answer a read of the published layout in time; check that it is reachable",
+                ));
+            }
+        };
         self.seen(layout.epoch());
         Ok(Some(layout.epoch()))
+    }
+
+    /// How long a read of the directory may take when the caller gave no bound: the
+    /// session timeout, past which the membership would be lost anyway.
+    pub(crate) fn directory_wait(&self) -> Duration {
+        self.options.get_timeout()
     }
 
     /// Notes that `epoch` is published: the locks of epochs two or more behind are lost.
@@ -247,12 +375,89 @@ impl Shared {
         }
     }
 
-    /// Follows `layout`, published on the directory, if it is newer than the one run now.
+    /// Judges `layout`, published on the directory, against the one run now
+    /// ([`Layout::judge`]): follows the next step, and fails closed on anything else until
+    /// it is safe to go on.
     fn follow(&self, layout: Layout) {
         self.seen(layout.epoch());
-        if layout.epoch() <= self.layout.borrow().epoch() {
+        *self
+            .last_published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(layout.clone());
+        let running = self.layout.borrow().clone();
+        match running.judge(&layout) {
+            Judgment::Same => {
+                if self.contradicted() && self.holds_nothing() {
+                    self.contradiction(None);
+                }
+            }
+            Judgment::Next => self.adopt(layout),
+            judgment @ (Judgment::Restart | Judgment::Contradicts) => {
+                let restart = judgment == Judgment::Restart;
+                if restart && self.holds_nothing() {
+                    self.adopt(layout);
+                    return;
+                }
+                let err = Error::new(
+                    ErrorKind::PreconditionFailed,
+                    if restart {
+                        format!(
+                            "the published layout of epoch {} is not the next step after epoch {} that this process runs; its locks of the older layout are reported lost, and it takes no lock until they are released",
+                            layout.epoch(),
+                            running.epoch()
+                        )
+                    } else {
+                        format!(
+                            "the published layout ({layout}) contradicts the one this process runs ({running}): it was written past the directory's steps; no lock is taken until the directory publishes this one again or a newer one"
+                        )
+                    },
+                );
+                tracing::warn!(error = %err, "lock space layout contradicted");
+                for u in self.lock_uses().values() {
+                    u.lost.cancel();
+                }
+                self.contradiction(Some(err));
+            }
+        }
+    }
+
+    /// Judges the last published layout again (the process's last lock ended while the
+    /// gate was shut by a contradiction).
+    fn rejudge(&self) {
+        if !self.contradicted() {
             return;
         }
+        let last = self
+            .last_published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(layout) = last {
+            self.follow(layout);
+        }
+    }
+
+    fn contradicted(&self) -> bool {
+        self.gate.borrow().contradiction.is_some()
+    }
+
+    fn holds_nothing(&self) -> bool {
+        self.lock_uses().is_empty()
+    }
+
+    /// Sets (or clears) the contradiction that shuts the gate, and the layout error.
+    fn contradiction(&self, err: Option<Error>) {
+        self.set_error(err.clone());
+        self.gate.send_modify(|g| g.contradiction = err);
+    }
+
+    /// Sets the membership the gate reads: its token, or why there is none.
+    pub(crate) fn set_member(&self, member: std::result::Result<CancellationToken, Error>) {
+        self.gate.send_modify(|g| g.member = member.map(Some));
+    }
+
+    /// Runs `layout` from now on, if this process was given every node it names.
+    fn adopt(&self, layout: Layout) {
         if let Some(missing) = layout
             .all_nodes()
             .into_iter()
@@ -271,7 +476,7 @@ impl Shared {
             return;
         }
         tracing::info!(layout = %layout, "lock space follows a new layout");
-        self.set_error(None);
+        self.contradiction(None);
         self.layout.send_replace(Arc::new(layout));
         self.report();
     }
@@ -452,6 +657,12 @@ impl LockSpaceBuilder {
             published: AtomicU64::new(if link.is_some() { epoch } else { 0 }),
             stopped: AtomicBool::new(false),
             layout_error: StdMutex::new(None),
+            gate: watch::Sender::new(if link.is_some() {
+                Gate::joining()
+            } else {
+                Gate::fixed()
+            }),
+            last_published: StdMutex::new(None),
             uses: StdMutex::new(BTreeMap::new()),
             reported: watch::Sender::new(epoch),
             _stop: link.as_ref().map(|_| stop.clone().drop_guard()),
@@ -519,7 +730,9 @@ impl LockSpace {
     }
 
     /// Why the space does not run the layout published on its directory, if it does not
-    /// (a node it was not given, a value that is not a layout). `None` when it follows.
+    /// (a node it was not given, a value that is not a layout, a layout that contradicts
+    /// the one run: then no lock is taken until it is resolved, see the
+    /// [module docs](self#locks-live-inside-the-membership)). `None` when it follows.
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
@@ -643,6 +856,8 @@ impl LockSpace {
     /// ```
     pub async fn shutdown(&self) {
         self.shared.stopped.store(true, Ordering::Release);
+        // Wakes the locks waiting at the gate: they end with the shutdown's error.
+        self.shared.gate.send_modify(|_| {});
         if let Some(link) = &self.shared.directory {
             link.shutdown().await;
         }

@@ -1,6 +1,7 @@
 //! Mock token endpoints on loopback for the cloud-credential tests: a tiny HTTP/1.1 server
-//! (hyper) that records every request and answers with what the test's handler returns, and
-//! the throwaway RSA key pair the tests sign and verify with.
+//! (hyper) that records every request and answers with what the test's handler returns, the
+//! throwaway RSA key pair the tests sign and verify with, and answers that echo the secrets a
+//! request carried in every place an answer has.
 
 #![allow(
     dead_code,
@@ -31,6 +32,7 @@ pub const TEST_ONLY_PUBLIC_KEY: &str = include_str!("../data/test-only-rsa-publi
 pub struct Recorded {
     pub method: String,
     pub path: String,
+    pub query: Option<String>,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// When it arrived (tokio time, paused in the tests).
@@ -82,6 +84,8 @@ pub struct MockHttp {
     delay: Arc<Mutex<Duration>>,
     /// How many TCP connections were accepted.
     connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether each answer echoes the secrets of its request in headers and its reason phrase.
+    echo_in_headers: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -139,14 +143,16 @@ impl MockHttp {
         let (rec, hand, del) = (recorded.clone(), handler.clone(), delay.clone());
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let accepted = connections.clone();
+        let echo_in_headers = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let echoing = echo_in_headers.clone();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (rec, hand, del) = (rec.clone(), hand.clone(), del.clone());
-                let answered_tx = answered_tx.clone();
+                let (answered_tx, echoing) = (answered_tx.clone(), echoing.clone());
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let (rec, hand, del) = (rec.clone(), hand.clone(), del.clone());
-                    let answered_tx = answered_tx.clone();
+                    let (answered_tx, echoing) = (answered_tx.clone(), echoing.clone());
                     async move {
                         let (parts, body) = req.into_parts();
                         let body = body
@@ -157,6 +163,7 @@ impl MockHttp {
                         let recorded = Recorded {
                             method: parts.method.to_string(),
                             path: parts.uri.path().to_string(),
+                            query: parts.uri.query().map(str::to_string),
                             headers: parts
                                 .headers
                                 .iter()
@@ -177,11 +184,13 @@ impl MockHttp {
                         let delay = *del.lock().unwrap_or_else(PoisonError::into_inner);
                         tokio::time::sleep(delay).await;
                         answered_tx.send_modify(|a| *a += 1);
-                        let response = hyper::Response::builder()
+                        let mut response = hyper::Response::builder()
                             .status(reply.status)
-                            .header("content-type", "application/json")
-                            .body(Full::new(Bytes::from(reply.body)))
-                            .unwrap();
+                            .header("content-type", "application/json");
+                        if echoing.load(std::sync::atomic::Ordering::SeqCst) {
+                            response = echoed_in_headers(response, &recorded);
+                        }
+                        let response = response.body(Full::new(Bytes::from(reply.body))).unwrap();
                         Ok::<_, Infallible>(response)
                     }
                 });
@@ -209,6 +218,7 @@ impl MockHttp {
             answered,
             delay,
             connections,
+            echo_in_headers,
             task,
         }
     }
@@ -251,6 +261,13 @@ impl MockHttp {
     /// Holds each answer back for `d`.
     pub fn delay_answers(&self, d: Duration) {
         *self.delay.lock().unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// Makes every answer echo the secrets of its request in headers (`x-echo-N`,
+    /// `www-authenticate`) and in its reason phrase.
+    pub fn echo_in_headers(&self) {
+        self.echo_in_headers
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Replaces the handler.
@@ -401,4 +418,205 @@ pub fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
     path
+}
+
+/// `response` with the secrets `r` carried in headers and in the reason phrase.
+fn echoed_in_headers(
+    mut response: hyper::http::response::Builder,
+    r: &Recorded,
+) -> hyper::http::response::Builder {
+    let sent = secrets_sent(r);
+    for (i, secret) in sent.iter().enumerate() {
+        if let Ok(value) = hyper::header::HeaderValue::from_str(secret) {
+            response = response.header(format!("x-echo-{i}"), value);
+        }
+        let challenge = format!("Bearer error=\"invalid_token\", error_description=\"{secret}\"");
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&challenge) {
+            response = response.header("www-authenticate", value);
+        }
+    }
+    let reason = sent.join(" ");
+    if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.into_bytes()) {
+        response = response.extension(reason);
+    }
+    response
+}
+
+/// The secrets a request to a token endpoint carried, decoded: the `subject_token` and
+/// `actor_token` of an OAuth 2.0 form, the `jwt` of an IAM request, the values of the query.
+pub fn secrets_sent(r: &Recorded) -> Vec<String> {
+    let mut sent: Vec<String> = form_urlencoded::parse(&r.body)
+        .filter(|(k, _)| k == "subject_token" || k == "actor_token")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    let json: Option<serde_json::Value> = serde_json::from_slice(&r.body).ok();
+    sent.extend(json.and_then(|j| j["jwt"].as_str().map(str::to_string)));
+    let query = r.query.as_deref().unwrap_or_default();
+    sent.extend(form_urlencoded::parse(query.as_bytes()).map(|(_, v)| v.into_owned()));
+    sent
+}
+
+/// Every field of a token answer of any kind (OAuth 2.0, IAM, metadata), and of an error
+/// answer.
+pub const ANSWER_FIELDS: &[&str] = &[
+    "access_token",
+    "token_type",
+    "expires_in",
+    "scope",
+    "issued_token_type",
+    "refresh_token",
+    "iamToken",
+    "expiresAt",
+    "error",
+    "error_description",
+    "error_uri",
+    "message",
+    "code",
+];
+
+/// A valid token answer of every kind at once.
+fn valid_answer() -> serde_json::Value {
+    serde_json::json!({
+        "access_token": "echo-token",
+        "token_type": "Bearer",
+        "expires_in": 3600,
+        "scope": "",
+        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "refresh_token": "echo-refresh",
+        "iamToken": "echo-token",
+        "expiresAt": rfc3339_in(Duration::from_secs(3600)),
+        "error": "invalid_grant",
+        "error_description": "refused",
+        "error_uri": "https://auth.example.com/errors",
+        "message": "refused",
+        "code": 16,
+    })
+}
+
+/// Where an answer echoes a secret of its request.
+#[derive(Debug, Clone, Copy)]
+pub enum Echo {
+    /// In this field of an otherwise valid answer.
+    Field(&'static str),
+    /// In every field.
+    EveryField,
+    /// Inside objects and lists in the fields.
+    Nested,
+    /// As the whole body, which is not JSON.
+    RawBody,
+    /// As the whole body, a JSON string.
+    JsonString,
+    /// The request's body and query as sent (encoded), in every field.
+    Request,
+}
+
+/// Every place and status an echoing endpoint answers with: each field, then the rest, each
+/// as a 200, a refusal (400) and a failure (503).
+pub fn echo_cases() -> Vec<(u16, Echo)> {
+    let places = ANSWER_FIELDS.iter().map(|f| Echo::Field(f)).chain([
+        Echo::EveryField,
+        Echo::Nested,
+        Echo::RawBody,
+        Echo::JsonString,
+        Echo::Request,
+    ]);
+    let places: Vec<Echo> = places.collect();
+    [200, 400, 503]
+        .into_iter()
+        .flat_map(|status| places.iter().map(move |p| (status, *p)))
+        .collect()
+}
+
+/// The kind of error an answer of `status` gives (when it is not a token).
+pub fn kind_of_status(status: u16) -> ydb_coordination::ErrorKind {
+    use ydb_coordination::ErrorKind;
+    match status {
+        200 => ErrorKind::Protocol,
+        503 => ErrorKind::Unavailable,
+        _ => ErrorKind::Unauthorized,
+    }
+}
+
+/// The answer of `status` that echoes the `secret`-th secret `r` carried as `echo` says.
+pub fn echo_reply(r: &Recorded, status: u16, echo: Echo, secret: usize) -> Reply {
+    let s = secrets_sent(r).get(secret).cloned().unwrap_or_default();
+    let every = |value: serde_json::Value| {
+        let fields = ANSWER_FIELDS.iter().map(|f| (f.to_string(), value.clone()));
+        serde_json::Value::Object(fields.collect()).to_string()
+    };
+    let body = match echo {
+        Echo::Field(name) => {
+            let mut answer = valid_answer();
+            answer[name] = serde_json::json!(s);
+            answer.to_string()
+        }
+        Echo::EveryField => every(serde_json::json!(s)),
+        Echo::Nested => every(serde_json::json!({"message": s, "details": [s, {"value": s}]})),
+        Echo::RawBody => s,
+        Echo::JsonString => serde_json::json!(s).to_string(),
+        Echo::Request => {
+            let body = String::from_utf8_lossy(&r.body);
+            every(serde_json::json!(format!(
+                "{body}?{}",
+                r.query.as_deref().unwrap_or_default()
+            )))
+        }
+    };
+    Reply { status, body }
+}
+
+/// Everything `err` shows: its message (with its causes), its `Debug`, and the message and
+/// `Debug` of each source.
+pub fn shown(err: &ydb_coordination::Error) -> String {
+    use std::error::Error as _;
+    let mut shown = format!("{err}\n{err:#}\n{err:?}\n");
+    let mut source = err.source();
+    while let Some(s) = source {
+        shown.push_str(&format!("{s}\n{s:?}\n"));
+        source = s.source();
+    }
+    shown
+}
+
+/// Asks a fresh provider from `provider` for a token while `mock` answers each of
+/// [`echo_cases`] with each of the `secrets` secrets a request carries, its headers echoing
+/// them all: every error has the kind of the answer's status and shows none of the secrets
+/// sent, nor `never` (the keys that signed what was sent, which no request carried).
+pub async fn assert_echoed_secrets_never_shown<P>(
+    mock: &MockHttp,
+    secrets: usize,
+    provider: impl Fn() -> P,
+    never: &[&str],
+) where
+    P: ydb_coordination::TokenProvider,
+{
+    mock.echo_in_headers();
+    for (status, echo) in echo_cases() {
+        for secret in 0..secrets {
+            mock.answer_with(move |r, _| echo_reply(r, status, echo, secret));
+            let before = mock.count();
+            let result = crate::common::within(provider().token()).await;
+            let requests = mock.requests().split_off(before);
+            let last = requests.last().unwrap();
+            assert_eq!(secrets_sent(last).len(), secrets, "{echo:?}");
+            let err = match result {
+                Ok(_) => {
+                    assert_eq!(status, 200, "{echo:?}: a token from a refusal");
+                    continue;
+                }
+                Err(err) => err,
+            };
+            let case = format!("HTTP {status}, {echo:?}, secret {secret}");
+            assert_eq!(err.kind(), kind_of_status(status), "{case}");
+            let shown = shown(&err);
+            let sent = requests.iter().flat_map(secrets_sent);
+            for s in sent.chain(never.iter().map(|s| s.to_string())) {
+                // A JWT's signature alone would give the JWT away.
+                let signature = s.rsplit('.').next().unwrap_or_default().to_string();
+                assert!(!shown.contains(&s), "{case}: a secret was shown");
+                assert!(!shown.contains(&signature), "{case}: a signature was shown");
+            }
+            assert!(!shown.contains("SECRET"), "{case}: a secret was shown");
+        }
+    }
 }

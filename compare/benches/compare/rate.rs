@@ -127,7 +127,7 @@ async fn run(
                     // Waiting no longer than the window has left; a timeout takes nothing.
                     match limiter.acquire_timeout(&resource, 1, left).await {
                         Ok(()) => granted += 1,
-                        Err(e) if e.kind() == ErrorKind::Timeout => return Ok(granted),
+                        Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(granted),
                         Err(e) => return Err(e),
                     }
                 }

@@ -629,12 +629,12 @@ impl SessionCore {
     }
 
     /// How long past its deadline an acquire the server is working on may go unanswered:
-    /// none while the stream is down; a moment while it is up, since the server times the
-    /// waiter out at the same deadline (counted from its receipt) and its answer is on the
-    /// way.
+    /// none while the stream is down; while it is up, the latest round trip and a moment,
+    /// since the server times the waiter out at the same deadline counted from its receipt,
+    /// and its answer then travels back.
     fn acquire_grace(&self) -> Duration {
         if self.link.is_up() {
-            ACQUIRE_ANSWER_GRACE
+            ACQUIRE_ANSWER_GRACE.saturating_add(self.live.round_trip())
         } else {
             Duration::ZERO
         }
@@ -648,7 +648,8 @@ impl SessionCore {
     }
 
     /// A stream that is down (or stalled, not yet known dead) cannot bring the server's
-    /// answer to an acquire's timeout, so the caller hears it from here; the waiter is
+    /// answer to an acquire's timeout, so the caller hears from here that the node did not
+    /// answer ([`ErrorKind::Unavailable`], never "not acquired"); the waiter is
     /// withdrawn (after the reattach, if the stream is down). A try (timeout zero) is the
     /// exception: it asks the server whether the semaphore is free now, which only the
     /// server can say, so it waits for the reattach (bounded by the session's own
@@ -665,7 +666,14 @@ impl SessionCore {
             }
             self.active_deadlines.remove(&(at, caller));
             if self.active_mut(&name, caller).is_some() {
-                self.end_active(now, &name, Ok(None), true);
+                // Not "not acquired": the server said nothing, and the lock may be free.
+                let unanswered = Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the coordination node did not answer the acquire of semaphore {name:?} by its deadline; check that the node is reachable"
+                    ),
+                );
+                self.end_active(now, &name, Err(unanswered), true);
             }
         }
     }

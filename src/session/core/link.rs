@@ -61,14 +61,14 @@ impl Link {
 }
 
 impl SessionCore {
-    pub(super) fn on_pong(&mut self, opaque: u64) {
+    pub(super) fn on_pong(&mut self, now: Instant, opaque: u64) {
         while let Some((sent_opaque, sent)) = self.pings.front().copied() {
             if sent_opaque > opaque {
                 break;
             }
             self.pings.pop_front();
             if sent_opaque == opaque {
-                self.live.on_confirmed(sent);
+                self.live.on_confirmed(sent, now);
             }
         }
     }

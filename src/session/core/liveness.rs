@@ -25,6 +25,8 @@ pub(crate) struct Liveness {
     confirmed: Instant,
     last_inbound: Instant,
     last_ping: Option<Instant>,
+    /// The latest round trip of a request the server answered.
+    round_trip: Duration,
 }
 
 impl Liveness {
@@ -43,6 +45,7 @@ impl Liveness {
             confirmed: attach_sent,
             last_inbound: now,
             last_ping: None,
+            round_trip: now.saturating_duration_since(attach_sent),
         }
     }
 
@@ -61,16 +64,24 @@ impl Liveness {
         self.last_inbound = now;
     }
 
-    /// The answer to a request sent at `sent` arrived.
-    pub(crate) fn on_confirmed(&mut self, sent: Instant) {
+    /// The answer to a request sent at `sent` arrived at `now`.
+    pub(crate) fn on_confirmed(&mut self, sent: Instant, now: Instant) {
         if sent > self.confirmed {
             self.confirmed = sent;
         }
+        self.round_trip = now.saturating_duration_since(sent);
+    }
+
+    /// The latest round trip of a request the server answered: how late after a deadline
+    /// the server's own answer to it can arrive (it counts from receipt, and its answer
+    /// travels back).
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.round_trip
     }
 
     /// A new stream attached: the attach request was sent at `sent`, answered at `now`.
     pub(crate) fn on_attached(&mut self, sent: Instant, now: Instant) {
-        self.on_confirmed(sent);
+        self.on_confirmed(sent, now);
         self.last_inbound = now;
         self.last_ping = None;
     }
@@ -118,10 +129,10 @@ mod tests {
         let t0 = Instant::now();
         let mut l = live(t0);
         assert_eq!(l.deadline(), t0 + 9 * S);
-        l.on_confirmed(t0 + 3 * S);
+        l.on_confirmed(t0 + 3 * S, t0 + 3 * S);
         assert_eq!(l.deadline(), t0 + 12 * S);
         // An older answer never moves the deadline back.
-        l.on_confirmed(t0 + S);
+        l.on_confirmed(t0 + S, t0 + S);
         assert_eq!(l.deadline(), t0 + 12 * S);
         assert!(!l.expired(t0 + 12 * S - Duration::from_millis(1)));
         assert!(l.expired(t0 + 12 * S));
@@ -136,7 +147,7 @@ mod tests {
         l.on_ping_sent(t0 + 2 * S);
         assert!(!l.ping_due(t0 + 3 * S));
         assert!(l.ping_due(t0 + 4 * S));
-        l.on_confirmed(t0 + 4 * S);
+        l.on_confirmed(t0 + 4 * S, t0 + 4 * S);
         assert!(!l.ping_due(t0 + 5 * S));
     }
 

@@ -648,7 +648,7 @@ impl SessionCore {
             rs::Response::Ping(p) => {
                 self.send_raw(rq::Request::Pong(rq::PingPong { opaque: p.opaque }))
             }
-            rs::Response::Pong(p) => self.on_pong(p.opaque),
+            rs::Response::Pong(p) => self.on_pong(now, p.opaque),
             rs::Response::Failure(f) => self.on_failure(now, f),
             rs::Response::SessionStarted(s) => {
                 tracing::warn!(
@@ -695,7 +695,7 @@ impl SessionCore {
         let matches = expected(&entry.kind);
         let entry = self.pending.remove(req_id)?;
         if let Some(sent) = entry.sent_at {
-            self.live.on_confirmed(sent);
+            self.live.on_confirmed(sent, now);
             self.metrics
                 .request(entry.kind.op(), now.saturating_duration_since(sent));
         }

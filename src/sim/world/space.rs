@@ -6,10 +6,25 @@
 //! What the async shell (`crate::space`) does is done here as the world's events, with the
 //! pure [`Layout`] for the rules:
 //!
+//! - The directory is a coordination node of its own, and each process has a session on it
+//!   like on any node, with the same faults (a stall or cut past the session timeout, the
+//!   server expiring it once it had no contact for that long), but never expired by fiat.
+//!   The process's *membership* is that session: the directory lists a member for each
+//!   directory session alive on the server, with the epoch it last reported there. On the
+//!   client's side the membership is a lease on that session: confirmed from its joining
+//!   (the session attached, the process's report sent, then the published layout read on
+//!   it) until the session's token fires at its lease-safety deadline, which comes before
+//!   the server can expire it.
 //! - A process (a client) runs one layout, its *space*, shared by its workers. It adopts a
 //!   newer one when it sees it published ([`Ev::Follow`], a delay after the publication, as
-//!   a watch delivers it), and reports the oldest epoch it runs, its layout's or that of a
-//!   lock it holds or is taking, to the directory ([`Ev::Reported`], delayed too).
+//!   a watch on the directory session delivers it), and reports the oldest epoch it runs,
+//!   its layout's or that of a lock it holds, is taking or releasing, to the directory
+//!   ([`Ev::Reported`], on its directory session, in order with its reads).
+//! - A process takes space locks only while its membership is confirmed. Once it may be
+//!   lost, every lock it holds is lost, and every take in progress gives back its places,
+//!   before the server can drop the member from the list; the process joins again with a
+//!   new directory session, and only after reading the published layout on it, and
+//!   following it, does it take locks again.
 //! - A space worker takes a name in each of [`Layout::parts`], in order, one acquire at a
 //!   time on its process's session on that node; all or nothing: a part refused or timed
 //!   out, or lost before the last is held, releases what was taken. Once every part is
@@ -18,14 +33,17 @@
 //!   that epoch. It holds the name for a while, then releases every part, the last first.
 //! - A process that sees a layout two epochs past a lock's loses that lock.
 //! - The operator publishes the transition `A+B` once a third of the operations are done,
-//!   then `B` as soon as [`Layout::check_advance`] allows it: once no process reports an
-//!   epoch older than the transition's (it looks every few hundred milliseconds).
+//!   then `B` as soon as [`Layout::check_advance`] allows it: once no member the directory
+//!   lists reports an epoch older than the transition's (a member yet to report lags). It
+//!   looks every few tens of milliseconds, so it can take both steps while a process is
+//!   cut off from the directory.
 //!
-//! Two broken variants show that the checker bites: an operator that publishes `B` right
-//! after `A` ([`SpaceConfig::skip_transition`]) and workers that compute a transition's
-//! token by `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]).
+//! Three broken variants show that the checker bites: an operator that publishes `B` right
+//! after `A` ([`SpaceConfig::skip_transition`]), workers that compute a transition's token
+//! by `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]), and
+//! processes whose locks outlive their membership ([`SpaceConfig::locks_outlive_membership`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,7 +51,7 @@ use tokio::time::Instant;
 use super::{Caller, Ev, World, create_semaphore};
 use crate::config::AcquireOptions;
 use crate::emulator_core::NodeState;
-use crate::session::core::{AcquireCmd, Answer, Command, Control, Grant};
+use crate::session::core::{AcquireCmd, Answer, Command, Control, Grant, SessionCore};
 use crate::sim::check::Resource;
 use crate::sim::check::space::{LIMIT, NAMES, PartHeld, SEMAPHORE};
 use crate::space::Layout;
@@ -48,6 +66,9 @@ pub(crate) struct SpaceConfig {
     /// Broken workers: a transition's token by `A`'s rule (the old place's order id), with
     /// no directory read, also once `B` is published.
     pub(crate) old_token_rule: bool,
+    /// Broken processes: once they joined the directory, they take and keep locks whatever
+    /// becomes of their directory session (a lapsed membership costs no lock).
+    pub(crate) locks_outlive_membership: bool,
 }
 
 /// What the lock space did in a run.
@@ -65,6 +86,14 @@ pub(crate) struct SpaceStats {
     pub(crate) steps: Vec<Duration>,
     /// Locks lost because their process saw the published layout two epochs past theirs.
     pub(crate) claims_lost: u64,
+    /// Memberships that lapsed: the directory session's token fired (the process then
+    /// joins again with a new session).
+    pub(crate) lapses: u64,
+    /// Locks held (every place taken) that a lapsed membership cost.
+    pub(crate) lapse_locks_lost: u64,
+    /// Operator steps published while a process's membership had lapsed and the process
+    /// had not joined again.
+    pub(crate) steps_in_lapse: u64,
 }
 
 impl SpaceStats {
@@ -75,6 +104,9 @@ impl SpaceStats {
         self.late_transition += other.late_transition;
         self.refused += other.refused;
         self.claims_lost += other.claims_lost;
+        self.lapses += other.lapses;
+        self.lapse_locks_lost += other.lapse_locks_lost;
+        self.steps_in_lapse += other.steps_in_lapse;
     }
 }
 
@@ -86,8 +118,8 @@ pub(super) struct Space {
     layouts: Vec<Layout>,
     /// The epoch published on the directory.
     published: u64,
-    /// The epoch each process last reported, as the directory has it.
-    reports: Vec<u64>,
+    /// The epoch each directory session last reported, by the session's id (on the server).
+    reports: HashMap<u64, u64>,
     pub(super) stats: SpaceStats,
 }
 
@@ -107,13 +139,18 @@ impl Space {
             cfg: cfg.clone(),
             layouts: vec![a, moving, b],
             published: 1,
-            reports: Vec::new(),
+            reports: HashMap::new(),
             stats: SpaceStats::default(),
         }
     }
 
-    /// The nodes of the world: every node any layout names.
+    /// The nodes of the world: every node any layout names, then the directory.
     pub(super) fn node_count(&self) -> usize {
+        self.directory() + 1
+    }
+
+    /// The directory's node: the one after every node a layout names.
+    pub(super) fn directory(&self) -> usize {
         self.layouts[2].nodes().len()
     }
 
@@ -155,18 +192,29 @@ pub(super) struct Process {
     published: u64,
     /// How many locks (taking or held) each epoch has.
     uses: BTreeMap<u64, usize>,
-    /// The epoch last reported.
+    /// The epoch last sent to the directory (0: nothing on the current session).
     reported: u64,
+    /// The directory session (its number in the client) whose membership is confirmed:
+    /// joined, and the published layout read after joining; `None` until then, or once its
+    /// token fired.
+    member: Option<u64>,
+    /// The process has joined once (the broken processes take locks from then on).
+    joined_once: bool,
+    /// When the last message sent toward the directory arrives (they arrive in order).
+    dir_up: Instant,
     workers: Vec<Worker>,
 }
 
 impl Process {
-    pub(super) fn new(workers: usize) -> Self {
+    pub(super) fn new(workers: usize, base: Instant) -> Self {
         Self {
             layout: 1,
             published: 1,
             uses: BTreeMap::new(),
-            reported: 1,
+            reported: 0,
+            member: None,
+            joined_once: false,
+            dir_up: base,
             workers: (0..workers)
                 .map(|_| Worker {
                     state: State::Idle,
@@ -220,6 +268,8 @@ struct Lock {
     holder: Option<u64>,
     /// Its process saw the published layout two epochs past the lock's.
     claim_lost: bool,
+    /// The membership it was begun under.
+    member: Option<u64>,
     /// Releases not answered yet.
     pending: usize,
 }
@@ -255,15 +305,12 @@ impl World {
         );
     }
 
-    /// The directory's reports, the operator and the workers' first cycles.
+    /// The operator and the workers' first cycles (each waits for its process to join).
     pub(super) fn start_space(&mut self) {
         if self.space.is_none() {
             return;
         }
         let clients = self.clients.len();
-        if let Some(space) = self.space.as_mut() {
-            space.reports = vec![1; clients];
-        }
         let first = self.base + Duration::from_millis(self.rng.range(500, 1_500));
         self.push(first, Ev::Operator);
         for c in 0..clients {
@@ -274,8 +321,12 @@ impl World {
         }
     }
 
-    /// Client `c` has a session on node `n` again: the workers waiting for it go on.
+    /// Client `c` has a session on node `n` again (a new one, or its own reattached): the
+    /// workers waiting for it go on; on the directory, the process reports and reads.
     pub(super) fn session_up(&mut self, c: usize, n: usize) {
+        if self.directory() == Some(n) {
+            return self.directory_attached(c);
+        }
         for w in 0..self.clients[c].space.workers.len() {
             if let Some(lock) = self.lock(c, w).filter(|l| l.needs == Some(n)) {
                 lock.needs = None;
@@ -284,8 +335,10 @@ impl World {
         }
     }
 
-    /// Parts whose token fired are lost; a lock that held every part holds no more.
+    /// Parts whose token fired are lost; a lock that held every part holds no more. A
+    /// membership whose token fired costs every lock.
     pub(super) fn observe_space_tokens(&mut self, c: usize) {
+        self.observe_membership(c);
         for w in 0..self.clients[c].space.workers.len() {
             let Some(lock) = self.lock(c, w) else {
                 continue;
@@ -374,6 +427,10 @@ impl World {
         if self.winding_down || self.ops >= self.cfg.ops {
             return Vec::new();
         }
+        if !self.may_begin(c) {
+            return Vec::new(); // the process's joining wakes it
+        }
+        let member = self.member(c);
         let Some(space) = self.space.as_ref() else {
             return Vec::new();
         };
@@ -407,6 +464,7 @@ impl World {
             needs: None,
             holder: None,
             claim_lost,
+            member,
             pending: 0,
         });
         self.report(c);
@@ -416,6 +474,15 @@ impl World {
     /// The next part, or the hold once every part is taken.
     fn space_take(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
         let Some(lock) = self.lock(c, w).filter(|l| l.waiting.is_none()) else {
+            return Vec::new();
+        };
+        let member = lock.member;
+        if !self.may_keep(c, member) {
+            // The membership it began under may be lost: its places are given back.
+            self.worker(c, w).state = State::Dropping;
+            return self.space_release(c, w, now_c);
+        }
+        let Some(lock) = self.lock(c, w) else {
             return Vec::new();
         };
         let Some(&node) = lock.places.get(lock.taken.len()) else {
@@ -643,24 +710,184 @@ impl World {
         }
     }
 
-    // ---- the directory -------------------------------------------------------------------
+    // ---- the membership ------------------------------------------------------------------
 
-    /// Client `c` reports the oldest epoch it runs, if that changed.
-    fn report(&mut self, c: usize) {
-        let process = &mut self.clients[c].space;
-        let oldest = process.uses.keys().next().copied();
-        let epoch = oldest.map_or(process.layout, |o| o.min(process.layout));
-        if epoch == process.reported {
-            return;
-        }
-        process.reported = epoch;
-        let at = self.now + self.delay();
-        self.push(at, Ev::Reported { client: c, epoch });
+    /// The directory's node, in a world with a lock space.
+    fn directory(&self) -> Option<usize> {
+        self.space.as_ref().map(Space::directory)
     }
 
-    pub(super) fn reported(&mut self, c: usize, epoch: u64) {
-        if let Some(r) = self.space.as_mut().and_then(|s| s.reports.get_mut(c)) {
+    fn broken_membership(&self) -> bool {
+        self.space
+            .as_ref()
+            .is_some_and(|s| s.cfg.locks_outlive_membership)
+    }
+
+    /// The membership of process `c` that is confirmed now: the directory session it
+    /// joined with, still current and its token not fired.
+    fn member(&self, c: usize) -> Option<u64> {
+        let d = self.directory()?;
+        let no = self.clients[c].space.member?;
+        let s = &self.clients[c].sessions[d];
+        let live = s.usable() && s.session_no == no && !s.token.is_cancelled();
+        live.then_some(no)
+    }
+
+    /// Whether a worker of process `c` may begin a lock: while its membership is confirmed
+    /// (the broken processes: once they joined).
+    fn may_begin(&self, c: usize) -> bool {
+        if self.broken_membership() {
+            self.clients[c].space.joined_once
+        } else {
+            self.member(c).is_some()
+        }
+    }
+
+    /// Whether a lock begun under `member` may go on: its membership is still confirmed.
+    fn may_keep(&self, c: usize, member: Option<u64>) -> bool {
+        self.broken_membership() || (member.is_some() && self.member(c) == member)
+    }
+
+    /// The membership of process `c` may be lost (its directory session's token fired):
+    /// every lock it holds is lost and every take gives back its places, before the server
+    /// can drop the member from the list.
+    fn observe_membership(&mut self, c: usize) {
+        if self.clients[c].space.member.is_none() || self.member(c).is_some() || self.winding_down {
+            return;
+        }
+        self.clients[c].space.member = None;
+        let broken = self.broken_membership();
+        let mut lost = 0;
+        for w in 0..self.clients[c].space.workers.len() {
+            if broken {
+                break;
+            }
+            let state = self.worker(c, w).state;
+            match state {
+                State::Reading | State::Holding => {
+                    lost += 1;
+                    self.space_lost(c, w);
+                }
+                // A take waiting for an answer gives back its places when the answer comes.
+                State::Taking if self.lock(c, w).is_some_and(|l| l.waiting.is_none()) => {
+                    self.schedule(c, w, self.now);
+                }
+                _ => {}
+            }
+        }
+        if let Some(space) = self.space.as_mut() {
+            space.stats.lapses += 1;
+            space.stats.lapse_locks_lost += lost;
+        }
+    }
+
+    /// Process `c`'s directory session attached (a new one, or its own again): it reports
+    /// the epoch it runs and then reads the published layout on it, which completes its
+    /// joining if the session is new.
+    fn directory_attached(&mut self, c: usize) {
+        let Some(d) = self.directory() else {
+            return;
+        };
+        // What the session had of the report may be gone with a cut: report it again.
+        self.clients[c].space.reported = 0;
+        self.report(c);
+        let no = self.clients[c].sessions[d].session_no;
+        let join = (self.clients[c].space.member != Some(no)).then_some(no);
+        let at = self.dir_up(c);
+        self.push(at, Ev::LayoutRead { client: c, join });
+    }
+
+    /// When a message process `c` sends now reaches the directory: after the ones sent
+    /// before, and held by a stall of its directory session.
+    fn dir_up(&mut self, c: usize) -> Instant {
+        let stall = self.dir_stall(c).unwrap_or(self.now);
+        let at = (stall + self.delay()).max(self.clients[c].space.dir_up);
+        self.clients[c].space.dir_up = at;
+        at
+    }
+
+    /// Until when process `c`'s directory session is stalled, if it is now.
+    fn dir_stall(&self, c: usize) -> Option<Instant> {
+        let d = self.directory()?;
+        let until = self.clients[c].sessions[d].stalled_until;
+        (until > self.now).then_some(until)
+    }
+
+    /// Whether process `c`'s directory session has a stream now (what was on its way
+    /// over a stream that broke is lost; the next attach sends again).
+    fn dir_attached(&self, c: usize) -> bool {
+        self.directory()
+            .is_some_and(|d| self.clients[c].sessions[d].link.is_some())
+    }
+
+    // ---- the directory -------------------------------------------------------------------
+
+    /// Client `c` reports the oldest epoch it runs, if that changed, on its directory
+    /// session (if it has none attached, its next attach reports).
+    fn report(&mut self, c: usize) {
+        let process = &self.clients[c].space;
+        let oldest = process.uses.keys().next().copied();
+        let epoch = oldest.map_or(process.layout, |o| o.min(process.layout));
+        if epoch == process.reported || !self.dir_attached(c) {
+            return;
+        }
+        let Some(session) = self
+            .directory()
+            .and_then(|d| self.clients[c].sessions[d].core.as_ref())
+            .map(SessionCore::session_id)
+        else {
+            return;
+        };
+        self.clients[c].space.reported = epoch;
+        let at = self.dir_up(c);
+        self.push(
+            at,
+            Ev::Reported {
+                client: c,
+                session,
+                epoch,
+            },
+        );
+    }
+
+    /// A report of client `c` reaches the directory: it counts if its session is alive.
+    pub(super) fn reported(&mut self, c: usize, session: u64, epoch: u64) {
+        if let Some(at) = self.dir_stall(c) {
+            let ev = Ev::Reported {
+                client: c,
+                session,
+                epoch,
+            };
+            return self.push(at, ev);
+        }
+        let alive = self.directory().is_some_and(|d| {
+            self.nodes[d].state.session_ids().contains(&session) && self.dir_attached(c)
+        });
+        if let Some(space) = self.space.as_mut().filter(|_| alive) {
+            let r = space.reports.entry(session).or_insert(epoch);
             *r = (*r).max(epoch);
+            self.operator_look();
+        }
+    }
+
+    /// A read of client `c` reaches the directory: it answers with the epoch published.
+    pub(super) fn layout_read(&mut self, c: usize, join: Option<u64>) {
+        if let Some(at) = self.dir_stall(c) {
+            return self.push(at, Ev::LayoutRead { client: c, join });
+        }
+        let Some(epoch) = self.space.as_ref().map(|s| s.published) else {
+            return;
+        };
+        if self.dir_attached(c) {
+            let at = self.now + self.delay();
+            self.push(
+                at,
+                Ev::Follow {
+                    client: c,
+                    epoch,
+                    join,
+                },
+            );
         }
     }
 
@@ -672,6 +899,7 @@ impl World {
         }
         process.published = epoch;
         for w in 0..self.clients[c].space.workers.len() {
+            let state = self.worker(c, w).state;
             let Some(lock) = self
                 .lock(c, w)
                 .filter(|l| !l.claim_lost && l.epoch + 1 < epoch)
@@ -679,22 +907,57 @@ impl World {
                 continue;
             };
             lock.claim_lost = true;
-            if let Some(space) = self.space.as_mut() {
+            // A lock given up already (its membership lapsed) leaves nothing behind.
+            let member = lock.member;
+            let kept = !matches!(state, State::Dropping | State::Releasing);
+            if kept
+                && self.may_keep(c, member)
+                && let Some(space) = self.space.as_mut()
+            {
                 space.stats.claims_lost += 1;
             }
-            if matches!(self.worker(c, w).state, State::Reading | State::Holding) {
+            if matches!(state, State::Reading | State::Holding) {
                 self.space_lost(c, w);
             }
         }
     }
 
-    /// Client `c` sees the layout of `epoch` published, and runs it if it is newer.
-    pub(super) fn follow(&mut self, c: usize, epoch: u64) {
+    /// Client `c` sees the layout of `epoch` published on its directory session, and runs
+    /// it if it is newer; the answer to the read after joining with the session `join`
+    /// confirms the membership, and the workers take locks again.
+    pub(super) fn follow(&mut self, c: usize, epoch: u64, join: Option<u64>) {
+        if let Some(at) = self.dir_stall(c) {
+            return self.push(
+                at,
+                Ev::Follow {
+                    client: c,
+                    epoch,
+                    join,
+                },
+            );
+        }
+        if !self.dir_attached(c) {
+            return;
+        }
         self.seen(c, epoch);
         let process = &mut self.clients[c].space;
         if epoch > process.layout {
             process.layout = epoch;
             self.report(c);
+        }
+        let current = self
+            .directory()
+            .map(|d| self.clients[c].sessions[d].session_no);
+        if join.is_none() || join != current {
+            return;
+        }
+        let process = &mut self.clients[c].space;
+        process.member = join;
+        process.joined_once = true;
+        for w in 0..self.clients[c].space.workers.len() {
+            if self.worker(c, w).state == State::Idle {
+                self.schedule(c, w, self.now);
+            }
         }
     }
 
@@ -725,51 +988,70 @@ impl World {
 
     // ---- the operator --------------------------------------------------------------------
 
-    /// The operator's look at the directory: the next step of the reshard, if it is due and
-    /// allowed.
+    /// The operator's periodic look at the directory (every few hundred milliseconds).
     pub(super) fn operator(&mut self) {
-        let Some(space) = self.space.as_ref().filter(|s| !s.done()) else {
+        if self.space.as_ref().is_none_or(Space::done) {
             return;
-        };
-        let published = space.published;
-        // The reshard starts a third into the run; its second step is tried from then on,
-        // at every look, and taken as soon as no member lags.
-        let due = published > 1 || self.ops >= self.cfg.ops / 3;
-        let next = published + 1;
-        let step = if !due {
-            None
-        } else if space.cfg.skip_transition {
-            Some(LAST)
-        } else {
-            let members = space
-                .reports
-                .iter()
-                .enumerate()
-                .map(|(c, &e)| (c as u64, e));
-            let allowed = space
-                .layout(published)
-                .check_advance(space.layout(next), members);
-            Some(next).filter(|_| allowed.is_ok())
-        };
-        if due
-            && step.is_none()
+        }
+        if self.operator_look() == Some(false)
             && let Some(space) = self.space.as_mut()
         {
             space.stats.refused += 1;
-        }
-        if let Some(epoch) = step {
-            self.publish(epoch);
         }
         let at = self.now + Duration::from_millis(self.rng.range(200, 1_000));
         self.push(at, Ev::Operator);
     }
 
+    /// The directory node's timers ran (a member's session may have expired): the operator,
+    /// which watches the members, looks again.
+    pub(super) fn directory_timers(&mut self, node: usize) {
+        if self.directory() == Some(node) {
+            self.operator_look();
+        }
+    }
+
+    /// The next step of the reshard, published if it is due and the members listed now
+    /// allow it (a member whose report has not arrived lags); `None` if none is due, else
+    /// whether it was published. The operator looks at every change of the members and
+    /// their reports, so it steps the moment [`Layout::check_advance`] allows it.
+    fn operator_look(&mut self) -> Option<bool> {
+        let space = self.space.as_ref().filter(|s| !s.done())?;
+        let published = space.published;
+        // The reshard starts a third into the run; its second step is tried from then on.
+        if published == 1 && self.ops < self.cfg.ops / 3 {
+            return None;
+        }
+        let next = if space.cfg.skip_transition {
+            LAST
+        } else {
+            let members = self.nodes[space.directory()]
+                .state
+                .session_ids()
+                .into_iter()
+                .map(|id| (id, space.reports.get(&id).copied().unwrap_or(0)));
+            let allowed = space
+                .layout(published)
+                .check_advance(space.layout(published + 1), members);
+            if allowed.is_err() {
+                return Some(false);
+            }
+            published + 1
+        };
+        self.publish(next);
+        Some(true)
+    }
+
     /// Publishes the layout of `epoch`; each process sees it after its own delay.
     fn publish(&mut self, epoch: u64) {
         let since = self.now - self.base;
+        let lapsed = self
+            .clients
+            .iter()
+            .any(|c| c.space.joined_once && c.space.member.is_none());
         if let Some(space) = self.space.as_mut() {
             space.published = epoch;
             space.stats.steps.push(since);
+            space.stats.steps_in_lapse += u64::from(lapsed);
         }
         for c in 0..self.clients.len() {
             let delay = if self.rng.chance(0.2) {
@@ -777,7 +1059,12 @@ impl World {
             } else {
                 Duration::from_millis(self.rng.range(1, 500))
             };
-            self.push(self.now + delay, Ev::Follow { client: c, epoch });
+            let follow = Ev::Follow {
+                client: c,
+                epoch,
+                join: None,
+            };
+            self.push(self.now + delay, follow);
         }
     }
 }
