@@ -352,6 +352,11 @@ async fn advance(
                     retried = true;
                     continue;
                 }
+                // Another operator's step held the directory past the wait: not now (75).
+                Err(e) if e.kind() == ErrorKind::NotAcquired => {
+                    let failure = space.error(verb, &e);
+                    return Err(Failure::with_code(fail::NOT_ACQUIRED, failure.message));
+                }
                 Err(e) => return Err(space.error(verb, &e)),
             }
         }
