@@ -46,13 +46,16 @@ impl Budget {
             .max(Duration::from_millis(1))
     }
 
-    /// Awaits `fut` until the deadline; past it, a failure naming `what` and the limit.
+    /// Awaits `fut` until the deadline; past it, a failure naming `what` and the limit. The
+    /// library's own bounds, set from [`left`](Budget::left), end first and say why (e.g.
+    /// connection refused); this one, a moment later, is the backstop.
     pub(crate) async fn bound<T>(
         &self,
         what: &str,
         fut: impl Future<Output = Result<T, Failure>>,
     ) -> Result<T, Failure> {
-        tokio::time::timeout_at(self.at, fut)
+        const BACKSTOP: Duration = Duration::from_millis(300);
+        tokio::time::timeout_at(self.at + BACKSTOP, fut)
             .await
             .unwrap_or_else(|_| Err(self.elapsed(what)))
     }

@@ -56,7 +56,8 @@ Exit codes:
   3    subscribe --once: nothing was ever published under the name
   75   lock, leadership or rate-limiter units not obtained in time (--wait elapsed, or
        --no-wait and it is held or the units are not available now); space reshard or
-       finish refused while a member of the space lags (at once, or after --wait)
+       finish refused while a member of the space lags (at once, or after --wait) or
+       another operator's step holds the directory. An unreachable endpoint is 1.
   76   the lease may have been lost while the command ran; the command was stopped
   126  the command could not be executed;  127  the command was not found
   128+N  the command was killed by signal N (or ydb-coord was interrupted while waiting)";
@@ -579,11 +580,19 @@ impl Conn {
             builder = builder.ca_certificate(pem);
         }
         let what = format!("connect to {cs}");
+        // Discovery fails quietly (the given endpoint is used): it gets half of what is left,
+        // so that the call after it has time to say why an endpoint cannot be reached.
+        let discovery = !self.args.no_discovery;
+        let calls = if discovery {
+            (self.budget.total / 2).min(self.budget.left())
+        } else {
+            self.budget.left()
+        };
         let build = builder
             .credentials(credentials)
-            .discovery(!self.args.no_discovery)
+            .discovery(discovery)
             .connect_timeout(self.budget.left())
-            .request_timeout(self.args.timeout)
+            .request_timeout(calls)
             .build();
         let build = async { build.await.map_err(|e| Failure::lib(&what, cs, &e)) };
         self.budget.bound(&what, build).await

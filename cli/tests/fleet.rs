@@ -72,11 +72,13 @@ fn group_join_members_and_watch_follow_the_set() {
 #[test]
 fn publish_and_subscribe_converge_on_the_newest_value() {
     let env = Env::new("publish");
-    let empty = env.run(&["--json", "subscribe", NODE, "config", "--once"]);
-    assert!(empty.status.success(), "{}", stderr(&empty));
-    let empty: Value = serde_json::from_str(stdout(&empty).trim()).unwrap();
-    assert_eq!(empty["event"], "value");
-    assert_eq!(empty["data"], "");
+    // Nothing published yet: exit code 3, and `published: false` without data.
+    let none = env.run(&["--json", "subscribe", NODE, "config", "--once"]);
+    assert_eq!(none.status.code(), Some(3), "{}", stderr(&none));
+    let none: Value = serde_json::from_str(stdout(&none).trim()).unwrap();
+    assert_eq!(none["event"], "value");
+    assert_eq!(none["published"], false);
+    assert!(none.get("data").is_none(), "{none}");
 
     let published = env.run(&["--json", "publish", NODE, "config", "replicas=3"]);
     assert!(published.status.success(), "{}", stderr(&published));
