@@ -60,7 +60,7 @@ const MAX_PACE_MICROS: f64 = 1e15;
 const SCHEDULE_TICK: Duration = Duration::from_millis(1);
 /// YDB's `TICK_RATE_EPSILON`: a tick rate below this is zero (nothing can be granted).
 const TICK_RATE_EPSILON: f64 = 1e-10;
-/// §4.2: the `metric_fields` keys YDB copies (the newer server's list, with `database`).
+/// §2.3, §4.2 step 4: the `metric_fields` keys YDB accepts, stores and describes (C5).
 const METRIC_KEYS: [&str; 7] = [
     "version",
     "schema",
@@ -383,6 +383,36 @@ fn check_metric(metric: &metering_config::Metric) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// A stored metering config as `DescribeResource` shows it (§2.3, §13 C5): each metric that
+/// was set carries every known `metric_fields` key, with the value stored or an empty string.
+fn described_metering(stored: &MeteringConfig) -> MeteringConfig {
+    use ydb_grpc::google_proto_workaround::protobuf::{Struct, Value, value::Kind};
+    let mut described = stored.clone();
+    for metric in [
+        &mut described.provisioned,
+        &mut described.on_demand,
+        &mut described.overshoot,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut sent = metric.metric_fields.take().unwrap_or_default().fields;
+        let fields = METRIC_KEYS
+            .iter()
+            .map(|key| {
+                let value = match sent.remove(*key).and_then(|v| v.kind) {
+                    Some(Kind::StringValue(value)) => value,
+                    _ => String::new(),
+                };
+                let kind = Some(Kind::StringValue(value));
+                (key.to_string(), Value { kind })
+            })
+            .collect();
+        metric.metric_fields = Some(Struct { fields });
+    }
+    described
+}
+
 /// §3 `ValidateProps` for a resource (`root`: it has no parent).
 fn validate_props(hdrr: &HierarchicalDrrSettings, root: bool) -> Result<(), Rejection> {
     let rate = hdrr.max_units_per_second;
@@ -564,7 +594,7 @@ impl Quoter {
         Ok(Resource {
             resource_path: path.to_string(),
             r#type: Some(resource::Type::HierarchicalDrr(node.hdrr)),
-            metering_config: node.metering.clone(),
+            metering_config: node.metering.as_ref().map(described_metering),
         })
     }
 

@@ -257,6 +257,7 @@ fn settings_are_validated_as_the_tablet_does() {
 
 #[test]
 fn metering_is_stored_and_checked() {
+    use std::collections::HashMap;
     use ydb_grpc::google_proto_workaround::protobuf::{Struct, Value, value::Kind};
     let metric = |key: &str, kind: Kind| metering_config::Metric {
         enabled: true,
@@ -302,7 +303,54 @@ fn metering_is_stored_and_checked() {
         ..MeteringConfig::default()
     };
     q.create(&metered(good.clone())).unwrap();
-    assert_eq!(q.describe("m").unwrap().metering_config, Some(good));
+    let described = q.describe("m").unwrap().metering_config.unwrap();
+    // Everything but the metrics' `metric_fields` comes back as sent.
+    let fields_of = |metric: &Option<metering_config::Metric>| {
+        metric
+            .as_ref()
+            .map(|m| m.metric_fields.clone().unwrap_or_default().fields)
+    };
+    let strip = |mut config: MeteringConfig| {
+        for metric in [
+            &mut config.provisioned,
+            &mut config.on_demand,
+            &mut config.overshoot,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            metric.metric_fields = None;
+        }
+        config
+    };
+    assert_eq!(strip(described.clone()), strip(good));
+    // SPEC-rate-limiter.md §13 C5: every known key, empty when unset; only stored metrics.
+    let expected: HashMap<String, Value> = METRIC_KEYS
+        .iter()
+        .map(|key| {
+            let value = if *key == "cloud_id" { "c" } else { "" };
+            let kind = Some(Kind::StringValue(value.to_string()));
+            (key.to_string(), Value { kind })
+        })
+        .collect();
+    assert_eq!(fields_of(&described.overshoot), Some(expected));
+    assert_eq!(fields_of(&described.provisioned), None);
+    assert_eq!(fields_of(&described.on_demand), None);
+
+    // A metric sent without `metric_fields` is described with all of them, empty.
+    let bare = MeteringConfig {
+        provisioned: Some(metering_config::Metric::default()),
+        ..MeteringConfig::default()
+    };
+    q.alter(&metered(bare)).unwrap();
+    let described = q.describe("m").unwrap().metering_config.unwrap();
+    let empty = fields_of(&described.provisioned).unwrap();
+    assert_eq!(empty.len(), METRIC_KEYS.len());
+    assert!(
+        empty
+            .values()
+            .all(|v| v.kind == Some(Kind::StringValue(String::new())))
+    );
 }
 
 #[test]
