@@ -3,10 +3,11 @@
 //! `AcquireResource`).
 //!
 //! No async, no locks, no clocks: every method takes `now`; acquires that wait come back
-//! from [`Quoter::advance`] as [`Answer`]s. Behaviour follows `ydb-rate-limiter-semantics.md`
-//! (the comments cite its sections) and, where that is silent, YDB's source.
+//! from [`Quoter::advance`] as [`Answer`]s. Behaviour follows the rate limiter's
+//! specification, `emulator/SPEC-rate-limiter.md`; a `§` in this file is a section of
+//! `SPEC-rate-limiter.md`, and `C1`…`C5` are the corrections of its §13.
 //!
-//! The model is the spec's faithful one (§10.1) for a single server node, three machines in one
+//! The model is the specification's faithful one (§10.1) for a single server node, three machines in one
 //! struct per resource:
 //!
 //! * the **tablet** (§7.1): on 100 ms ticks of one grid, each root's quantum (`rate / 10`) is
@@ -50,7 +51,7 @@ const TICK: Duration = Duration::from_millis(100);
 const DEFAULT_PREFETCH: f64 = 0.2;
 /// §3: refill starts below this fraction of the bucket when the effective value is 0.
 const DEFAULT_WATERMARK: f64 = 0.75;
-/// §7.3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize`.
+/// §7.3, C3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize`.
 const PACE_SLACK: Duration = Duration::from_millis(2);
 /// §7.3: the quoter caps a request's deadline at one day.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -222,7 +223,8 @@ impl Bucket {
     }
 
     /// §7.3 `FeedResource`: balance, free balance and tick rate are reset to the local quota
-    /// (the proxy's channel carries `available` when positive, nothing otherwise).
+    /// (the proxy's channel carries `available` when positive, nothing otherwise: in debt all
+    /// three are 0, and the debt is the proxy's, C2).
     fn feed(&mut self) {
         let rate = self.available.max(0.0);
         self.balance = rate;
@@ -231,7 +233,8 @@ impl Bucket {
     }
 
     /// §7.3 `TResource::Charge` for `amount` at `now`: `Ok(())` when granted, else the
-    /// instant to retry at (`None`: at the next feed).
+    /// instant to retry at (`None`: at the next feed). The pace in whole microseconds, the free
+    /// balance lowered on the paced branch and the retry instant are C1; the 2 ms slack is C3.
     fn charge(&mut self, amount: f64, now: Instant) -> Result<(), Option<Instant>> {
         if self.tick_rate < TICK_RATE_EPSILON {
             return Err(None);

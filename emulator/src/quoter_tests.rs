@@ -1,5 +1,6 @@
 //! The rate limiter's rules, without a runtime: control-plane statuses (§4, §6), and the
-//! timings of §7.4 and §11 on a virtual clock in milliseconds.
+//! timings of §7.4 and §11 on a virtual clock in milliseconds. A `§` here is a section of
+//! `emulator/SPEC-rate-limiter.md`.
 
 use super::*;
 use ydb_coordination_proto::rate_limiter::ReplicatedBucketSettings;
@@ -452,7 +453,7 @@ fn sequential_acquires_at_ten_per_second_finish_at_0_0_then_every_100_ms() {
     let mut rig = Rig::with(&[("res", hdrr(10.0))]);
     assert_eq!(rig.sequential(0, "res", 6), [0, 0, 100, 200, 300, 400]);
     let mut rig = Rig::with(&[("res", hdrr(1.0))]);
-    // Paced grants land 2 ms early: YDB's `LastAllocated = max(now - 2 ms, fulfil)`.
+    // Paced grants land 2 ms early (§13 C3): YDB's `LastAllocated = max(now - 2 ms, fulfil)`.
     assert_eq!(rig.sequential(0, "res", 4), [0, 998, 1998, 2998]);
     let mut rig = Rig::with(&[("res", hdrr(100.0))]);
     let times = rig.sequential(0, "res", 40);
@@ -586,7 +587,7 @@ fn big_requests_wait_for_the_pace() {
 
 #[test]
 fn chunks_are_paced() {
-    // §7.4: 5-unit requests at 10/s are granted at 0, 0.5, 1.0, … (2 ms early, as above).
+    // §7.4, §13 C3: 5-unit requests at 10/s are granted at 0, 0.5, 1.0, …, each 2 ms early.
     let mut rig = Rig::with(&[("res", hdrr(10.0))]);
     let mut ms = 0;
     let times: Vec<u64> = (0..4)
