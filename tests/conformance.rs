@@ -1,6 +1,7 @@
-//! Raw-protocol conformance suite: one test per scenario of section 9 of
-//! `ydb-coordination-semantics.md` (A 1-22, B 23-28, C 29-44, D 45-51, E 52-53, F 54-57),
-//! run over real gRPC against the emulator with paused tokio time.
+//! Raw-protocol conformance suite: one test per scenario of `SPEC.md` §9
+//! (`emulator/SPEC.md`: A 1-22, B 23-28, C 29-44, D 45-51, E 52-53, F 54-57), run over real
+//! gRPC against the emulator with paused tokio time. Each test's number is its scenario's;
+//! sections named below are those of `SPEC.md`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1437,10 +1438,10 @@ async fn discovery_lists_the_emulator_and_an_sdk_runs_promotion_via_release() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Extra rule from section 10: try-lock and strict FIFO
+// Extra rule from SPEC.md §10: try-lock and strict FIFO
 // ---------------------------------------------------------------------------------------------
 
-/// Section 10 item 2 / section 4.2 step 10.
+/// `SPEC.md` §10 item 2 / §4.2 step 10.
 #[tokio::test(start_paused = true)]
 async fn try_lock_fails_when_anyone_is_queued() {
     let (_emu, ch) = setup().await;

@@ -1,6 +1,6 @@
-//! Malformed and hostile input on the raw `Session` protocol: every case gets the status the
-//! semantics document names, and the emulator never panics or wedges (each test ends by
-//! checking that a fresh session still works).
+//! Malformed and hostile input on the raw `Session` protocol: every case gets the status that
+//! `emulator/SPEC.md` names (§1.2, §1.6, §2.3, §2.4, §2.6, §2.7, §7), and the emulator never
+//! panics or wedges (each test ends by checking that a fresh session still works).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

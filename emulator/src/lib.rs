@@ -7,6 +7,14 @@
 //! status codes behave as a YDB coordination node's do, and so do the rate limiter's resources
 //! on each node (see [Rate limiter](#rate-limiter)), with the few differences listed below.
 //!
+//! What "as YDB's do" means is written down in two specifications that ship with the crate:
+//! [`SPEC.md`] for the coordination service and [`SPEC-rate-limiter.md`] for the rate limiter,
+//! each numbered on its own. The code and the tests cite their sections: a `§` in a module
+//! names a section of the document that module's documentation names.
+//!
+//! [`SPEC.md`]: https://github.com/ydb-coordination/ydb-coordination/blob/main/emulator/SPEC.md
+//! [`SPEC-rate-limiter.md`]: https://github.com/ydb-coordination/ydb-coordination/blob/main/emulator/SPEC-rate-limiter.md
+//!
 //! It shares nothing with the client but the protocol types generated into `ydb-grpc`. The
 //! `ydb-coordination` crate re-exports it as `ydb_coordination::emulator` under its `emulator`
 //! feature; the `ydb-coord` command runs it standalone (`ydb-coord emulator --listen
@@ -39,22 +47,24 @@
 //! - No access control: every request is allowed (YDB checks the node's ACL).
 //! - A single server node in front of the tablets: no cross-node proxy races (on a multi-node
 //!   YDB, a rejected steal can kick the legitimate stream first; the emulator behaves as the
-//!   tablet).
+//!   tablet, `SPEC.md` §2.4).
 //! - An update with oversized data is rejected without being applied (YDB replies
-//!   `BAD_REQUEST` but applies it).
+//!   `BAD_REQUEST` but applies it, `SPEC.md` §3.2).
 //! - Consistency modes and the node's rate-limiter counters mode are stored and reported, not
 //!   acted on.
-//! - Owners in a describe come sorted by `order_id` (YDB's order is unspecified).
+//! - Owners in a describe come sorted by `order_id` (YDB's order is unspecified, `SPEC.md`
+//!   §3.4).
 //!
 //! # Rate limiter
 //!
 //! Each coordination node has a tree of rate-limiter resources (created with the node, dropped
 //! with it), served by `Ydb.RateLimiter.V1.RateLimiterService` on the same listeners, following
-//! `ydb-rate-limiter-semantics.md`: resource paths and their checks, create (ALREADY_EXISTS
+//! [`SPEC-rate-limiter.md`]: resource paths and their checks, create (ALREADY_EXISTS
 //! only for identical settings), alter as a full replacement, drop of leaves only, list
 //! (recursive, or the path alone), describe of the stored (not the inherited) settings,
-//! metering configs stored and echoed, the statuses of every refusal; and `AcquireResource` as
-//! one YDB server node answers it, with the faithful model of the spec's §10.1: the tablet's
+//! metering configs stored and described as YDB describes them (every known `metric_fields`
+//! key, empty when unset), the statuses of every refusal; and `AcquireResource` as one YDB
+//! server node answers it, with the faithful model of `SPEC-rate-limiter.md` §10.1: the tablet's
 //! hierarchical DRR on 100 ms ticks (children share their parent's rate, each capped at its
 //! own), the node's local bucket of `rate × prefetch` (full at first use, so the first
 //! `required` is granted whatever its size), the quoter's pacing and overdraft (a `required`
@@ -66,7 +76,8 @@
 //!
 //! Differences from YDB:
 //!
-//! - One server node: no per-node sharing of a resource between several proxies (§10.3).
+//! - One server node: no per-node sharing of a resource between several proxies
+//!   (`SPEC-rate-limiter.md` §10.3).
 //! - The quoter's feeds of a queued resource run right after the tablet's tick (YDB's run on
 //!   the quoter's own 100 ms chain, up to a tick later), messages between tablet, proxy and
 //!   quoter take no time, and the local quota channel does not expire after two feeds: grant
@@ -82,30 +93,18 @@
 //!   SCHEME_ERROR on the control plane, as in YDB since 2025-04 (INTERNAL_ERROR before).
 //! - Administrator rights for metering are not checked (every caller may set it).
 //!
-//! Corrections to `ydb-rate-limiter-semantics.md` found in YDB's source
-//! (`ydb/core/quoter/quoter_service.cpp`):
-//!
-//! - §7.3: a grant on the pace branch of `Charge` also lowers the free balance to the new
-//!   balance (`if (FreeBalance > Balance) FreeBalance = Balance`); the pace is counted in whole
-//!   microseconds (`lround`); a request not granted is retried at `LastAllocated + pace`
-//!   (rounded up to 1 ms) when that is later than now, else at the next feed.
-//! - §7.3: a feed sets balance, free balance and tick rate to the sum of the quota channels,
-//!   and the proxy clears its channel while its local quota is not positive, so in debt the
-//!   quoter's balance is 0 and its tick rate 0 (nothing is granted); the debt is the proxy's.
-//! - §7.4: paced grants land 2 ms early, from `LastAllocated = max(now - 2 ms, fulfil)`: at
-//!   1 unit/s sequential one-unit acquires finish at 0, 0.998, 1.998, … s, and 5-unit requests
-//!   at 10/s at 0, 0.498, 0.998, … s (the table's round numbers hold where grants come on a
-//!   feed, as for one-unit requests at 10/s).
-//! - §4.4 step 4: the quoter compares the coordination path with its canonical form `/a/b`,
-//!   so a relative path (`Root/node`) is INTERNAL_ERROR too, not only a trailing or doubled
-//!   slash (in the quoter service read; the newer RPC also passes the database, which a newer
-//!   quoter, not read, may use to resolve relative paths).
+//! Where YDB's source corrects a simpler reading of a rule, the emulator follows the source;
+//! `SPEC-rate-limiter.md` §13 lists each correction with its place in YDB's source: the
+//! quoter's pacing (C1, C3: paced grants land 2 ms early, so at 1 unit/s sequential one-unit
+//! acquires finish at 0, 0.998, 1.998, … s), the debt kept by the proxy rather than the quoter
+//! (C2), a relative coordination path refused by the quoter as INTERNAL_ERROR (C4), and the
+//! `metric_fields` of a described metering config (C5).
 //!
 //! # Layout
 //!
 //! The node's rules are a pure state machine (`state.rs`: methods that take `now` and return
-//! effects, unit-tested without a runtime, following `ydb-coordination-semantics.md`), and so
-//! are its rate limiter's (`quoter.rs`, following `ydb-rate-limiter-semantics.md`); `world.rs`
+//! effects, unit-tested without a runtime, following [`SPEC.md`]), and so
+//! are its rate limiter's (`quoter.rs`, following [`SPEC-rate-limiter.md`]); `world.rs`
 //! holds the nodes, each behind its own lock with the streams bound to it, routes a node's
 //! effects to its streams and gives the lock order; `service.rs` is the thin tonic shell (one
 //! task per stream, which goes straight to its node once attached, and one timer task) and

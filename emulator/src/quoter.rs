@@ -3,10 +3,11 @@
 //! `AcquireResource`).
 //!
 //! No async, no locks, no clocks: every method takes `now`; acquires that wait come back
-//! from [`Quoter::advance`] as [`Answer`]s. Behaviour follows `ydb-rate-limiter-semantics.md`
-//! (the comments cite its sections) and, where that is silent, YDB's source.
+//! from [`Quoter::advance`] as [`Answer`]s. Behaviour follows the rate limiter's
+//! specification, `emulator/SPEC-rate-limiter.md`; a `§` in this file is a section of
+//! `SPEC-rate-limiter.md`, and `C1`…`C5` are the corrections of its §13.
 //!
-//! The model is the spec's faithful one (§10.1) for a single server node, three machines in one
+//! The model is the specification's faithful one (§10.1) for a single server node, three machines in one
 //! struct per resource:
 //!
 //! * the **tablet** (§7.1): on 100 ms ticks of one grid, each root's quantum (`rate / 10`) is
@@ -50,7 +51,7 @@ const TICK: Duration = Duration::from_millis(100);
 const DEFAULT_PREFETCH: f64 = 0.2;
 /// §3: refill starts below this fraction of the bucket when the effective value is 0.
 const DEFAULT_WATERMARK: f64 = 0.75;
-/// §7.3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize`.
+/// §7.3, C3: `LastAllocated` after a paced grant is at least `now - 2 × ScheduleTickSize`.
 const PACE_SLACK: Duration = Duration::from_millis(2);
 /// §7.3: the quoter caps a request's deadline at one day.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
@@ -60,7 +61,7 @@ const MAX_PACE_MICROS: f64 = 1e15;
 const SCHEDULE_TICK: Duration = Duration::from_millis(1);
 /// YDB's `TICK_RATE_EPSILON`: a tick rate below this is zero (nothing can be granted).
 const TICK_RATE_EPSILON: f64 = 1e-10;
-/// §4.2: the `metric_fields` keys YDB copies (the newer server's list, with `database`).
+/// §2.3, §4.2 step 4: the `metric_fields` keys YDB accepts, stores and describes (C5).
 const METRIC_KEYS: [&str; 7] = [
     "version",
     "schema",
@@ -222,7 +223,8 @@ impl Bucket {
     }
 
     /// §7.3 `FeedResource`: balance, free balance and tick rate are reset to the local quota
-    /// (the proxy's channel carries `available` when positive, nothing otherwise).
+    /// (the proxy's channel carries `available` when positive, nothing otherwise: in debt all
+    /// three are 0, and the debt is the proxy's, C2).
     fn feed(&mut self) {
         let rate = self.available.max(0.0);
         self.balance = rate;
@@ -231,7 +233,8 @@ impl Bucket {
     }
 
     /// §7.3 `TResource::Charge` for `amount` at `now`: `Ok(())` when granted, else the
-    /// instant to retry at (`None`: at the next feed).
+    /// instant to retry at (`None`: at the next feed). The pace in whole microseconds, the free
+    /// balance lowered on the paced branch and the retry instant are C1; the 2 ms slack is C3.
     fn charge(&mut self, amount: f64, now: Instant) -> Result<(), Option<Instant>> {
         if self.tick_rate < TICK_RATE_EPSILON {
             return Err(None);
@@ -381,6 +384,36 @@ fn check_metric(metric: &metering_config::Metric) -> Result<(), Rejection> {
         }
     }
     Ok(())
+}
+
+/// A stored metering config as `DescribeResource` shows it (§2.3, §13 C5): each metric that
+/// was set carries every known `metric_fields` key, with the value stored or an empty string.
+fn described_metering(stored: &MeteringConfig) -> MeteringConfig {
+    use ydb_grpc::google_proto_workaround::protobuf::{Struct, Value, value::Kind};
+    let mut described = stored.clone();
+    for metric in [
+        &mut described.provisioned,
+        &mut described.on_demand,
+        &mut described.overshoot,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut sent = metric.metric_fields.take().unwrap_or_default().fields;
+        let fields = METRIC_KEYS
+            .iter()
+            .map(|key| {
+                let value = match sent.remove(*key).and_then(|v| v.kind) {
+                    Some(Kind::StringValue(value)) => value,
+                    _ => String::new(),
+                };
+                let kind = Some(Kind::StringValue(value));
+                (key.to_string(), Value { kind })
+            })
+            .collect();
+        metric.metric_fields = Some(Struct { fields });
+    }
+    described
 }
 
 /// §3 `ValidateProps` for a resource (`root`: it has no parent).
@@ -564,7 +597,7 @@ impl Quoter {
         Ok(Resource {
             resource_path: path.to_string(),
             r#type: Some(resource::Type::HierarchicalDrr(node.hdrr)),
-            metering_config: node.metering.clone(),
+            metering_config: node.metering.as_ref().map(described_metering),
         })
     }
 

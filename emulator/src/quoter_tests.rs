@@ -1,5 +1,6 @@
 //! The rate limiter's rules, without a runtime: control-plane statuses (§4, §6), and the
-//! timings of §7.4 and §11 on a virtual clock in milliseconds.
+//! timings of §7.4 and §11 on a virtual clock in milliseconds. A `§` here is a section of
+//! `emulator/SPEC-rate-limiter.md`.
 
 use super::*;
 use ydb_coordination_proto::rate_limiter::ReplicatedBucketSettings;
@@ -257,6 +258,7 @@ fn settings_are_validated_as_the_tablet_does() {
 
 #[test]
 fn metering_is_stored_and_checked() {
+    use std::collections::HashMap;
     use ydb_grpc::google_proto_workaround::protobuf::{Struct, Value, value::Kind};
     let metric = |key: &str, kind: Kind| metering_config::Metric {
         enabled: true,
@@ -302,7 +304,54 @@ fn metering_is_stored_and_checked() {
         ..MeteringConfig::default()
     };
     q.create(&metered(good.clone())).unwrap();
-    assert_eq!(q.describe("m").unwrap().metering_config, Some(good));
+    let described = q.describe("m").unwrap().metering_config.unwrap();
+    // Everything but the metrics' `metric_fields` comes back as sent.
+    let fields_of = |metric: &Option<metering_config::Metric>| {
+        metric
+            .as_ref()
+            .map(|m| m.metric_fields.clone().unwrap_or_default().fields)
+    };
+    let strip = |mut config: MeteringConfig| {
+        for metric in [
+            &mut config.provisioned,
+            &mut config.on_demand,
+            &mut config.overshoot,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            metric.metric_fields = None;
+        }
+        config
+    };
+    assert_eq!(strip(described.clone()), strip(good));
+    // SPEC-rate-limiter.md §13 C5: every known key, empty when unset; only stored metrics.
+    let expected: HashMap<String, Value> = METRIC_KEYS
+        .iter()
+        .map(|key| {
+            let value = if *key == "cloud_id" { "c" } else { "" };
+            let kind = Some(Kind::StringValue(value.to_string()));
+            (key.to_string(), Value { kind })
+        })
+        .collect();
+    assert_eq!(fields_of(&described.overshoot), Some(expected));
+    assert_eq!(fields_of(&described.provisioned), None);
+    assert_eq!(fields_of(&described.on_demand), None);
+
+    // A metric sent without `metric_fields` is described with all of them, empty.
+    let bare = MeteringConfig {
+        provisioned: Some(metering_config::Metric::default()),
+        ..MeteringConfig::default()
+    };
+    q.alter(&metered(bare)).unwrap();
+    let described = q.describe("m").unwrap().metering_config.unwrap();
+    let empty = fields_of(&described.provisioned).unwrap();
+    assert_eq!(empty.len(), METRIC_KEYS.len());
+    assert!(
+        empty
+            .values()
+            .all(|v| v.kind == Some(Kind::StringValue(String::new())))
+    );
 }
 
 #[test]
@@ -404,7 +453,7 @@ fn sequential_acquires_at_ten_per_second_finish_at_0_0_then_every_100_ms() {
     let mut rig = Rig::with(&[("res", hdrr(10.0))]);
     assert_eq!(rig.sequential(0, "res", 6), [0, 0, 100, 200, 300, 400]);
     let mut rig = Rig::with(&[("res", hdrr(1.0))]);
-    // Paced grants land 2 ms early: YDB's `LastAllocated = max(now - 2 ms, fulfil)`.
+    // Paced grants land 2 ms early (§13 C3): YDB's `LastAllocated = max(now - 2 ms, fulfil)`.
     assert_eq!(rig.sequential(0, "res", 4), [0, 998, 1998, 2998]);
     let mut rig = Rig::with(&[("res", hdrr(100.0))]);
     let times = rig.sequential(0, "res", 40);
@@ -538,7 +587,7 @@ fn big_requests_wait_for_the_pace() {
 
 #[test]
 fn chunks_are_paced() {
-    // §7.4: 5-unit requests at 10/s are granted at 0, 0.5, 1.0, … (2 ms early, as above).
+    // §7.4, §13 C3: 5-unit requests at 10/s are granted at 0, 0.5, 1.0, …, each 2 ms early.
     let mut rig = Rig::with(&[("res", hdrr(10.0))]);
     let mut ms = 0;
     let times: Vec<u64> = (0..4)

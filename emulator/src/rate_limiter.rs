@@ -4,6 +4,8 @@
 //! runs the core under the rate limiters' lock (the [`Quoters`](crate::world::Quoters), apart
 //! from the nodes' locks) and wraps the outcome in a completed operation; a waiting acquire
 //! awaits its answer, which the timer task's `advance` delivers.
+//!
+//! A `§` in this file is a section of `emulator/SPEC-rate-limiter.md`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,7 +138,8 @@ fn duration(d: Option<&ydb_grpc::google_proto_workaround::protobuf::Duration>) -
     Duration::new(seconds, nanos)
 }
 
-/// §4.4 step 4: the quoter wants `/a/b`: a leading slash, no empty component.
+/// §4.4 step 4: the quoter wants `/a/b`: a leading slash, no empty component (so a relative
+/// path is refused too, C4 of §13).
 fn canonical_node(path: &str) -> bool {
     path.strip_prefix('/')
         .is_some_and(|rest| !rest.is_empty() && rest.split('/').all(|c| !c.is_empty()))

@@ -1,8 +1,9 @@
 //! The pure state machine of one coordination node (what YDB runs as a Kesus tablet).
 //!
 //! No async, no locks, no clocks: every method takes `now` and returns the [`Effect`]s the
-//! service shell must carry out, in order. Behaviour follows
-//! `ydb-coordination-semantics.md` sections 2-7 and 11; the comments cite those sections.
+//! service shell must carry out, in order. Behaviour follows the coordination service's
+//! specification, `emulator/SPEC.md`, sections 2-8 and 11; a `§` in this file is a section of
+//! `SPEC.md`.
 //!
 //! Data layout, chosen so that nothing is quadratic:
 //!

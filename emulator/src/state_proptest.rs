@@ -1,5 +1,5 @@
 //! Property tests: random operation sequences against [`NodeState`], checking the queue and
-//! bookkeeping invariants after every step.
+//! bookkeeping invariants after every step. A `§` here is a section of `emulator/SPEC.md`.
 
 use std::collections::{HashMap, HashSet};
 

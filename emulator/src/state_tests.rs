@@ -1,6 +1,6 @@
-//! Unit tests of the node state machine: one test per core-level scenario of section 9 of
-//! `ydb-coordination-semantics.md`, asserting the exact effects (kinds, statuses, req_ids and
-//! order), plus the edge cases of sections 2-7.
+//! Unit tests of the node state machine: one test per core-level scenario of `SPEC.md` §9
+//! (`emulator/SPEC.md`), asserting the exact effects (kinds, statuses, req_ids and order), plus
+//! the edge cases of its sections 2-7. A `§` here is a section of `SPEC.md`.
 
 use super::*;
 use crate::proto::session_request::Request;

@@ -8,6 +8,9 @@
 //! through [`Tablet::apply`], which carries out the state machine's effects while the node's
 //! lock is held, so a node's messages leave in exactly the order its core decided.
 //!
+//! A `§` in this file is a section of `emulator/SPEC-rate-limiter.md` (the rate limiter's
+//! lifecycle with its node).
+//!
 //! Lock order: the registry of nodes first, then one node or the rate limiters, one at a
 //! time; never two nodes at once, never a node and the rate limiters together, and never
 //! the registry while a node or the rate limiters are held. Only creating and dropping a node

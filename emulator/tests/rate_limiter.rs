@@ -1,6 +1,7 @@
 //! Conformance of the emulated rate limiter through gRPC, with the generated client: the
-//! scenarios of `ydb-rate-limiter-semantics.md` §11 that one server node can serve, on paused
-//! time (statuses and virtual instants, never message text).
+//! scenarios of `SPEC-rate-limiter.md` §11 (`emulator/SPEC-rate-limiter.md`) that one server
+//! node can serve, on paused time (statuses and virtual instants, never message text). A `§`
+//! here is a section of `SPEC-rate-limiter.md`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -371,8 +372,9 @@ async fn coordination_node_paths_are_checked_as_ydb_does() {
         .into_inner()
         .operation;
     assert_eq!(status(operation), StatusCode::BadRequest);
-    // Acquire: a non-canonical node path is INTERNAL_ERROR (§11 #30); a missing node, an
-    // unknown resource (§11 #29) BAD_REQUEST; no units, status 0 (§11 #40).
+    // Acquire: a non-canonical node path is INTERNAL_ERROR (§11 #30; a relative one too, §13
+    // C4); a missing node, an unknown resource (§11 #29) BAD_REQUEST; no units, status 0
+    // (§11 #40).
     let units = acquire_resource_request::Units::Required(1);
     for path in ["/Root/node/", "//Root/node", "Root/node"] {
         let mut request = acquire_request("r", units, 1_000, 0);
