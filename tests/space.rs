@@ -3,8 +3,10 @@
 //! fencing tokens grow across a move, the operator's steps wait for lagging members, a
 //! layout that cannot be followed or that skips an epoch is handled, a node down affects
 //! only its names, multi-locks are all or nothing, bad input is refused by kind, a
-//! publication keeps its value through a reshard, and a membership ends with its error and
-//! leaves without waiting for a move.
+//! publication keeps its value through a reshard, a membership ends with its error and
+//! leaves without waiting for a move, and a process's locks live inside its membership in
+//! the directory (cut off from it, it takes and keeps none; a layout that contradicts its own
+//! shuts it; a bounded lock stays bounded while the directory is silent).
 //!
 //! One [`LockSpace`] is one process (one session per node): two holders of a name in one
 //! space would queue in the client, so every test that needs two holders opens two spaces.
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use common::within;
 use tokio::time::Instant;
-use ydb_coordination::emulator::Emulator;
+use ydb_coordination::emulator::{Emulator, FaultProxy};
 use ydb_coordination::space::placement::place;
 use ydb_coordination::space::{
     Layout, LockSpace, LockSpaceBuilder, SpaceDirectory, SpaceGuard, SpaceToken,
@@ -926,4 +928,265 @@ async fn a_membership_leaves_while_its_move_waits_for_a_down_node() {
             .is_none_or(|h| h.1.is_empty())
     })
     .await;
+}
+
+// ---- a process's locks live inside its directory membership ------------------------------
+
+/// The session timeout of a process cut off from its directory (its nodes' and its
+/// directory's).
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Cluster {
+    /// A client that reaches the emulator through a fault proxy of its own.
+    async fn behind_proxy(&self) -> (FaultProxy, Client) {
+        let proxy = within(FaultProxy::start(self.emulator.local_addr()))
+            .await
+            .unwrap();
+        let behind = within(
+            Client::builder(proxy.connection_string(self.emulator.database()))
+                .discovery(false)
+                .build(),
+        )
+        .await
+        .unwrap();
+        (proxy, behind)
+    }
+
+    /// A process that reaches its lock nodes directly and its directory through `behind`.
+    async fn cut_off_process(&self, behind: &Client) -> LockSpace {
+        let builder = self
+            .builder(&NODES)
+            .session_options(SessionOptions::new().timeout(TIMEOUT))
+            .directory(behind, DIR, SPACE);
+        within(builder.open()).await.unwrap()
+    }
+}
+
+/// Publishes `layout` past the directory's steps, as a careless operator would.
+async fn overwrite(c: &Cluster, layout: &Layout) {
+    let manager = c.client.session_manager(DIR, SessionOptions::new());
+    let published = manager.published(&format!("{SPACE}/layout"));
+    within(published.publish(&layout.to_bytes())).await.unwrap();
+    within(manager.shutdown()).await;
+}
+
+/// A name placed on `from` in `a` and on `to` in `b`.
+fn moving(a: &Layout, b: &Layout, from: &str, to: &str) -> String {
+    (0..)
+        .map(|i| format!("acct-{i}"))
+        .find(|n| {
+            a.parts(n).first().map(|p| p.node.as_str()) == Some(from)
+                && b.parts(n).first().map(|p| p.node.as_str()) == Some(to)
+        })
+        .unwrap()
+}
+
+async fn members(directory: &SpaceDirectory) -> usize {
+    within(directory.members()).await.unwrap().len()
+}
+
+async fn try_lock_result(
+    space: &LockSpace,
+    name: &str,
+) -> ydb_coordination::Result<Option<SpaceGuard>> {
+    within(space.mutex(name).try_lock()).await
+}
+
+/// 18. A process cut off from its directory while the fleet reshards past it takes no
+/// lock in its old layout next to a holder in the new one; once it reaches the directory
+/// again it runs the new layout.
+#[tokio::test(start_paused = true)]
+async fn a_process_cut_off_from_its_directory_takes_no_lock_in_the_old_layout() {
+    let c = Cluster::start().await;
+    let (proxy, cut_client) = c.behind_proxy().await;
+    let a = layout(1, ["n1", "n2"]);
+    let b = a.add_node("n3").unwrap().finish().unwrap();
+    let directory = c.directory(&a).await;
+    let cut = c.cut_off_process(&cut_client).await;
+    assert_eq!(members(&directory).await, 1);
+
+    proxy.net().stall();
+    eventually("the directory drops the cut-off process", || async {
+        members(&directory).await == 0
+    })
+    .await;
+    // Nobody lags: both steps are accepted.
+    within(directory.begin_add("n3")).await.unwrap();
+    assert_eq!(within(directory.finish()).await.unwrap(), b);
+    let fresh = c.following(&NODES).await;
+    assert_eq!(fresh.layout().epoch(), b.epoch());
+    let name = moving(&a, &b, "n1", "n3");
+    let held = try_lock_result(&fresh, &name).await.unwrap().unwrap();
+
+    // The cut-off process still runs `A`, where the name is free on n1: it must not take it.
+    assert_eq!(cut.layout().epoch(), a.epoch());
+    let err = try_lock_result(&cut, &name).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    let start = Instant::now();
+    let err = within(cut.mutex(&name).lock_timeout(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(
+        start.elapsed() <= Duration::from_millis(1100),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // Back in touch: it joins again, runs `B`, and meets the holder there.
+    proxy.net().resume();
+    let mut layouts = cut.layout_changes();
+    within(layouts.wait_for(|l| l.epoch() == b.epoch()))
+        .await
+        .unwrap();
+    drop(layouts);
+    let busy = within(cut.mutex(&name).lock_timeout(Duration::from_secs(10))).await;
+    assert!(busy.unwrap().is_none());
+    assert!(within(held.unlock()).await.unwrap());
+    let mine = within(cut.mutex(&name).lock_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(mine.epoch(), b.epoch());
+    assert_eq!(members(&directory).await, 2);
+}
+
+/// 19. A lock held by a process whose directory connection stalls (the server then
+/// expires its directory session by itself) is lost before the directory stops listing the
+/// process: no operator step can meet it.
+#[tokio::test(start_paused = true)]
+async fn a_held_lock_is_lost_before_the_directory_stops_listing_its_process() {
+    let c = Cluster::start().await;
+    let (proxy, cut_client) = c.behind_proxy().await;
+    let a = layout(1, ["n1", "n2"]);
+    let directory = c.directory(&a).await;
+    let cut = c.cut_off_process(&cut_client).await;
+    let guard = try_lock_result(&cut, "nightly").await.unwrap().unwrap();
+    proxy.net().stall();
+    let stalled = Instant::now();
+    let mut lost_at = None;
+    for _ in 0..400 {
+        if lost_at.is_none() && guard.is_lost() {
+            lost_at = Some(Instant::now());
+        }
+        if members(&directory).await == 0 {
+            assert!(
+                guard.is_lost(),
+                "the directory dropped the process {:?} after the stall while its lock was held",
+                stalled.elapsed()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let lost_at = lost_at.unwrap();
+    assert!(lost_at - stalled < TIMEOUT, "{:?}", lost_at - stalled);
+    // No new lock while it is not a member.
+    assert_eq!(
+        try_lock_result(&cut, "nightly").await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+}
+
+/// 20. A bounded lock of a moved name in a transition ends near its bound while the
+/// directory does not answer (its fencing token needs the published layout), and gives
+/// back both places.
+#[tokio::test(start_paused = true)]
+async fn a_bounded_lock_in_a_transition_is_bounded_while_the_directory_is_silent() {
+    let c = Cluster::start().await;
+    let (proxy, cut_client) = c.behind_proxy().await;
+    let a = layout(1, ["n1", "n2"]);
+    let directory = c.directory(&a).await;
+    let t = within(directory.begin_add("n3")).await.unwrap();
+    let cut = c.cut_off_process(&cut_client).await;
+    assert_eq!(cut.layout().epoch(), t.epoch());
+    let name = moving(&a, &t.finish().unwrap(), "n1", "n3");
+    assert_eq!(t.parts(&name).len(), 2);
+
+    proxy.net().stall();
+    for bound in [Duration::from_millis(500), Duration::ZERO] {
+        let start = Instant::now();
+        let err = within(cut.mutex(&name).lock_timeout(bound))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        // The bound, or one read past it for a try.
+        let took = start.elapsed();
+        assert!(
+            took <= bound.max(Duration::from_secs(1)) + Duration::from_millis(100),
+            "{took:?}"
+        );
+        // Both places were given back.
+        let other = c.following(&NODES).await;
+        let guard = try_lock_result(&other, &name).await.unwrap().unwrap();
+        assert!(within(guard.unlock()).await.unwrap());
+        within(other.shutdown()).await;
+    }
+}
+
+/// 21. A layout of the same epoch with other nodes, written over the published one, shuts
+/// a running process's space (its locks lost, no new one, the error reported) while a
+/// process opened afterwards runs it; publishing the process's layout again reopens it; an
+/// older epoch shuts it the same way.
+#[tokio::test(start_paused = true)]
+async fn a_contradicting_layout_shuts_the_space_until_the_directory_is_consistent() {
+    let c = Cluster::start().await;
+    let a = layout(1, ["n1", "n2"]);
+    let directory = c.directory(&a).await;
+    let running = c.following(&NODES).await;
+    let held = try_lock_result(&running, "nightly").await.unwrap().unwrap();
+
+    let rewritten = layout(1, ["n3"]);
+    overwrite(&c, &rewritten).await;
+    within(held.cancelled()).await;
+    eventually("the contradiction is reported", || async {
+        running.layout_error().is_some()
+    })
+    .await;
+    assert_eq!(
+        running.layout_error().unwrap().kind(),
+        ErrorKind::PreconditionFailed
+    );
+    assert_eq!(*running.layout(), a);
+    let later = c.following(&NODES).await;
+    assert_eq!(*later.layout(), rewritten);
+    let theirs = try_lock_result(&later, "acct-0").await.unwrap().unwrap();
+    assert_eq!(
+        try_lock_result(&running, "acct-0")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::PreconditionFailed
+    );
+    drop(theirs);
+
+    // The directory's own layout again: the running process goes on.
+    overwrite(&c, &a).await;
+    eventually("the contradiction clears", || async {
+        running.layout_error().is_none()
+    })
+    .await;
+    let guard = try_lock_result(&running, "acct-0").await.unwrap().unwrap();
+    assert!(within(guard.unlock()).await.unwrap());
+    within(later.shutdown()).await;
+
+    // An older epoch than the one run.
+    let t = within(directory.begin_add("n3")).await.unwrap();
+    let mut layouts = running.layout_changes();
+    within(layouts.wait_for(|l| l.epoch() == t.epoch()))
+        .await
+        .unwrap();
+    overwrite(&c, &a).await;
+    eventually("the older epoch is refused", || async {
+        running.layout_error().is_some()
+    })
+    .await;
+    assert_eq!(running.layout().epoch(), t.epoch());
+    assert!(try_lock_result(&running, "acct-1").await.is_err());
+    overwrite(&c, &t).await;
+    eventually("the contradiction clears", || async {
+        running.layout_error().is_none()
+    })
+    .await;
+    assert!(try_lock_result(&running, "acct-1").await.unwrap().is_some());
 }
