@@ -132,6 +132,7 @@ mod classify;
 mod client;
 mod clock;
 mod config;
+mod discovery;
 mod endpoints;
 mod error;
 mod manager;
