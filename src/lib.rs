@@ -128,7 +128,6 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
-mod classify;
 mod client;
 mod clock;
 mod config;
