@@ -128,10 +128,10 @@
 #![doc(test(attr(deny(warnings))))]
 
 mod auth;
-mod classify;
 mod client;
 mod clock;
 mod config;
+mod discovery;
 mod endpoints;
 mod error;
 mod manager;

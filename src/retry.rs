@@ -7,7 +7,7 @@
 //! an attempt whose answer was lost reports `NOT_FOUND`. Session streams are not retried
 //! here: their attach loops are in `client.rs` and the session core.
 //!
-//! What is repeated, and which endpoint is blamed, comes from one table (`classify.rs`,
+//! What is repeated, and which endpoint is blamed, comes from one table (`error/classify.rs`,
 //! summarized in the docs of [`ErrorKind`] and in the README): a failure's [`RetryRule`](crate::RetryRule)
 //! says whether the request may go again ([`RetryRule::Idempotent`](crate::RetryRule::Idempotent) ones only because these
 //! calls are idempotent: an attempt that timed out or lost its connection may have been

@@ -1,6 +1,7 @@
-//! Connection strings, endpoints, discovery, TLS, the tonic channels and the request headers.
+//! Connection strings, endpoints, TLS, the tonic channels and the request headers. The
+//! endpoints come from discovery (`discovery.rs`), which runs on this transport.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -10,21 +11,15 @@ use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use ydb_grpc::ydb_proto::auth::v1::auth_service_client::AuthServiceClient;
 use ydb_grpc::ydb_proto::auth::{LoginRequest, LoginResult};
-use ydb_grpc::ydb_proto::discovery::v1::discovery_service_client::DiscoveryServiceClient;
-use ydb_grpc::ydb_proto::discovery::{ListEndpointsRequest, ListEndpointsResult};
 use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::{Credentials, LoginCache, Source};
-use crate::clock::later;
 use crate::endpoints::{EndpointTable, Mark};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::StatusCode;
 
 /// The value of `x-ydb-sdk-build-info`.
 const BUILD_INFO: &str = concat!("ydb-coordination/", env!("CARGO_PKG_VERSION"));
-
-/// The shortest time between two discoveries run early because endpoints failed.
-const EARLY_DISCOVERY_GAP: Duration = Duration::from_secs(5);
 
 /// The shortest default attempt timeout: a round trip to a busy node in another data
 /// centre must fit in it.
@@ -209,86 +204,22 @@ impl Transport {
         self.lock().succeeded(lane.mark);
     }
 
-    /// Asks the cluster for its endpoints (`ListEndpoints`, retried as an idempotent call)
-    /// and uses them; endpoints that failed stay pessimized unless `forget_failures`. The
-    /// endpoints in use stay when discovery is off, fails or returns nothing.
-    pub(crate) async fn discover(&self, forget_failures: bool) -> Result<()> {
-        if !self.config.discovery {
-            return Ok(());
-        }
-        let message = ListEndpointsRequest {
-            database: self.database().to_string(),
-            service: Vec::new(),
-        };
-        let result: ListEndpointsResult =
-            crate::retry::idempotent(self, "list endpoints", message, |channel, request| async {
-                let response = DiscoveryServiceClient::new(channel)
-                    .list_endpoints(request)
-                    .await
-                    .map_err(|s| Error::from_grpc(s, "list endpoints"))?
-                    .into_inner();
-                unpack(response.operation, "list endpoints")
-            })
-            .await?;
-        let mut endpoints = Vec::new();
-        for e in result.endpoints {
-            if e.address.is_empty() || e.port == 0 || e.port > u32::from(u16::MAX) {
-                continue;
-            }
-            let host = if e.address.contains(':') && !e.address.starts_with('[') {
-                format!("[{}]", e.address)
-            } else {
-                e.address.clone()
-            };
-            let tls = e.ssl || self.config.info.tls;
-            let uri = format!("{}://{host}:{}", if tls { "https" } else { "http" }, e.port);
-            endpoints.push((uri, tls));
-        }
-        tracing::debug!(endpoints = endpoints.len(), "discovered endpoints");
+    /// The settings the transport was made with.
+    pub(crate) fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    /// Uses the endpoints discovery found (`uri`, `tls`), each with a lazy channel; endpoints
+    /// that failed stay pessimized unless `forget_failures` (see `endpoints.rs`).
+    pub(crate) fn use_endpoints(&self, endpoints: Vec<(String, bool)>, forget_failures: bool) {
         self.lock().replace(endpoints, forget_failures, |uri, tls| {
             make_channel(&self.config, uri, tls).ok()
         });
-        Ok(())
     }
 
-    /// Runs discovery again every discovery interval, and early when many endpoints failed,
-    /// until the transport is dropped. Does nothing when discovery is off.
-    pub(crate) fn keep_discovering(self: &Arc<Self>) {
-        if !self.config.discovery {
-            return;
-        }
-        let weak: Weak<Self> = Arc::downgrade(self);
-        let wake = self.rediscover.clone();
-        let interval = self.config.discovery_interval;
-        // An early discovery comes at most once per gap, so one client does not ask a
-        // cluster that is down again and again.
-        let gap = (interval / 6).min(EARLY_DISCOVERY_GAP);
-        // Only a weak reference is held while waiting: once the client is dropped, the task
-        // ends at its next wake-up.
-        tokio::spawn(async move {
-            let mut last: Option<tokio::time::Instant> = None;
-            // The periodic run keeps its own clock: early runs do not postpone it, since only
-            // it gives failed endpoints another turn.
-            let mut next_periodic = later(tokio::time::Instant::now(), interval);
-            loop {
-                let periodic = tokio::select! {
-                    () = tokio::time::sleep_until(next_periodic) => true,
-                    () = wake.notified() => false,
-                };
-                if periodic {
-                    next_periodic = later(tokio::time::Instant::now(), interval);
-                } else if let Some(at) = last {
-                    tokio::time::sleep_until(at + gap).await;
-                }
-                let Some(transport) = weak.upgrade() else {
-                    return;
-                };
-                if let Err(err) = transport.discover(periodic).await {
-                    tracing::debug!(%err, "rediscovery failed; the endpoints in use stay");
-                }
-                last = Some(tokio::time::Instant::now());
-            }
-        });
+    /// Notified when many endpoints failed: discovery should run early (`discovery.rs`).
+    pub(crate) fn rediscover(&self) -> Arc<Notify> {
+        self.rediscover.clone()
     }
 
     /// Wraps a message in a request with the YDB headers.

@@ -227,7 +227,7 @@ impl Driver {
 
     /// The stream broke: it is dropped here, and the core decides what follows. The
     /// endpoint is blamed unless the server ended the stream with a status that does not
-    /// blame it (`classify.rs`: a gRPC `INTERNAL`, say).
+    /// blame it (`error/classify.rs`: a gRPC `INTERNAL`, say).
     fn lost(&mut self, now: Instant, cause: Error) {
         if let Some(conn) = self.stream.take()
             && cause.blames_endpoint()

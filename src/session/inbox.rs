@@ -27,7 +27,7 @@ use std::task::{Context, Poll, Waker};
 use tokio_util::sync::CancellationToken;
 
 use super::core::{CallerId, Terminal};
-use super::driver::{Notice, Request};
+use super::replies::{Notice, Request};
 use crate::error::Error;
 
 #[derive(Debug, Default)]
@@ -272,7 +272,7 @@ mod tests {
 
     use super::*;
     use crate::session::core::{Command, Control};
-    use crate::session::driver::ReplyTx;
+    use crate::session::replies::ReplyTx;
 
     fn pair() -> (Handle, Inbox) {
         inbox(7, Arc::default(), CancellationToken::new())

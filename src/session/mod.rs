@@ -23,8 +23,8 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
-use self::driver::{Notice, ReplyTx, Request};
 pub use self::lease::Lease;
+use self::replies::{Notice, ReplyTx, Request};
 pub use self::state::SessionState;
 pub use self::types::{
     HeldLease, SemaphoreDescription, SemaphoreSession, SessionSnapshot, WaitingAcquire, WatchUpdate,

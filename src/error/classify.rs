@@ -38,7 +38,7 @@
 //! - Go waits longer after `OVERLOADED` and `RESOURCE_EXHAUSTED` (its slow backoff); here
 //!   every retry uses the same [`Backoff`](crate::Backoff), bounded by the request timeout.
 
-use crate::error::{ErrorKind, RetryRule, StatusCode};
+use super::kind::{ErrorKind, RetryRule, StatusCode};
 
 /// What a failure reads as: its kind, its retry rule, and whether the endpoint is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +86,13 @@ pub(crate) fn ydb_status(status: StatusCode) -> Class {
         S::Undetermined => (K::OutcomeUnknown, Idempotent),
     };
     class(kind, retry, false)
+}
+
+impl ErrorKind {
+    /// The kind a YDB status maps to (the table of [`ErrorKind`]).
+    pub fn from_status(status: StatusCode) -> Self {
+        ydb_status(status).kind
+    }
 }
 
 /// A gRPC status without a client-side cause: one a server (or a proxy in front of it) sent,
