@@ -185,3 +185,8 @@ pub use space::LockSpace;
 /// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
 /// is ([`ResourceSettings::metering`]).
 pub use ydb_coordination_proto::rate_limiter as rate_limiter_proto;
+
+/// The README's code blocks, run as doctests against the emulator.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

@@ -45,6 +45,12 @@
 //! lost and no new one taken until the directory publishes the running layout again or a
 //! newer one, with the reason in [`LockSpace::layout_error`].
 //!
+//! What the membership does not cover: a holder that ignores its token (stopped past its
+//! lease, or still writing after it fired) is stopped by the fencing token alone, as on one
+//! node; and a space group's membership and a leader read are not tied to the directory
+//! membership. A leader and the members are read where every holder of the name meets (in a
+//! transition, the old place until the new layout is published, then the new one).
+//!
 //! # Publications
 //!
 //! [`LockSpace::published`] is a value that does not move with the layout: on the
