@@ -8,7 +8,7 @@
 //! here: their attach loops are in `client.rs` and the session core.
 //!
 //! What is repeated, and which endpoint is blamed, comes from one table (`error/classify.rs`,
-//! summarized in the docs of [`ErrorKind`] and in the README): a failure's [`RetryRule`](crate::RetryRule)
+//! summarized in the docs of [`ErrorKind`] and in `docs/connecting.md`): a failure's [`RetryRule`](crate::RetryRule)
 //! says whether the request may go again ([`RetryRule::Idempotent`](crate::RetryRule::Idempotent) ones only because these
 //! calls are idempotent: an attempt that timed out or lost its connection may have been
 //! carried out), and [`Error::blames_endpoint`] whether the next attempt must avoid the

@@ -13,7 +13,7 @@ pub use ydb_grpc::ydb_proto::status_ids::StatusCode;
 /// Every status a failure can carry reads as one kind, with a [`RetryRule`] (may the same
 /// request be sent again: [`Error::retry_rule`](crate::Error::retry_rule)) and a verdict on
 /// the endpoint (blamed ones are preferred last and reconnected). The rules follow
-/// ydb-go-sdk's; the crate's README says where and why they differ.
+/// ydb-go-sdk's; `docs/connecting.md` says where and why they differ.
 ///
 /// YDB statuses (the server answered, so none blames the endpoint):
 ///

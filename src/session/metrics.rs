@@ -1,4 +1,5 @@
-//! Metrics through the `metrics` facade: the names and labels of the README's table.
+//! Metrics through the `metrics` facade: the names and labels of the table in
+//! `docs/observability.md`.
 //!
 //! Nothing is recorded unless the application installs a recorder (an exporter); label
 //! values are bounded: the semaphore name is a label only when

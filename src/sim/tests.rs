@@ -193,7 +193,7 @@ fn the_checker_catches_tokens_fired_after_the_deadline() {
     );
 }
 
-/// Measures the clock-rate tolerance printed in the README (`cargo test --all-features
+/// Measures the clock-rate tolerance stated in `docs/reliability.md` (`cargo test --all-features
 /// --lib sim::tests::tolerance -- --ignored --nocapture`): with the default margin, the
 /// slowest client clock (against the server's) that still gives no violation over
 /// `SIM_SEEDS` seeds; with margin 0, the smallest difference that is caught.
