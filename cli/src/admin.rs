@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use ydb_coordination::{Client, DescribeOptions, ErrorKind, NodeConfig, Session, WatchOptions};
 
 use super::fail::{Failure, node_error, semaphore_error};
-use super::lock::Signals;
 use super::output::{self, Out};
+use super::signals::Signals;
 
 /// Awaits an admin call within `limit`.
 pub(crate) async fn bounded<T>(

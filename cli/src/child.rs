@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fail::{self, Failure};
 use super::guard::Guard;
-use super::lock::Signals;
+use super::signals::Signals;
 
 /// How the command ended.
 #[derive(Debug)]

@@ -6,8 +6,8 @@ use ydb_coordination::{Member, MembershipState, Session, SessionManager};
 
 use super::admin::Budget;
 use super::fail::{self, Failure, semaphore_error, session_error};
-use super::lock::Signals;
 use super::output::{self, Out};
+use super::signals::Signals;
 
 pub(crate) const GROUP_HELP: &str = "\
 Examples:

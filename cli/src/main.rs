@@ -9,6 +9,7 @@ mod guard;
 mod lock;
 mod output;
 mod ratelimit;
+mod signals;
 mod space;
 
 use std::ffi::OsString;
@@ -26,8 +27,9 @@ use ydb_coordination::{
 
 use self::admin::{Budget, NodeOp, SemaphoreOp};
 use self::fail::Failure;
-use self::lock::{Kind, Request, Signals, Wait};
+use self::lock::{Kind, Request, Wait};
 use self::output::Out;
+use self::signals::Signals;
 
 const MAIN_HELP: &str = "\
 Examples:

@@ -11,8 +11,9 @@ use ydb_coordination::{
 };
 
 use super::fail::{self, Failure, resource_error};
-use super::lock::{Signals, Wait};
+use super::lock::Wait;
 use super::output::Out;
+use super::signals::Signals;
 use super::{Conn, child, duration};
 
 pub(crate) const RATELIMIT_HELP: &str = "\

@@ -12,8 +12,8 @@ use ydb_coordination::{Error, ErrorKind};
 
 use super::admin::bounded;
 use super::fail::{self, Failure, space_error};
-use super::lock::Signals;
 use super::output::Out;
+use super::signals::Signals;
 use super::{Conn, duration};
 
 pub(crate) const SPACE_HELP: &str = "\
