@@ -48,8 +48,15 @@ Examples:
   ydb-coord space reshard --directory /local/dir --space billing --add n3
   ydb-coord space finish --directory /local/dir --space billing --wait 5m
 
-Credentials come from the environment, as in the YDB SDKs: YDB_ACCESS_TOKEN_CREDENTIALS,
-YDB_STATIC_CREDENTIALS_USER and YDB_STATIC_CREDENTIALS_PASSWORD, YDB_ANONYMOUS_CREDENTIALS=1.
+Credentials come from the environment, as in the YDB SDKs; the first that is set wins:
+  YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS=PATH  a service account's authorized key file
+  YDB_SERVICE_ACCOUNT_KEY_CREDENTIALS=JSON       the same key, given inline
+  YDB_ANONYMOUS_CREDENTIALS=1                    no credentials
+  YDB_METADATA_CREDENTIALS=1                     the cloud VM's metadata service
+  YDB_ACCESS_TOKEN_CREDENTIALS=TOKEN             a fixed token
+  YDB_STATIC_CREDENTIALS_USER, YDB_STATIC_CREDENTIALS_PASSWORD   login with user and password
+  YDB_OAUTH2_KEY_FILE=PATH                       OAuth 2.0 token exchange, the SDKs' config file
+None set: anonymous. YDB_IAM_ENDPOINT and YDB_METADATA_ENDPOINT override the token endpoints.
 
 Exit codes:
   0    success (lock, elect, ratelimit run: the command's own exit code is passed through)
@@ -1100,6 +1107,27 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every environment variable the library reads credentials from is named in the help.
+    #[test]
+    fn the_help_names_every_credential_variable() {
+        let source = include_str!("../../src/auth/mod.rs");
+        let read: std::collections::BTreeSet<&str> = source
+            .split('"')
+            .filter(|w| {
+                w.starts_with("YDB_")
+                    && w.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            })
+            .collect();
+        assert!(read.len() >= 10, "{read:?}");
+        for variable in read {
+            assert!(
+                MAIN_HELP.contains(variable),
+                "{variable} is not in the help"
+            );
+        }
+    }
 
     #[test]
     fn a_long_description_is_cut_at_a_char_boundary() {
