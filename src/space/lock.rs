@@ -459,7 +459,11 @@ async fn take(
             // A part was lost while the next was awaited: none of it is worth holding.
             let _ = release_all(leases).await;
             if matches!(wait, Wait::Until(d) if Instant::now() >= d) {
-                return Ok(None);
+                // Not `None`: no node said the lock is busy.
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "a place of the lock was lost (its node's session ended) while the next was taken, and the bound passed; try again",
+                ));
             }
             continue;
         }
