@@ -277,7 +277,13 @@ fn system_roots() -> RootCertStore {
 }
 
 fn client_config(roots: RootCertStore) -> std::result::Result<Arc<ClientConfig>, String> {
-    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    // ring, the provider tonic's TLS (`tls-ring`) uses for the gRPC channels: one crypto
+    // library in the tree, no C toolchain to build it. rustls 0.23.48 deprecates it for
+    // lacking post-quantum key exchange, which needs aws-lc-rs; the token endpoints keep
+    // the channels' provider.
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    ClientConfig::builder_with_provider(Arc::new(provider))
         .with_safe_default_protocol_versions()
         .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
         .map_err(|e| describe_cause(&e))
