@@ -247,6 +247,7 @@ impl Link {
                 let update = tokio::select! {
                     biased;
                     () = stop.cancelled() => break,
+                    () = lost.cancelled() => continue,
                     update = member.data_update(&report(want)) => update,
                 };
                 match update {

@@ -262,10 +262,19 @@ impl Shared {
             if self.stopped.load(Ordering::Acquire) {
                 return Err(closed());
             }
-            let why = match gate.borrow_and_update().check() {
+            let checked = gate.borrow_and_update().check();
+            let why = match checked {
                 Ok(member) => {
                     let (layout, ticket) = self.enter_now();
-                    return Ok((layout, ticket, member));
+                    // A contradiction closes the gate and fires the locks under the lock
+                    // of `uses`: a claim made after it sees it here, one made before was
+                    // fired with the rest.
+                    if let Some(why) = self.gate.borrow().contradiction.clone() {
+                        drop(ticket);
+                        why
+                    } else {
+                        return Ok((layout, ticket, member));
+                    }
                 }
                 Err(why) => why,
             };
@@ -419,10 +428,13 @@ impl Shared {
                     },
                 );
                 tracing::warn!(error = %err, "lock space layout contradicted");
-                for u in self.lock_uses().values() {
+                // The gate closes before the locks fire, under the lock of `uses`, so a
+                // lock being entered either sees the gate closed or is fired here.
+                let uses = self.lock_uses();
+                self.contradiction(Some(err));
+                for u in uses.values() {
                     u.lost.cancel();
                 }
-                self.contradiction(Some(err));
             }
         }
     }
