@@ -318,20 +318,25 @@ impl Group {
     /// keeps its membership itself: its data changes in place, and its token says when
     /// the membership may be lost.
     pub(crate) fn member_lease(&self, data: &[u8]) -> Acquiring<Lease> {
-        let options = AcquireOptions::new().count(1).data(data.to_vec());
-        let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
-        acquiring(&self.source, &self.name, options, prepare, |r| {
-            r.inspect(Lease::guard)
-        })
+        self.member_as(data, |lease| lease)
     }
 
     /// One attempt at membership with `data`.
     fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
+        self.member_as(data, |lease| MemberLease { lease })
+    }
+
+    /// One attempt at membership with `data`, its lease made into `T`. A membership must
+    /// end when the group's semaphore is force-deleted under it.
+    fn member_as<T>(
+        &self,
+        data: &[u8],
+        make: impl Fn(Lease) -> T + Send + Sync + 'static,
+    ) -> Acquiring<T> {
         let options = AcquireOptions::new().count(1).data(data.to_vec());
         let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
-        // A membership must end when the group's semaphore is force-deleted under it.
-        acquiring(&self.source, &self.name, options, prepare, |r| {
-            r.inspect(Lease::guard).map(|lease| MemberLease { lease })
+        acquiring(&self.source, &self.name, options, prepare, move |r| {
+            r.inspect(Lease::guard).map(&make)
         })
     }
 

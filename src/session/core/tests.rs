@@ -801,6 +801,35 @@ fn an_acquire_times_out_at_its_deadline_while_the_stream_is_down() {
     assert_eq!(sent, vec!["release"]);
 }
 
+/// On a live stream the server's own timeout answer is awaited one round trip (the latest
+/// measured) and a moment past the deadline, since the server counts from the request's
+/// arrival; only then does the client say the node did not answer.
+#[test]
+fn on_a_live_stream_the_servers_timeout_answer_is_awaited_one_round_trip_past_the_deadline() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(S));
+    h.run(now);
+    // The describe behind the acquire comes back 300 ms after it was sent: the round trip.
+    let answered = now + 300 * MS;
+    h.server(answered, described(2, &[(7, 1)]));
+    h.server(answered, pending(1));
+    h.run(answered);
+    let grace = 200 * MS + 300 * MS;
+    h.core.tick(now + S + grace - MS);
+    h.run(now + S + grace - MS);
+    assert!(
+        h.answers().is_empty(),
+        "answered before the server's answer was due"
+    );
+    h.core.tick(now + S + grace);
+    h.run(now + S + grace);
+    assert!(matches!(
+        h.answers().as_slice(),
+        [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::Unavailable
+    ));
+}
+
 #[test]
 fn a_reattach_answered_with_another_session_ends_the_session() {
     let mut h = Harness::new();
