@@ -305,11 +305,11 @@ impl ServiceAccount {
             &[("content-type", "application/json")],
             Some(body),
         )
-        .await
-        .and_then(|answer| {
-            check_status(&what, &answer, &sent)?;
-            iam_answer(&what, &answer.body, SystemTime::now())
-        });
+        .await?;
+        // Only what the answer led to is guarded: a connection's own error carries none of
+        // it, and keeps its cause (a refused certificate, say).
+        let answer = check_status(&what, &answer, &sent)
+            .and_then(|()| iam_answer(&what, &answer.body, SystemTime::now()));
         sent.guard(&what, answer)
     }
 }
@@ -397,11 +397,9 @@ impl Metadata {
             &[("metadata-flavor", "Google")],
             None,
         )
-        .await
-        .and_then(|answer| {
-            check_status(&what, &answer, &sent)?;
-            metadata_answer(&what, &answer.body)
-        });
+        .await?;
+        let answer =
+            check_status(&what, &answer, &sent).and_then(|()| metadata_answer(&what, &answer.body));
         sent.guard(&what, answer)
     }
 }

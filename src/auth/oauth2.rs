@@ -436,8 +436,15 @@ impl Exchange {
             Some(form.into_bytes()),
         )
         .await
-        .and_then(|answer| token_answer(&what, &answer, &scope_param(&self.scope), &sent));
-        match sent.guard(&what, answer) {
+        .and_then(|answer| {
+            // Only what the answer led to is guarded: a connection's own error keeps its
+            // cause (a refused certificate, say).
+            sent.guard(
+                &what,
+                token_answer(&what, &answer, &scope_param(&self.scope), &sent),
+            )
+        });
+        match answer {
             Ok(fetched) => {
                 self.granted.store(true, Ordering::Relaxed);
                 Ok(fetched)

@@ -19,9 +19,9 @@ const REDACTED: &str = "<redacted>";
 /// The longest text of an answer quoted in an error, in characters.
 const MAX_QUOTED: usize = 512;
 
-/// A part of what was sent (a value of the URL's query, a JWT's signature) shorter than this
-/// is not taken for a secret (`?v=1`): no secret is that short, and redacting every `1` would
-/// garble every error.
+/// What was sent (a token, the URL's query or one of its values, a JWT's signature) shorter
+/// than this is not taken for a secret (`?v=1`): no secret is that short, and redacting every
+/// `1` would garble every error.
 const MIN_PART: usize = 8;
 
 /// The secrets one request carried, in every spelling an answer may echo them in, the
@@ -37,18 +37,14 @@ impl Sent {
             .map(|s| s.expose().to_string())
             .collect();
         if let Some(query) = url.query() {
-            plain.push(query.to_string());
             let raw = query
                 .split('&')
                 .filter_map(|p| p.split_once('='))
-                .map(|(_, v)| v);
+                .map(|(_, v)| v.to_string());
             let decoded = form_urlencoded::parse(query.as_bytes()).map(|(_, v)| v.into_owned());
-            plain.extend(
-                raw.map(str::to_string)
-                    .chain(decoded)
-                    .filter(|v| v.chars().count() >= MIN_PART),
-            );
+            plain.extend([query.to_string()].into_iter().chain(raw).chain(decoded));
         }
+        plain.retain(|v| v.chars().count() >= MIN_PART);
         let mut spellings = Vec::new();
         for secret in &plain {
             // A JWT's signature alone, with its header and claims, which are no secret, is
@@ -72,12 +68,14 @@ impl Sent {
         Self(spellings)
     }
 
-    /// `text` of the answer, fit for an error: each secret replaced (before and after the
-    /// control characters are dropped, so that none hides behind one), at most
-    /// [`MAX_QUOTED`] characters.
+    /// `text` of the answer, fit for an error: its control characters dropped, then each
+    /// secret replaced (the spellings include each secret without its control characters,
+    /// so none hides behind one), at most [`MAX_QUOTED`] characters.
     pub(crate) fn quote(&self, text: &str) -> String {
-        let text = printable(&self.redact(text));
-        self.redact(&text).chars().take(MAX_QUOTED).collect()
+        self.redact(&printable(text))
+            .chars()
+            .take(MAX_QUOTED)
+            .collect()
     }
 
     fn redact(&self, text: &str) -> String {
