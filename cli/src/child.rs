@@ -9,7 +9,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgid};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -34,9 +34,12 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Sends `sig` to the command's process group, or to the command alone if the group is gone.
+/// Sends `sig` to the command's process group, and to the command itself when it is no
+/// longer in it (it left with `setsid` or `setpgid`, as `timeout` does, or the group is
+/// gone). The command is this process's child and not yet reaped: its pid is its own.
 fn signal_group(group: Pid, pid: Pid, sig: Signal) {
-    if killpg(group, sig).is_err() {
+    let _ = killpg(group, sig);
+    if getpgid(Some(pid)).is_ok_and(|g| g != group) {
         let _ = kill(pid, sig);
     }
 }
@@ -61,7 +64,13 @@ pub(crate) async fn run(
     };
     let shown = program.to_string_lossy();
     let mut guard = Guard::start(grace).await?;
-    let group = guard.group()?;
+    let group = match guard.group() {
+        Ok(group) => group,
+        Err(e) => {
+            guard.dismiss().await;
+            return Err(e);
+        }
+    };
     let spawned = std::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -83,14 +92,20 @@ pub(crate) async fn run(
     };
     guard.arm(child.id());
     let group = Pid::from_raw(group);
-    let pid = Pid::from_raw(
-        i32::try_from(child.id())
-            .map_err(|_| Failure::new("the command's process id is out of range"))?,
-    );
+    // A pid fits in an i32 on every system the tool runs on (`pid_t`).
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let (tx, mut exited) = oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
+    let waiter = std::thread::Builder::new()
+        .name("command-wait".into())
+        .spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+    if let Err(e) = waiter {
+        // The command runs unwatched: the guard stops it once this process ends.
+        return Err(Failure::new(format!(
+            "cannot start a thread to wait for {shown:?}: {e}"
+        )));
+    }
     let mut on_lost = Some(on_lost);
     let mut kill_at: Option<Instant> = None;
     let status = loop {

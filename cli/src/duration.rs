@@ -45,8 +45,18 @@ pub(crate) fn parse(input: &str) -> Result<Duration, String> {
         total = total.checked_add(part).ok_or_else(bad)?;
         rest = tail;
     }
+    if total > LONGEST {
+        return Err(format!(
+            "duration {input:?} is longer than {} days; give a shorter one",
+            LONGEST.as_secs() / 86_400
+        ));
+    }
     Ok(total)
 }
+
+/// The longest duration [`parse`] accepts: ten thousand days, so that every deadline made of
+/// one is an instant the clock can hold.
+const LONGEST: Duration = Duration::from_secs(10_000 * 86_400);
 
 /// Formats a duration the way [`parse`] reads it (`1h2m3s`, `1.5s`, `250ms`).
 pub(crate) fn format(d: Duration) -> String {
@@ -78,6 +88,13 @@ pub(crate) fn format(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refuses_a_duration_no_deadline_could_hold() {
+        assert_eq!(parse("10000d"), Ok(LONGEST));
+        assert!(parse("10001d").is_err());
+        assert!(parse("200000000000000d").is_err());
+    }
 
     #[test]
     fn parses_common_units() {

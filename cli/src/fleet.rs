@@ -210,14 +210,15 @@ pub(crate) async fn publish(
     Ok(())
 }
 
-/// `subscribe`: the value now, then each new one (only the first with `once`). A name never
+/// `subscribe`: the value now, then each new one (with `once`, the bound of its one read: only
+/// the value now). A name never
 /// published is a value event with `"published": false`; with `once` it ends the command
 /// with [`fail::NOT_PUBLISHED`].
 pub(crate) async fn subscribe(
     manager: &SessionManager,
     node: &str,
     name: &str,
-    once: bool,
+    once: Option<Budget>,
     out: Out,
     signals: &mut Signals,
 ) -> Result<(), Failure> {
@@ -225,7 +226,14 @@ pub(crate) async fn subscribe(
     let fail = |e: &ydb_coordination::Error| semaphore_error("subscribe to", name, node, e);
     // Read before the subscription, which creates the publication (empty).
     let lookup = async { published.lookup().await.map_err(|e| fail(&e)) };
-    let now = signals.interruptible(lookup).await?;
+    let now = match once {
+        Some(budget) => {
+            signals
+                .interruptible(budget.bound("subscribe", lookup))
+                .await?
+        }
+        None => signals.interruptible(lookup).await?,
+    };
     let print = |value: &[u8], published: bool| {
         let mut map = Map::new();
         map.insert("event".into(), json!("value"));
@@ -240,7 +248,7 @@ pub(crate) async fn subscribe(
             Err(_) => output::show_data(value),
         });
     };
-    if once {
+    if once.is_some() {
         return match now {
             Some(value) => {
                 print(&value, true);

@@ -114,11 +114,16 @@ impl Guard {
             return Err(cannot(&"its pipes are missing"));
         };
         let (tx, rx) = oneshot::channel();
-        std::thread::spawn(move || {
+        let reader = std::thread::Builder::new().spawn(move || {
             let mut line = String::new();
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
+        if let Err(e) = reader {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(cannot(&e));
+        }
         let mut guard = Self { child, stdin };
         match timeout(STARTUP, rx).await {
             Ok(Ok(line)) if line.trim_end() == READY => Ok(guard),
@@ -152,7 +157,8 @@ impl Guard {
         drop(stdin);
         let pid = child.id();
         let (tx, rx) = oneshot::channel();
-        std::thread::spawn(move || {
+        // Without a thread the wait below times out and the guard is killed instead.
+        let _ = std::thread::Builder::new().spawn(move || {
             let _ = tx.send(child.wait());
         });
         if timeout(STARTUP, rx).await.is_err()

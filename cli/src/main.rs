@@ -82,17 +82,18 @@ Examples:
   # Readers share, a plain `lock` (writer) excludes them all:
   ydb-coord lock /local/app config --shared -- ./read-config.sh
 
-The command runs in a process group of its own with YDB_COORD_FENCING_TOKEN (increases with
+The command runs in the process group of a small guard process, with YDB_COORD_FENCING_TOKEN (increases with
 each new holder: pass it to the resource you protect) and YDB_COORD_SESSION_ID in its
 environment. SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease
 may have been lost while it runs (the session expired or could not be confirmed in time), it
 gets SIGTERM, then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in
 time: 75. Otherwise ydb-coord exits with the command's exit code.
 
-If ydb-coord dies, even by SIGKILL, a small guard process it starts in the command's group
-sends the group SIGTERM, then SIGKILL after --kill-grace. Processes the command moves out of
-its group (setsid, setpgid) are not stopped, and a stopped command may still have writes in
-flight: the fencing token is what keeps those from the resource.";
+If ydb-coord dies, even by SIGKILL, the guard sends the group SIGTERM, then SIGKILL after
+--kill-grace (at once once the command itself has exited). A command that leaves the group
+(setsid, setpgid; `timeout` does unless given --foreground) is still signalled while
+ydb-coord runs, but not by the guard, and a stopped command may still have writes in flight:
+the fencing token is what keeps those from the resource.";
 
 const ELECT_HELP: &str = "\
 Examples:
@@ -174,7 +175,7 @@ struct ConnArgs {
         value_name = "URL"
     )]
     connection_string: Option<String>,
-    /// Time limit for connecting and for each admin call.
+    /// Time limit for connecting and the admin call after it, together.
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
           value_parser = duration::parse)]
     timeout: Duration,
@@ -835,7 +836,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let auth = Auth { tokens, users };
             emulator(listen, tls, database, nodes, auth).await
         }
-        Command::Guard { grace } => Ok(guard::watch(grace)),
+        // `main` runs the guard before any runtime starts (its signal mask is per thread).
+        Command::Guard { .. } => Err(Failure::new(
+            "the guard runs only as its own process, started by ydb-coord",
+        )),
         Command::Ratelimit { action } => ratelimit::run(&conn, action, out).await,
         Command::Space { action } => space::run(&conn, action, out).await,
         Command::Node { action } => {
@@ -958,7 +962,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let mut signals = Signals::install()?;
             let description = format!("ydb-coord subscribe {name}");
             let (manager, node) = conn.manager(&mut signals, &path, description).await?;
-            let result = fleet::subscribe(&manager, &node, &name, once, out, &mut signals).await;
+            // `--once` is one read: bounded by --timeout, as a publish is.
+            let bound = once.then_some(conn.budget);
+            let result = fleet::subscribe(&manager, &node, &name, bound, out, &mut signals).await;
             manager.shutdown().await;
             result.map(|()| 0)
         }

@@ -97,6 +97,29 @@ fn a_command_does_not_outlive_a_killed_ydb_coord() {
     assert!(gone, "still running in the command's group: {left:?}");
 }
 
+/// A command that leaves its group (`setsid`, as `timeout` does with `setpgid`) still gets
+/// the signals `ydb-coord` forwards.
+#[test]
+fn a_command_that_leaves_its_group_still_gets_the_forwarded_signals() {
+    let env = Env::new("edges-setsid");
+    let pidfile = env.path("pid");
+    let script = format!("echo $$ > {pidfile}; exec sleep 1000");
+    let mut tool = env.spawn(&["lock", NODE, "job", "--", "setsid", "sh", "-c", &script]);
+    let command = read_pid(&pidfile);
+    let (_, group) = stat(command).expect("the command runs");
+    assert_eq!(group, command, "setsid made the command a group of its own");
+    signal(&tool, Signal::SIGTERM);
+    let status = wait_exit(&mut tool);
+    let gone = within(Duration::from_secs(5), || {
+        stat(command).is_none_or(|(s, _)| s == 'Z')
+    });
+    if !gone {
+        let _ = kill(Pid::from_raw(command), Signal::SIGKILL);
+    }
+    assert!(gone, "the command outlived the forwarded SIGTERM");
+    assert_eq!(status.code(), Some(128 + 15));
+}
+
 #[test]
 fn a_normal_end_stops_nothing_and_leaves_no_guard() {
     let env = Env::new("edges-normal");

@@ -199,10 +199,12 @@ impl Published {
         .await
     }
 
-    /// The value now, or `None` when the name has no publication: nothing was published
-    /// under it, and nobody subscribed to it (a [subscription](Published::subscribe)
-    /// creates the publication, empty). Unlike [`get`](Published::get), it tells "never
-    /// published" from a value published empty. Like `get`, it creates nothing.
+    /// The value now, or `None` when no semaphore has the name: nothing was published under
+    /// it, and nobody subscribed to it (a [subscription](Published::subscribe) creates the
+    /// publication, empty). Unlike [`get`](Published::get), it tells "never published"
+    /// from a value published empty. Like `get`, it creates nothing, and it reads the data
+    /// of whatever semaphore has the name ([`publish`](Published::publish) is what refuses
+    /// one that is not a publication).
     ///
     /// # Examples
     ///
