@@ -16,7 +16,7 @@
 //!
 //! `cargo run --example config`
 //!
-//! [`Published::subscribe`]: ydb_coordination::Published::subscribe
+//! [`Published::subscribe`]: ydb_coordination::recipes::Published::subscribe
 
 #[path = "common/mod.rs"]
 mod common;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::oneshot;
 use ydb_coordination::recipes::LeaderStream;
-use ydb_coordination::{DescribeOptions, Session, SessionOptions};
+use ydb_coordination::{Session, SessionOptions, config::DescribeOptions};
 
 use common::{BoxError, bounded};
 

@@ -8,18 +8,18 @@ mod common;
 
 use std::sync::Mutex;
 
-use ydb_coordination::SessionOptions;
+use ydb_coordination::{FencingToken, SessionOptions};
 
 /// A register that accepts a write only with a fencing token at least as new as the newest
 /// it has seen: a conditional write, as a database row with a version column does it.
 #[derive(Default)]
 struct Storage {
-    newest_token: Mutex<u64>,
+    newest_token: Mutex<FencingToken>,
     value: Mutex<String>,
 }
 
 impl Storage {
-    fn write(&self, token: u64, value: &str) -> Result<(), String> {
+    fn write(&self, token: FencingToken, value: &str) -> Result<(), String> {
         let mut newest = self.newest_token.lock().map_err(|e| e.to_string())?;
         if token < *newest {
             return Err(format!("rejected: token {token} is older than {}", *newest));

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use ydb_coordination::space::{Layout, LockSpace, SpaceDirectory, SpaceToken};
+use ydb_coordination::FencingToken;
+use ydb_coordination::space::{Layout, LockSpace, SpaceDirectory};
 use ydb_coordination::{ErrorKind, SessionOptions};
 
 use common::{BoxError, bounded};
@@ -47,7 +48,7 @@ const FINISH_WITHIN: Duration = Duration::from_secs(20);
 /// One accepted write: who held the lock, with which token, in which layout, on which nodes.
 struct Write {
     worker: usize,
-    token: SpaceToken,
+    token: FencingToken,
     epoch: u64,
     nodes: Vec<String>,
 }
@@ -57,7 +58,7 @@ struct Write {
 /// notes a holder that writes while another has not left yet.
 #[derive(Default)]
 struct Register {
-    newest: SpaceToken,
+    newest: FencingToken,
     inside: Option<usize>,
     writes: Vec<Write>,
     overlaps: u64,
@@ -142,7 +143,7 @@ async fn work(
             println!("worker {worker}: lost {name} while holding it");
         }
         locked(register).leave(worker);
-        bounded(&format!("the unlock of {name}"), guard.unlock()).await??;
+        bounded(&format!("the unlock of {name}"), guard.release()).await??;
     }
     Ok(stats)
 }

@@ -18,7 +18,7 @@ mod common;
 use futures::StreamExt;
 use tokio::sync::oneshot;
 use ydb_coordination::recipes::MemberStream;
-use ydb_coordination::{Member, SessionOptions};
+use ydb_coordination::{SessionOptions, recipes::Member};
 
 use common::{BoxError, bounded};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{BoxError, bounded};
 use tokio::time::Instant;
-use ydb_coordination::{ErrorKind, RateLimiter, ResourceSettings};
+use ydb_coordination::{ErrorKind, RateLimiter, rate_limiter::ResourceSettings};
 
 const RESOURCE: &str = "payments";
 /// Calls a second the provider allows, for the whole fleet.

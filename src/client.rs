@@ -28,7 +28,7 @@ use crate::transport::{self, ConnectionInfo, Transport, TransportConfig};
 /// # Examples
 ///
 /// ```no_run
-/// use ydb_coordination::{Client, Credentials};
+/// use ydb_coordination::{Client, auth::Credentials};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> ydb_coordination::Result<()> {
@@ -51,7 +51,7 @@ pub struct Client {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::{Client, Credentials};
+/// use ydb_coordination::{Client, auth::Credentials};
 ///
 /// let builder = Client::builder("grpc://localhost:2136/local")
 ///     .credentials(Credentials::anonymous())
@@ -256,7 +256,7 @@ impl Client {
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
-    /// use ydb_coordination::{Client, NodeConfig};
+    /// use ydb_coordination::{Client, config::NodeConfig};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -312,7 +312,7 @@ impl Client {
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
-    /// use ydb_coordination::{Client, NodeConfig};
+    /// use ydb_coordination::{Client, config::NodeConfig};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -376,7 +376,7 @@ impl Client {
     /// Drops a coordination node.
     ///
     /// Like every node call, it is retried after transient failures (unavailable,
-    /// overloaded, no answer), with [`Backoff`](crate::Backoff)'s defaults, within
+    /// overloaded, no answer), with [`Backoff`](crate::config::Backoff)'s defaults, within
     /// [`ClientBuilder::request_timeout`].
     ///
     /// # Errors

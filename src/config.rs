@@ -220,7 +220,7 @@ impl SessionOptions {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::Backoff;
+/// use ydb_coordination::config::Backoff;
 ///
 /// let b = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 /// assert_eq!(b.ceiling(0), Duration::from_millis(50));
@@ -410,7 +410,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::DescribeOptions;
+/// use ydb_coordination::config::DescribeOptions;
 ///
 /// let opts = DescribeOptions::new().owners(true).waiters(true);
 /// # let _ = opts;
@@ -445,7 +445,7 @@ impl DescribeOptions {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::WatchOptions;
+/// use ydb_coordination::config::WatchOptions;
 ///
 /// let opts = WatchOptions::owners_changes();
 /// # let _ = opts;
@@ -560,7 +560,7 @@ pub enum RateLimiterCountersMode {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::NodeConfig;
+/// use ydb_coordination::config::NodeConfig;
 ///
 /// let config = NodeConfig::new().session_grace_period(Duration::from_secs(5));
 /// assert_eq!(config.session_grace_period, Some(Duration::from_secs(5)));

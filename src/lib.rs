@@ -6,7 +6,7 @@
 //! semaphore with a [`CancellationToken`](tokio_util::sync::CancellationToken) that fires
 //! when the lease is released or may have been lost, and a fencing token. The
 //! [`recipes`] ([`Mutex`], [`Semaphore`], [`RwLock`], [`Election`], [`MultiLock`]) use
-//! tokio's and etcd's verbs; [`Group`] (membership, service discovery) and [`Published`] (a
+//! tokio's and etcd's verbs; [`Group`] (membership, service discovery) and [`Published`](recipes::Published) (a
 //! small value with subscribers) are what fleets build on them; a [`SessionManager`] replaces lost sessions and re-takes held locks.
 //! [`Client::rate_limiter`] reaches the node's other half, YDB's distributed rate limiter
 //! ([`RateLimiter`]: resources, and units a fleet takes from them). The
@@ -42,10 +42,10 @@
 //!   intervals, the session task opens a new connection and reattaches with the same
 //!   session id and protection key and the next sequence number, with jittered exponential
 //!   backoff. Leases stay held and their tokens do not fire; the state goes
-//!   [`SessionState::Reattaching`] then [`SessionState::Attached`]. Requests that were in
+//!   [`SessionState::Reattaching`](session::SessionState::Reattaching) then [`SessionState::Attached`](session::SessionState::Attached). Requests that were in
 //!   flight are sent again (acquire, release, describe, update: the server answers from its
 //!   current state); create and delete fail with [`ErrorKind::OutcomeUnknown`]; watches
-//!   are re-armed and report [`WatchUpdate::resynced`].
+//!   are re-armed and report [`WatchUpdate::resynced`](session::WatchUpdate::resynced).
 //! - **When a lease token fires.** On release or drop of the lease; on
 //!   [`Session::close`]; when the server ends the session (`SESSION_EXPIRED`,
 //!   `BAD_SESSION`, `NOT_FOUND`, `UNAUTHORIZED`); and when the client has had no confirmed
@@ -64,7 +64,7 @@
 //!   [`ErrorKind::SessionExpired`] when the server ended it or the deadline passed,
 //!   [`ErrorKind::SessionClosed`] after [`Session::close`]. If the session task itself
 //!   stops unexpectedly (a bug), every lease token still fires, the state becomes
-//!   [`SessionState::Expired`] and the cause is [`ErrorKind::Internal`].
+//!   [`SessionState::Expired`](session::SessionState::Expired) and the cause is [`ErrorKind::Internal`].
 //! - **Closing asks the server, even during an outage.** [`Session::close`] fires every
 //!   token and fails pending acquires with [`ErrorKind::SessionClosed`] at once (a grant
 //!   racing the close is given back, never returned); then it sends the queued releases and
@@ -94,14 +94,14 @@
 //!
 //! # Cancellation
 //!
-//! Every async function documents its cancel safety. Dropping an [`Acquire`] (or a recipe's
+//! Every async function documents its cancel safety. Dropping an [`Acquiring`] (or a recipe's
 //! `lock()` future) withdraws the request at any moment: a queued waiter is removed from
 //! the server's queue, and a grant that had already arrived but was not yet taken (the
 //! future lost a `select!`, a `tokio::time::timeout` fired, the task was aborted, or the
-//! caller dropped it after [`Acquire::queued`]) is released, its token fired. Dropping a
+//! caller dropped it after [`Acquiring::queued`]) is released, its token fired. Dropping a
 //! [`Lease`] or guard releases it without blocking (no task is spawned in `Drop`; the
 //! release is queued on the session). Dropping every handle, lease and watch of a session
-//! closes it: a live [`WatchStream`] keeps its session open.
+//! closes it: a live [`WatchStream`](session::WatchStream) keeps its session open.
 //!
 //! # Fencing
 //!
@@ -127,19 +127,19 @@
 //! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).
 #![doc(test(attr(deny(warnings))))]
 
-mod auth;
+pub mod auth;
 mod client;
 mod clock;
-mod config;
+pub mod config;
 mod discovery;
 mod endpoints;
-mod error;
+pub mod error;
 mod manager;
 pub(crate) mod proto;
-mod rate_limiter;
+pub mod rate_limiter;
 pub mod recipes;
 mod retry;
-mod session;
+pub mod session;
 #[cfg(test)]
 mod sim;
 pub mod space;
@@ -154,37 +154,17 @@ pub use ydb_coordination_emulator as emulator;
 #[cfg(test)]
 pub(crate) use crate::emulator::core as emulator_core;
 
-pub use auth::{
-    ACCESS_TOKEN_TYPE, Credentials, DEFAULT_JWT_TTL, IAM_TOKEN_URL, JWT_TOKEN_TYPE, JwtTokenSource,
-    KeyFileError, METADATA_TOKEN_URL, MetadataCredentials, OAUTH2_JWT_ALGORITHMS,
-    OAuth2TokenExchangeCredentials, OAuth2TokenSource, ServiceAccountCredentials,
-    TOKEN_EXCHANGE_GRANT_TYPE, TokenExchangeError, TokenFuture, TokenProvider,
-};
 pub use client::{Client, ClientBuilder};
-pub use config::{
-    AcquireOptions, Backoff, ConsistencyMode, DescribeOptions, MAX_ACQUIRE_TIMEOUT, MAX_DATA_LEN,
-    MAX_DESCRIPTION_LEN, MAX_NAME_LEN, MAX_SESSION_TIMEOUT, NodeConfig, RateLimiterCountersMode,
-    SessionOptions, WatchOptions,
-};
-pub use error::{Error, ErrorKind, Issue, Result, RetryRule, StatusCode};
+pub use config::{AcquireOptions, SessionOptions};
+pub use error::{Error, ErrorKind, Result};
 pub use manager::{SessionManager, SessionStream};
-pub use rate_limiter::{
-    MAX_ACQUIRE_WAIT, RateLimited, RateLimiter, ResourceDescription, ResourceSettings,
-};
+pub use rate_limiter::RateLimiter;
 pub use recipes::{
-    Acquiring, BoundedLease, BoundedMutexGuard, BoundedRwLockReadGuard, BoundedRwLockWriteGuard,
-    BoundedSemaphorePermit, Candidate, Election, Group, Leader, Leadership, Member, Membership,
-    MembershipState, MultiLock, MultiLockGuard, Mutex, MutexGuard, Published, RwLock,
+    Election, Group, Guard, Leadership, Membership, MultiLock, Mutex, MutexGuard, RwLock,
     RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit,
 };
-pub use session::{
-    Acquire, HeldLease, Lease, SemaphoreDescription, SemaphoreSession, Session, SessionSnapshot,
-    SessionState, WaitingAcquire, WatchStream, WatchUpdate,
-};
+pub use session::{Acquiring, FencingToken, Lease, Session};
 pub use space::LockSpace;
-/// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
-/// is ([`ResourceSettings::metering`]).
-pub use ydb_coordination_proto::rate_limiter as rate_limiter_proto;
 
 /// The README's code blocks, run as doctests against the emulator.
 #[cfg(doctest)]

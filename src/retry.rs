@@ -8,12 +8,12 @@
 //! here: their attach loops are in `client.rs` and the session core.
 //!
 //! What is repeated, and which endpoint is blamed, comes from one table (`error/classify.rs`,
-//! summarized in the docs of [`ErrorKind`] and in `docs/connecting.md`): a failure's [`RetryRule`](crate::RetryRule)
-//! says whether the request may go again ([`RetryRule::Idempotent`](crate::RetryRule::Idempotent) ones only because these
+//! summarized in the docs of [`ErrorKind`] and in `docs/connecting.md`): a failure's [`RetryRule`](crate::error::RetryRule)
+//! says whether the request may go again ([`RetryRule::Idempotent`](crate::error::RetryRule::Idempotent) ones only because these
 //! calls are idempotent: an attempt that timed out or lost its connection may have been
 //! carried out), and [`Error::blames_endpoint`] whether the next attempt must avoid the
 //! endpoint. A call that is not idempotent (a rate-limiter acquire, through [`unary`]) is
-//! repeated only after a failure whose rule is [`RetryRule::Always`](crate::RetryRule::Always)
+//! repeated only after a failure whose rule is [`RetryRule::Always`](crate::error::RetryRule::Always)
 //! (the server did not carry it out).
 
 use std::future::Future;
@@ -28,7 +28,7 @@ use crate::transport::Transport;
 use ydb_grpc::ydb_proto::operations::Operation;
 
 /// The wait before attempt `attempt + 1` of a call (`idempotent` or not) whose attempt
-/// `attempt` (0-based) failed with `err`, or `None` when its [`RetryRule`](crate::RetryRule) says trying again
+/// `attempt` (0-based) failed with `err`, or `None` when its [`RetryRule`](crate::error::RetryRule) says trying again
 /// cannot help or is not safe. `unit` is a uniform random number in `[0, 1)` for the
 /// jitter.
 ///
@@ -97,7 +97,7 @@ where
 pub(crate) struct Attempts {
     /// Whether doing the call twice leaves things as doing it once: a call that is not is
     /// repeated only after failures that say it was not carried out
-    /// ([`RetryRule::Always`](crate::RetryRule::Always)).
+    /// ([`RetryRule::Always`](crate::error::RetryRule::Always)).
     pub(crate) idempotent: bool,
     /// All attempts together (`Duration::MAX`: no limit).
     pub(crate) budget: Duration,

@@ -6,7 +6,7 @@ mod common;
 
 use common::within;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, Credentials, ErrorKind, NodeConfig, SessionOptions};
+use ydb_coordination::{Client, ErrorKind, SessionOptions, auth::Credentials, config::NodeConfig};
 
 async fn emulator() -> Emulator {
     within(

@@ -4,13 +4,13 @@
 
 mod common;
 
-use std::ops::Deref;
 use std::time::Duration;
 
 use common::{Env, within};
 use tokio::time::Instant;
-use ydb_coordination::recipes::{Acquiring, BoundedLease};
-use ydb_coordination::{DescribeOptions, ErrorKind, MAX_ACQUIRE_TIMEOUT};
+use ydb_coordination::recipes::Bounded;
+use ydb_coordination::{Acquiring, Guard};
+use ydb_coordination::{ErrorKind, config::DescribeOptions, config::MAX_ACQUIRE_TIMEOUT};
 
 /// Session A (behind a slow link) multi-locks `[x, y]` while B holds `y`: when
 /// `lock_timeout` gives up, `x` is already free for C, who sits on a fast link.
@@ -101,7 +101,7 @@ async fn lock_for_counts_its_bound_from_the_grant_seen_by_queued() {
     assert!(guard.deadline() >= asked + bound);
     // And the lock is released: another session gets it.
     let next = within(b.mutex("job").lock()).await.unwrap();
-    assert!(!within(guard.unlock()).await.unwrap());
+    assert!(!within(guard.release()).await.unwrap());
     drop(next);
 }
 
@@ -129,7 +129,7 @@ async fn a_bounded_grant_nobody_polls_counts_from_the_grant() {
 
 /// Awaits `acquiring`, a bounded acquire of a free lock, 20 s after `queued()` saw its
 /// 10 s grant: the guard must come back past its deadline.
-async fn picked_up_late<G: Deref<Target = BoundedLease>>(mut acquiring: Acquiring<G>) -> G {
+async fn picked_up_late<G: Guard>(mut acquiring: Acquiring<Bounded<G>>) -> Bounded<G> {
     assert!(!within(acquiring.queued()).await);
     let granted = Instant::now();
     tokio::time::sleep(Duration::from_secs(20)).await;

@@ -610,7 +610,7 @@ async fn worker(
         let id = shared.lock().grant(
             w,
             guard.session_id(),
-            guard.fencing_token(),
+            guard.fencing_token().order,
             guard.token(),
             long,
         );
@@ -1197,14 +1197,17 @@ async fn release_in_flight_across_a_short_stall_reports_released() {
     proxy.net().stall();
     let release = tokio::spawn(guard.unlock());
     common::wait_state(&session, |s| {
-        matches!(s, ydb_coordination::SessionState::Reattaching { .. })
+        matches!(
+            s,
+            ydb_coordination::session::SessionState::Reattaching { .. }
+        )
     })
     .await;
     sleep(Duration::from_millis(500)).await;
     proxy.net().resume();
     let released = within(release).await.unwrap().unwrap();
     common::wait_state(&session, |s| {
-        matches!(s, ydb_coordination::SessionState::Attached { .. })
+        matches!(s, ydb_coordination::session::SessionState::Attached { .. })
     })
     .await;
     assert!(emulator.semaphore_names(NODE).is_empty());

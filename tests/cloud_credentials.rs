@@ -27,8 +27,9 @@ use common::within;
 use peer::{Peer, Rs, StatusCode, session_response};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
-    Client, Credentials, ErrorKind, KeyFileError, MetadataCredentials, ServiceAccountCredentials,
-    SessionOptions, SessionState, TokenFuture, TokenProvider,
+    Client, ErrorKind, SessionOptions, auth::Credentials, auth::KeyFileError,
+    auth::MetadataCredentials, auth::ServiceAccountCredentials, auth::TokenFuture,
+    auth::TokenProvider, session::SessionState,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -74,7 +75,7 @@ async fn a_service_account_key_is_exchanged_for_an_iam_token_sent_as_the_ticket(
     let (claims, kid) = verify_iam_request(&requests[0]).unwrap();
     assert_eq!(kid, "key-test");
     assert_eq!(claims.iss, "sa-test");
-    assert_eq!(claims.aud, ydb_coordination::IAM_TOKEN_URL);
+    assert_eq!(claims.aud, ydb_coordination::auth::IAM_TOKEN_URL);
     assert!(claims.exp - claims.iat <= 3600);
     assert_eq!(requests[0].header("content-type"), Some("application/json"));
 }
@@ -709,12 +710,19 @@ async fn a_token_that_never_comes_costs_a_reattach_attempt_not_the_session() {
     // The first reattach gives up on its token after the request timeout (2 s); the next
     // one gets a token and reattaches, well within the session timeout (10 s).
     let mut states = session.state_changes();
-    within(states.wait_for(|s| matches!(s, ydb_coordination::SessionState::Reattaching { .. })))
-        .await
-        .unwrap();
-    within(states.wait_for(|s| matches!(s, ydb_coordination::SessionState::Attached { .. })))
-        .await
-        .unwrap();
+    within(states.wait_for(|s| {
+        matches!(
+            s,
+            ydb_coordination::session::SessionState::Reattaching { .. }
+        )
+    }))
+    .await
+    .unwrap();
+    within(
+        states.wait_for(|s| matches!(s, ydb_coordination::session::SessionState::Attached { .. })),
+    )
+    .await
+    .unwrap();
     assert!(!guard.is_lost(), "the lock survived the reattach");
     assert!(provider.asked.load(Ordering::SeqCst) >= 3);
 }

@@ -14,7 +14,7 @@ use prost::Message;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tonic::transport::Channel;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{AcquireOptions, Client, DescribeOptions, SessionOptions};
+use ydb_coordination::{AcquireOptions, Client, SessionOptions, config::DescribeOptions};
 use ydb_grpc::ydb_proto::coordination::{
     AlterNodeRequest, Config, ConsistencyMode, CreateNodeRequest, DescribeNodeRequest,
     DescribeNodeResult, DropNodeRequest,

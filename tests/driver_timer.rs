@@ -12,7 +12,7 @@ use peer::{
 };
 use tokio::time::Instant;
 use ydb_coordination::{
-    AcquireOptions, Client, DescribeOptions, ErrorKind, Lease, Session, SessionOptions,
+    AcquireOptions, Client, ErrorKind, Lease, Session, SessionOptions, config::DescribeOptions,
 };
 
 /// The session id the scripted server hands out.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{Env, within};
 use futures::StreamExt;
 use ydb_coordination::recipes::{MemberStream, ValueStream};
-use ydb_coordination::{ErrorKind, Member, MembershipState, SessionOptions};
+use ydb_coordination::{ErrorKind, SessionOptions, recipes::Member, recipes::MembershipState};
 
 /// The data of each member of `set`, in join order.
 fn data(set: &[Member]) -> Vec<Vec<u8>> {
@@ -70,7 +70,7 @@ async fn group_members_are_listed_in_join_order_with_their_data() {
 async fn join_with_oversized_data_or_on_a_foreign_semaphore_is_refused() {
     let env = Env::new().await;
     let s = env.session().await;
-    let big = vec![0u8; ydb_coordination::MAX_DATA_LEN + 1];
+    let big = vec![0u8; ydb_coordination::config::MAX_DATA_LEN + 1];
     let err = within(s.group("workers").join(&big)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     within(s.create_semaphore("pool", 3, b"")).await.unwrap();
@@ -316,7 +316,7 @@ async fn a_multi_lock_refuses_bad_input() {
     let none: [&str; 0] = [];
     let err = within(s.multi_lock(none).lock()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    let long = "x".repeat(ydb_coordination::MAX_NAME_LEN + 1);
+    let long = "x".repeat(ydb_coordination::config::MAX_NAME_LEN + 1);
     let err = within(s.multi_lock([long.as_str(), "a"]).try_lock())
         .await
         .unwrap_err();
@@ -355,10 +355,10 @@ async fn a_published_value_is_read_and_replaced() {
     within(b.published("config").publish(b"v2")).await.unwrap();
     assert_eq!(within(config.get()).await.unwrap(), b"v2");
 
-    let big = vec![1u8; ydb_coordination::MAX_DATA_LEN + 1];
+    let big = vec![1u8; ydb_coordination::config::MAX_DATA_LEN + 1];
     let err = within(config.publish(&big)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    let full = vec![1u8; ydb_coordination::MAX_DATA_LEN];
+    let full = vec![1u8; ydb_coordination::config::MAX_DATA_LEN];
     within(config.publish(&full)).await.unwrap();
     assert_eq!(within(config.get()).await.unwrap(), full);
 }
@@ -478,7 +478,7 @@ async fn read_for_and_write_for_end_at_their_deadlines() {
     assert!(tokio::time::Instant::now() >= write.deadline());
     let next = within(next).await.unwrap();
     assert!(!next.is_lost());
-    assert!(!within(write.unlock()).await.unwrap());
+    assert!(!within(write.release()).await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, within};
-use ydb_coordination::{ErrorKind, MembershipState, Session};
+use ydb_coordination::{ErrorKind, Session, recipes::MembershipState};
 
 /// Less than one keepalive interval (the default session timeout's fifth, 2 s): what these
 /// tests wait for is driven by the server's notification, not by a periodic check.
@@ -177,7 +177,7 @@ async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_ne
     // deleted and made anew, so it takes the new one; the delete's notice reaches A first.
     proxy.net().stall();
     let proclaim = tokio::spawn(async move {
-        let result = leadership.proclaim(b"a2").await;
+        let result = leadership.set_data(b"a2").await;
         (leadership, result)
     });
     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -23,7 +23,8 @@ use futures::StreamExt;
 use proptest::prelude::*;
 use tokio::task::JoinHandle;
 use ydb_coordination::{
-    AcquireOptions, DescribeOptions, Session, SessionOptions, SessionState, WatchOptions,
+    AcquireOptions, Session, SessionOptions, config::DescribeOptions, config::WatchOptions,
+    session::SessionState,
 };
 
 use peer::{IssueMessage, Peer, Rq, Rs, SessionResponse, StatusCode, session_response};

@@ -15,8 +15,8 @@ use peer::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use ydb_coordination::{
-    AcquireOptions, DescribeOptions, ErrorKind, Result, SemaphoreDescription, Session,
-    SessionOptions, SessionState,
+    AcquireOptions, ErrorKind, Result, Session, SessionOptions, config::DescribeOptions,
+    session::SemaphoreDescription, session::SessionState,
 };
 
 /// The session id every scripted server hands out.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, Credentials, ErrorKind, SessionManager, SessionOptions};
+use ydb_coordination::{Client, ErrorKind, SessionManager, SessionOptions, auth::Credentials};
 
 const NODE: &str = "/local/app";
 /// The connect budget of these tests; "at once" is well under it.

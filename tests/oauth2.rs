@@ -25,8 +25,9 @@ use cloud::{
 use common::within;
 use oauth2::{TOKEN_PATH, endpoint, field, form, issue, oauth_error, signing_key, verify_jwt};
 use ydb_coordination::{
-    Credentials, ErrorKind, JwtTokenSource, KeyFileError, OAuth2TokenExchangeCredentials,
-    OAuth2TokenSource, TokenExchangeError, TokenProvider,
+    ErrorKind, auth::Credentials, auth::JwtTokenSource, auth::KeyFileError,
+    auth::OAuth2TokenExchangeCredentials, auth::OAuth2TokenSource, auth::TokenExchangeError,
+    auth::TokenProvider,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use cloud::{MockHttp, Recorded, temp_file};
 use oauth2::{SigningKey, TOKEN_PATH, claims_of, form, issue, sec1_signing_key, signing_key};
-use ydb_coordination::{OAuth2TokenExchangeCredentials, TokenProvider};
+use ydb_coordination::{auth::OAuth2TokenExchangeCredentials, auth::TokenProvider};
 
 /// A bound on everything that involves the Python process (real time: it is a real process).
 const LIMIT: Duration = Duration::from_secs(60);

@@ -25,7 +25,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-use ydb_coordination::{AcquireOptions, ErrorKind, SessionOptions, SessionState};
+use ydb_coordination::{AcquireOptions, ErrorKind, SessionOptions, session::SessionState};
 
 const ACQUISITIONS: &str = "ydb_coordination_acquisitions_total";
 const ACQUIRE_WAIT: &str = "ydb_coordination_acquire_wait_seconds";
@@ -767,7 +767,7 @@ fn snapshot_lists_leases_and_waiters_without_a_round_trip() {
         let h = &snap.held[0];
         assert_eq!(h.name, "other");
         assert_eq!(h.count, 1);
-        assert_eq!(h.fencing_token, other.fencing_token());
+        assert_eq!(h.fencing_token, other.fencing_token().order);
         assert!(before <= h.since && h.since <= granted, "{snap:#?}");
         assert_eq!(snap.waiting.len(), 2, "{snap:#?}");
         let (first, second) = (&snap.waiting[0], &snap.waiting[1]);

@@ -12,7 +12,9 @@ use common::within;
 use futures::StreamExt;
 use tokio::time::Instant;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, ErrorKind, NodeConfig, RateLimiter, ResourceSettings};
+use ydb_coordination::{
+    Client, ErrorKind, RateLimiter, config::NodeConfig, rate_limiter::ResourceSettings,
+};
 
 const NODE: &str = "quotas";
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{Env, wait_state, within};
 use futures::StreamExt;
 use tokio::time::Instant;
-use ydb_coordination::{ErrorKind, SessionOptions, SessionState};
+use ydb_coordination::{ErrorKind, SessionOptions, session::SessionState};
 
 #[tokio::test(start_paused = true)]
 async fn mutex_excludes_under_contention() {
@@ -179,7 +179,7 @@ async fn election_hands_over_and_observers_see_no_leader() {
     assert_eq!(seen.session_id, a.id());
     let election_b = b.election("sched");
     let campaign_b = tokio::spawn(async move { election_b.campaign(b"b").await });
-    within(lead_a.proclaim(b"a2")).await.unwrap();
+    within(lead_a.set_data(b"a2")).await.unwrap();
     assert_eq!(
         within(observed.next())
             .await
@@ -557,14 +557,14 @@ async fn election_candidates_list_the_leader_then_waiters_in_fifo_order() {
             (b"c".as_slice(), c.id(), false, false),
         ]
     );
-    assert_eq!(queue[0].order_id, lead_a.fencing_token());
+    assert_eq!(queue[0].order_id, lead_a.fencing_token().order);
     assert!(queue[0].order_id < queue[1].order_id);
     assert!(queue[1].order_id < queue[2].order_id);
 
     // The leader resigns: the first waiter leads with the order id it was listed with.
     within(lead_a.resign()).await.unwrap();
     let lead_b = within(campaign_b).await.unwrap();
-    assert_eq!(lead_b.fencing_token(), queue[1].order_id);
+    assert_eq!(lead_b.fencing_token().order, queue[1].order_id);
     let queue = within(a.election("sched").candidates()).await.unwrap();
     let sessions: Vec<(u64, bool)> = queue.iter().map(|x| (x.session_id, x.is_leader)).collect();
     assert_eq!(sessions, [(b.id(), true), (c.id(), false)]);
@@ -641,7 +641,7 @@ async fn lock_for_fires_at_the_deadline_and_hands_the_lock_over() {
     assert!(guard_b.fencing_token() > guard.fencing_token());
     assert_eq!(guard_b.session_id(), b.id());
     // Unlocking after the deadline reports the lock as already gone.
-    assert!(!within(guard.unlock()).await.unwrap());
+    assert!(!within(guard.release()).await.unwrap());
     assert!(!guard_b.is_lost());
 }
 
@@ -677,7 +677,7 @@ async fn lock_for_unlocked_before_the_deadline_releases_normally() {
     assert!(within(next.queued()).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!token.is_cancelled());
-    assert!(within(guard.unlock()).await.unwrap());
+    assert!(within(guard.release()).await.unwrap());
     assert!(token.is_cancelled());
     let guard_b = within(next).await.unwrap();
     assert!(Instant::now() < deadline);
@@ -762,7 +762,7 @@ async fn invalid_stream<T: std::fmt::Debug>(
 async fn every_recipe_verb_refuses_a_name_over_the_limit_before_sending_anything() {
     let env = Env::new().await;
     let s = env.session().await;
-    let long = "x".repeat(ydb_coordination::MAX_NAME_LEN + 1);
+    let long = "x".repeat(ydb_coordination::config::MAX_NAME_LEN + 1);
     let (long, d) = (long.as_str(), Duration::from_secs(1));
 
     let mutex = s.mutex(long);
@@ -820,7 +820,7 @@ async fn every_recipe_verb_refuses_a_name_over_the_limit_before_sending_anything
     }
 
     // A name at the limit is a name like any other.
-    let at = "x".repeat(ydb_coordination::MAX_NAME_LEN);
+    let at = "x".repeat(ydb_coordination::config::MAX_NAME_LEN);
     drop(within(s.mutex(&at).lock()).await.unwrap());
     within(s.published(&at).publish(b"v")).await.unwrap();
     assert_eq!(within(s.published(&at).get()).await.unwrap(), b"v");

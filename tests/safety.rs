@@ -16,8 +16,8 @@ use peer::{Peer, Rq, Rs, StatusCode, acquire_result, describe_ok, description, s
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use ydb_coordination::{
-    AcquireOptions, DescribeOptions, ErrorKind, Lease, Result, Session, SessionOptions,
-    SessionState, WatchOptions, WatchStream, WatchUpdate,
+    AcquireOptions, ErrorKind, Lease, Result, Session, SessionOptions, config::DescribeOptions,
+    config::WatchOptions, session::SessionState, session::WatchStream, session::WatchUpdate,
 };
 
 /// The session id the scripted peer hands out.
@@ -259,7 +259,7 @@ async fn held_behind_proxy(
     ydb_coordination::emulator::FaultProxy,
     Session,
     Lease,
-    ydb_coordination::Acquire,
+    ydb_coordination::Acquiring<Lease>,
 ) {
     let (proxy, behind) = env.behind_proxy().await;
     let s = within(behind.session(&env.node, SessionOptions::new()))
@@ -274,7 +274,7 @@ async fn held_behind_proxy(
 
 /// The queued session gets "job" within 3 s of `since`: well before the server could have
 /// expired the session that held it (10 s).
-async fn granted_soon_after(env: &Env, since: Instant, waiter: ydb_coordination::Acquire) {
+async fn granted_soon_after(env: &Env, since: Instant, waiter: ydb_coordination::Acquiring<Lease>) {
     let granted = tokio::time::timeout_at(since + Duration::from_secs(3), waiter).await;
     let granted = granted.unwrap_or_else(|_| {
         panic!(

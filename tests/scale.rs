@@ -16,7 +16,9 @@ use futures::StreamExt;
 use futures::future::join_all;
 use tokio::task::unconstrained;
 use ydb_coordination::emulator::Traffic;
-use ydb_coordination::{AcquireOptions, DescribeOptions, Lease, Session, SessionState};
+use ydb_coordination::{
+    AcquireOptions, FencingToken, Lease, Session, config::DescribeOptions, session::SessionState,
+};
 
 /// The scale the session must carry.
 const N: usize = 10_000;
@@ -198,7 +200,7 @@ async fn workload(n: usize) -> Phases {
     assert_eq!(d.waiters[0].session_id, waiter.id());
 
     let t = Instant::now();
-    let fences: Vec<u64> = held.iter().map(Lease::fencing_token).collect();
+    let fences: Vec<FencingToken> = held.iter().map(Lease::fencing_token).collect();
     release_all(held).await;
     let granted: Vec<Lease> = all_of(acquires)
         .await
@@ -275,7 +277,7 @@ async fn ten_thousand_queued_acquires_on_one_session() {
     assert!(queued.iter().all(|q| *q), "every acquire must be queued");
 
     let t = Instant::now();
-    let fences: Vec<u64> = held.iter().map(Lease::fencing_token).collect();
+    let fences: Vec<FencingToken> = held.iter().map(Lease::fencing_token).collect();
     release_all(held).await;
     let granted: Vec<Lease> = all_of(acquires)
         .await

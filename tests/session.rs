@@ -10,7 +10,8 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use ydb_coordination::emulator::FaultProxy;
 use ydb_coordination::{
-    AcquireOptions, Client, DescribeOptions, ErrorKind, SessionOptions, SessionState, WatchOptions,
+    AcquireOptions, Client, ErrorKind, SessionOptions, config::DescribeOptions,
+    config::WatchOptions, session::SessionState,
 };
 
 fn lock() -> AcquireOptions {
@@ -59,7 +60,7 @@ async fn survives_a_tablet_restart_without_losing_leases() {
     }
     let s = env.session().await;
     let lease = within(s.acquire("job", lock())).await.unwrap();
-    let fence = lease.fencing_token();
+    let fence = lease.fencing_token().order;
     env.emulator.restart();
     wait_state(&s, |st| matches!(st, SessionState::Reattaching { .. })).await;
     wait_state(&s, |st| matches!(st, SessionState::Attached { .. })).await;

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::{Env, within};
 use futures::{FutureExt, Stream, StreamExt};
-use ydb_coordination::{Error, ErrorKind, MembershipState, SessionManager, SessionOptions};
+use ydb_coordination::{
+    Error, ErrorKind, SessionManager, SessionOptions, recipes::MembershipState,
+};
 
 /// How long a scenario may take in real time (each takes milliseconds when nothing spins).
 const WALL: Duration = Duration::from_secs(30);

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{AcquireOptions, Client, DescribeOptions, SessionOptions};
+use ydb_coordination::{AcquireOptions, Client, SessionOptions, config::DescribeOptions};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -30,7 +30,7 @@ async fn acquire_describe_release_round_trip() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(lease.fencing_token(), 1);
+    assert_eq!(lease.fencing_token().order, 1);
     let d = timeout(
         T,
         s.describe_semaphore("sem", DescribeOptions::new().owners(true)),

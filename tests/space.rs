@@ -23,10 +23,11 @@ use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::{Emulator, FaultProxy};
 use ydb_coordination::space::placement::place;
-use ydb_coordination::space::{
-    Layout, LockSpace, LockSpaceBuilder, SpaceDirectory, SpaceGuard, SpaceToken,
+use ydb_coordination::space::{Layout, LockSpace, LockSpaceBuilder, SpaceDirectory, SpaceGuard};
+use ydb_coordination::{
+    Client, ErrorKind, FencingToken, Session, SessionOptions, config::DescribeOptions,
+    config::MAX_NAME_LEN,
 };
-use ydb_coordination::{Client, DescribeOptions, ErrorKind, MAX_NAME_LEN, Session, SessionOptions};
 
 /// The directory node of the tests that have one, and the space's name there.
 const DIR: &str = "/local/dir";
@@ -129,7 +130,7 @@ async fn take(space: &LockSpace, name: &str) -> SpaceGuard {
 
 /// Releases `guard`, which must still have held every part.
 async fn unlock(guard: SpaceGuard) {
-    assert!(within(guard.unlock()).await.unwrap(), "a part was lost");
+    assert!(within(guard.release()).await.unwrap(), "a part was lost");
 }
 
 /// `space`'s session on `node`.
@@ -324,7 +325,7 @@ async fn fencing_tokens_grow_across_a_move() {
     let (p1, p2) = (c.following(&NODES).await, c.following(&NODES).await);
     let name = moved(&t, 1).remove(0);
     let name = name.as_str();
-    let mut history: Vec<SpaceToken> = Vec::new();
+    let mut history: Vec<FencingToken> = Vec::new();
     let mut record = |guard: &SpaceGuard| {
         let token = guard.fencing_token();
         if let Some(last) = history.last() {
@@ -921,7 +922,7 @@ async fn a_membership_leaves_while_its_move_waits_for_a_down_node() {
     // The move now waits for n3; give it time to be under way.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(member.error().is_none());
-    within(member.leave()).await;
+    within(member.leave()).await.unwrap();
     eventually("the old place is left", || async {
         held_on(&space, &old, &name)
             .await
@@ -1042,7 +1043,7 @@ async fn a_process_cut_off_from_its_directory_takes_no_lock_in_the_old_layout() 
     drop(layouts);
     let busy = within(cut.mutex(&name).lock_timeout(Duration::from_secs(10))).await;
     assert!(busy.unwrap().is_none());
-    assert!(within(held.unlock()).await.unwrap());
+    assert!(within(held.release()).await.unwrap());
     let mine = within(cut.mutex(&name).lock_timeout(Duration::from_secs(10)))
         .await
         .unwrap()
@@ -1119,7 +1120,7 @@ async fn a_bounded_lock_in_a_transition_is_bounded_while_the_directory_is_silent
         // Both places were given back.
         let other = c.following(&NODES).await;
         let guard = try_lock_result(&other, &name).await.unwrap().unwrap();
-        assert!(within(guard.unlock()).await.unwrap());
+        assert!(within(guard.release()).await.unwrap());
         within(other.shutdown()).await;
     }
 }
@@ -1167,7 +1168,7 @@ async fn a_contradicting_layout_shuts_the_space_until_the_directory_is_consisten
     })
     .await;
     let guard = try_lock_result(&running, "acct-0").await.unwrap().unwrap();
-    assert!(within(guard.unlock()).await.unwrap());
+    assert!(within(guard.release()).await.unwrap());
     within(later.shutdown()).await;
 
     // An older epoch than the one run.
@@ -1189,4 +1190,91 @@ async fn a_contradicting_layout_shuts_the_space_until_the_directory_is_consisten
     })
     .await;
     assert!(try_lock_result(&running, "acct-1").await.unwrap().is_some());
+}
+
+// ---- the fleet recipes at parity with one node's ---------------------------------------------
+
+/// Reads `stream` until an item meets `want`, each read bounded.
+async fn next_where<T>(
+    stream: &mut ydb_coordination::space::SpaceFollowing<T>,
+    what: &str,
+    want: impl Fn(&T) -> bool,
+) -> T {
+    use futures::StreamExt;
+    loop {
+        let item = within(stream.next()).await;
+        let item = item.unwrap_or_else(|| panic!("the stream ended before {what}"));
+        let item = item.unwrap_or_else(|e| panic!("the stream failed before {what}: {e}"));
+        if want(&item) {
+            return item;
+        }
+    }
+}
+
+/// 22. An observed election and a watched group follow a moved name through a reshard, as
+///     one node's `observe()` and `watch()` follow their semaphore: the leader taken in `B`
+///     is seen on its new place with a token of `B`'s epoch, and the member set moves with
+///     its members; the candidates are read where they wait.
+#[tokio::test(start_paused = true)]
+async fn an_observed_election_and_a_watched_group_follow_a_reshard() {
+    let c = Cluster::start().await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let (p1, observer) = (c.following(&NODES).await, c.following(&NODES).await);
+    // An election and a group cannot share a name: two moved names.
+    let names = moved(&t, 2);
+    let (name, group) = (names[0].clone(), names[1].clone());
+    let (old, new) = (
+        t.parts(&name)[0].node.clone(),
+        t.parts(&name)[1].node.clone(),
+    );
+    let mut leaders = observer.election(&name).observe();
+    let mut sets = observer.group(&group).watch();
+
+    next_where(&mut leaders, "nobody leads", Option::is_none).await;
+    let leadership = within(p1.election(&name).campaign(b"in-a")).await.unwrap();
+    let seen = next_where(&mut leaders, "the leader of A", Option::is_some).await;
+    let seen = seen.unwrap();
+    assert_eq!(
+        (seen.data.as_slice(), seen.node.as_str()),
+        (&b"in-a"[..], old.as_str())
+    );
+    assert_eq!(seen.fencing_token, leadership.fencing_token());
+    let candidates = within(observer.election(&name).candidates()).await.unwrap();
+    assert_eq!(candidates.len(), 1);
+    assert!(candidates[0].is_leader && !candidates[0].is_me);
+    let member = within(p1.group(&group).join(b"w1")).await.unwrap();
+    next_where(&mut sets, "w1 in A", |s| s.len() == 1 && s[0].data == b"w1").await;
+
+    // The reshard: the leader resigns in the transition, the next one leads in B.
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&p1, t.epoch()).await;
+    follows(&observer, t.epoch()).await;
+    assert!(within(leadership.release()).await.unwrap());
+    next_where(&mut leaders, "the resignation", Option::is_none).await;
+    none_lagging(&directory).await;
+    let b = within(directory.finish()).await.unwrap();
+    follows(&p1, b.epoch()).await;
+    follows(&observer, b.epoch()).await;
+    let p2 = c.following(&NODES).await;
+    let leadership = within(p2.election(&name).campaign(b"in-b")).await.unwrap();
+    let seen = next_where(&mut leaders, "the leader of B", |l| {
+        l.as_ref().is_some_and(|l| l.data == b"in-b")
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen.node, new);
+    assert_eq!(seen.fencing_token.epoch, b.epoch());
+    assert_eq!(seen.fencing_token, leadership.fencing_token());
+
+    // The member moved with the layout; a member joining in B is seen beside it.
+    let other = within(p2.group(&group).join(b"w2")).await.unwrap();
+    next_where(&mut sets, "w1 and w2 in B", |s| s.len() == 2).await;
+    assert!(within(member.leave()).await.unwrap());
+    next_where(&mut sets, "w2 alone", |s| {
+        s.len() == 1 && s[0].data == b"w2"
+    })
+    .await;
+    assert!(within(other.leave()).await.unwrap());
+    assert!(within(leadership.release()).await.unwrap());
 }

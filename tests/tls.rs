@@ -13,7 +13,7 @@ use certs::{Ca, ServerCert};
 use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, ClientBuilder, ErrorKind, NodeConfig, SessionOptions};
+use ydb_coordination::{Client, ClientBuilder, ErrorKind, SessionOptions, config::NodeConfig};
 
 const NODE: &str = "/local/app";
 
@@ -89,7 +89,7 @@ async fn a_certificate_from_another_ca_fails_at_once_with_a_transport_error() {
     let started = Instant::now();
     let err = within(client.describe_node(NODE)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transport);
-    assert!(err.grpc_status().is_some());
+    assert!(err.grpc_code().is_some());
     let options = SessionOptions::new().connect_timeout(Duration::from_secs(30));
     let err = within(client.session(NODE, options)).await.unwrap_err();
     assert_eq!(

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use unary::{ALTER, Answer, CREATE, DESCRIBE, DROP, LIST, SESSION, StatusCode, UnaryPeer};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
-    Client, ClientBuilder, ErrorKind, MutexGuard, NodeConfig, Session, SessionOptions,
+    Client, ClientBuilder, ErrorKind, MutexGuard, Session, SessionOptions, config::NodeConfig,
 };
 
 const NODE: &str = "/local/app";

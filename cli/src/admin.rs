@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use ydb_coordination::{Client, DescribeOptions, ErrorKind, NodeConfig, Session, WatchOptions};
+use ydb_coordination::{
+    Client, ErrorKind, Session, config::DescribeOptions, config::NodeConfig, config::WatchOptions,
+};
 
 use super::fail::{Failure, node_error, semaphore_error};
 use super::output::{self, Out};
@@ -247,7 +249,7 @@ pub(crate) async fn observe(
                 map.insert("node".into(), json!(node));
                 map.insert("name".into(), json!(name));
                 map.insert("session_id".into(), json!(leader.session_id));
-                map.insert("fencing_token".into(), json!(leader.fencing_token));
+                map.insert("fencing_token".into(), json!(leader.fencing_token.order));
                 output::put_data(&mut map, &leader.data);
                 out.print(Value::Object(map), || {
                     format!(

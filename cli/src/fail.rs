@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ydb_coordination::{Error, ErrorKind, StatusCode};
+use ydb_coordination::{Error, ErrorKind, error::StatusCode};
 
 /// Exit code: the command could not be carried out (connection, missing node, server error).
 pub(crate) const ERROR: u8 = 1;

@@ -2,7 +2,7 @@
 
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
-use ydb_coordination::{Member, MembershipState, Session, SessionManager};
+use ydb_coordination::{Session, SessionManager, recipes::Member, recipes::MembershipState};
 
 use super::admin::Budget;
 use super::fail::{self, Failure, semaphore_error, session_error};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{Instant, timeout};
-use ydb_coordination::{Acquiring, DescribeOptions, Error, ErrorKind, Lease, Session};
+use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, Session, config::DescribeOptions};
 
 use super::child;
 use super::duration;
@@ -76,7 +76,7 @@ async fn hold_and_run(
             "node": req.node,
             "name": req.name,
             "session_id": session.id(),
-            "fencing_token": lease.fencing_token(),
+            "fencing_token": lease.fencing_token().order,
             "count": lease.count(),
         }),
         String::new,
@@ -100,7 +100,7 @@ async fn hold_and_run(
                 "event": "lost",
                 "node": req.node,
                 "name": req.name,
-                "fencing_token": lease.fencing_token(),
+                "fencing_token": lease.fencing_token().order,
             }),
             || {
                 format!(

@@ -21,8 +21,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind as ClapErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
-    Client, ConsistencyMode, Credentials, MAX_DESCRIPTION_LEN, NodeConfig, RateLimiterCountersMode,
-    Session, SessionManager, SessionOptions,
+    Client, Session, SessionManager, SessionOptions, auth::Credentials, config::ConsistencyMode,
+    config::MAX_DESCRIPTION_LEN, config::NodeConfig, config::RateLimiterCountersMode,
 };
 
 use self::admin::{Budget, NodeOp, SemaphoreOp};

@@ -5,7 +5,8 @@ use std::io::Write;
 
 use serde_json::{Map, Value, json};
 use ydb_coordination::{
-    ConsistencyMode, NodeConfig, RateLimiterCountersMode, SemaphoreDescription, SemaphoreSession,
+    config::ConsistencyMode, config::NodeConfig, config::RateLimiterCountersMode,
+    session::SemaphoreDescription, session::SemaphoreSession,
 };
 
 use super::duration;

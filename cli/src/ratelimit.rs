@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 use ydb_coordination::{
-    Error, ErrorKind, MAX_ACQUIRE_WAIT, RateLimiter, ResourceDescription, ResourceSettings,
+    Error, ErrorKind, RateLimiter, rate_limiter::MAX_ACQUIRE_WAIT,
+    rate_limiter::ResourceDescription, rate_limiter::ResourceSettings,
 };
 
 use super::fail::{self, Failure, resource_error};

@@ -143,7 +143,7 @@ fn the_longest_name_works_in_every_command() {
     let env = Env::new("edges-names");
     // 1024 bytes, the longest name the library takes, in two-byte characters.
     let name = "\u{e9}".repeat(512);
-    assert_eq!(name.len(), ydb_coordination::MAX_NAME_LEN);
+    assert_eq!(name.len(), ydb_coordination::config::MAX_NAME_LEN);
     let elected = "\u{e0}".repeat(512);
     let member = "\u{f4}".repeat(512);
     let locked = "\u{ea}".repeat(512);

@@ -190,7 +190,7 @@ fn follows(env: &Env, space: &LockSpace, epoch: u64) {
 fn release(env: &Env, client: &Client, guard: SpaceGuard, epoch: u64) {
     let deadline = Instant::now() + LIMIT;
     env._rt.block_on(async {
-        guard.unlock().await.unwrap();
+        guard.release().await.unwrap();
         let directory = SpaceDirectory::new(client, NODE, SPACE, SessionOptions::new()).unwrap();
         loop {
             let members = directory.members().await.unwrap();

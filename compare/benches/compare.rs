@@ -63,7 +63,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{AcquireOptions, Client, SessionOptions, SessionState};
+use ydb_coordination::{AcquireOptions, Client, SessionOptions, session::SessionState};
 use ydb_grpc::ydb_proto::coordination::v1::coordination_service_client::CoordinationServiceClient;
 use ydb_grpc::ydb_proto::coordination::{
     SessionRequest, SessionResponse, session_request, session_response,

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, Credentials, NodeConfig};
+use ydb_coordination::{Client, auth::Credentials, config::NodeConfig};
 
 /// A client, the coordination node to use, and the emulator when one is running.
 pub struct Setup {

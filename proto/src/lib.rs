@@ -1,3 +1,4 @@
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! Protocol types for YDB's rate limiter: the messages of package `Ydb.RateLimiter` and a
 //! tonic client and server for `Ydb.RateLimiter.V1.RateLimiterService`.
 //!

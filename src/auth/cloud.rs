@@ -34,7 +34,7 @@ pub(crate) const JWT_LIFETIME: Duration = Duration::from_secs(600);
 ///
 /// ```
 /// use std::error::Error as _;
-/// use ydb_coordination::{ErrorKind, KeyFileError, ServiceAccountCredentials};
+/// use ydb_coordination::{ErrorKind, auth::KeyFileError, auth::ServiceAccountCredentials};
 ///
 /// let err = ServiceAccountCredentials::from_key_json(r#"{"id": "k1"}"#).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -111,7 +111,7 @@ fn key_error(path: Option<&Path>, field: Option<&'static str>, problem: String) 
 /// # Examples
 ///
 /// ```no_run
-/// use ydb_coordination::{Client, Credentials, ServiceAccountCredentials};
+/// use ydb_coordination::{Client, auth::Credentials, auth::ServiceAccountCredentials};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> ydb_coordination::Result<()> {
@@ -337,7 +337,7 @@ impl TokenProvider for ServiceAccountCredentials {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{Credentials, MetadataCredentials};
+/// use ydb_coordination::{auth::Credentials, auth::MetadataCredentials};
 ///
 /// let default = Credentials::metadata();
 /// let custom = MetadataCredentials::new().endpoint("http://127.0.0.1:8080/token")?;

@@ -44,7 +44,7 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<String>>> +
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{Credentials, TokenFuture, TokenProvider};
+/// use ydb_coordination::{auth::Credentials, auth::TokenFuture, auth::TokenProvider};
 ///
 /// #[derive(Debug)]
 /// struct Vault;
@@ -116,7 +116,7 @@ pub(crate) enum Source {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::Credentials;
+/// use ydb_coordination::auth::Credentials;
 ///
 /// let anonymous = Credentials::anonymous();
 /// let token = Credentials::token("my-oauth-token");
@@ -162,7 +162,7 @@ impl Credentials {
     /// # Examples
     ///
     /// ```no_run
-    /// use ydb_coordination::Credentials;
+    /// use ydb_coordination::auth::Credentials;
     ///
     /// let credentials = Credentials::oauth2_key_file("/etc/app/oauth2.json")?;
     /// # let _ = credentials;
@@ -231,7 +231,7 @@ impl Credentials {
     /// # Examples
     ///
     /// ```no_run
-    /// use ydb_coordination::{Client, Credentials};
+    /// use ydb_coordination::{Client, auth::Credentials};
     ///
     /// # #[tokio::main]
     /// # async fn main() -> ydb_coordination::Result<()> {

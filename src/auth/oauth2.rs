@@ -62,7 +62,7 @@ const CONFIG_FILE: &str = "OAuth 2.0 token exchange config";
 /// From the SDKs' JSON config file:
 ///
 /// ```
-/// use ydb_coordination::{Credentials, OAuth2TokenExchangeCredentials};
+/// use ydb_coordination::{auth::Credentials, auth::OAuth2TokenExchangeCredentials};
 ///
 /// let config = r#"{
 ///     "token-endpoint": "https://auth.example.com/oauth2/token",
@@ -82,7 +82,7 @@ const CONFIG_FILE: &str = "OAuth 2.0 token exchange config";
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::{JwtTokenSource, OAuth2TokenExchangeCredentials};
+/// use ydb_coordination::{auth::JwtTokenSource, auth::OAuth2TokenExchangeCredentials};
 ///
 /// let jwt = JwtTokenSource::new("HS256", b"a secret shared with the token service")?
 ///     .issuer("my-service")
@@ -141,7 +141,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::OAuth2TokenExchangeCredentials;
+    /// use ydb_coordination::auth::OAuth2TokenExchangeCredentials;
     ///
     /// let credentials = OAuth2TokenExchangeCredentials::new("https://auth.example.com/token")?;
     /// # let _ = credentials;
@@ -186,7 +186,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```no_run
-    /// use ydb_coordination::OAuth2TokenExchangeCredentials;
+    /// use ydb_coordination::auth::OAuth2TokenExchangeCredentials;
     ///
     /// let credentials = OAuth2TokenExchangeCredentials::from_config_file("/etc/app/oauth2.json")?;
     /// # let _ = credentials;
@@ -218,7 +218,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::OAuth2TokenExchangeCredentials;
+    /// use ydb_coordination::auth::OAuth2TokenExchangeCredentials;
     ///
     /// let credentials = OAuth2TokenExchangeCredentials::from_config_json(
     ///     r#"{"token-endpoint": "https://auth.example.com/token", "scope": ["a", "b"]}"#,
@@ -241,7 +241,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::OAuth2TokenExchangeCredentials;
+    /// use ydb_coordination::auth::OAuth2TokenExchangeCredentials;
     ///
     /// let credentials = OAuth2TokenExchangeCredentials::new("https://auth.example.com/token")?
     ///     .token_endpoint("https://auth.example.com/v2/token")?;
@@ -265,7 +265,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```no_run
-    /// use ydb_coordination::OAuth2TokenExchangeCredentials;
+    /// use ydb_coordination::auth::OAuth2TokenExchangeCredentials;
     ///
     /// let ca = std::fs::read("/etc/app/auth-ca.pem").unwrap_or_default();
     /// let credentials = OAuth2TokenExchangeCredentials::from_config_file("/etc/app/oauth2.json")?
@@ -288,7 +288,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     /// let credentials = credentials.grant_type("urn:example:grant");
     /// # let _ = credentials;
     /// # Ok::<(), ydb_coordination::Error>(())
@@ -303,7 +303,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     /// let credentials = credentials.requested_token_type("urn:ietf:params:oauth:token-type:jwt");
     /// # let _ = credentials;
     /// # Ok::<(), ydb_coordination::Error>(())
@@ -318,7 +318,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     /// let credentials = credentials.audience("ydb").audience("monitoring");
     /// # let _ = credentials;
     /// # Ok::<(), ydb_coordination::Error>(())
@@ -333,7 +333,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     /// let credentials = credentials.scope("ydb.read").scope("ydb.write");
     /// # let _ = credentials;
     /// # Ok::<(), ydb_coordination::Error>(())
@@ -348,7 +348,7 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     /// let credentials = credentials.resource("https://ydb.example.com");
     /// # let _ = credentials;
     /// # Ok::<(), ydb_coordination::Error>(())
@@ -363,8 +363,8 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::OAuth2TokenSource;
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// use ydb_coordination::auth::OAuth2TokenSource;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     ///
     /// let credentials = credentials
     ///     .subject_token(OAuth2TokenSource::fixed("id-token", "urn:ietf:params:oauth:token-type:id_token"));
@@ -381,8 +381,8 @@ impl OAuth2TokenExchangeCredentials {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::OAuth2TokenSource;
-    /// # let credentials = ydb_coordination::OAuth2TokenExchangeCredentials::new("http://h/t")?;
+    /// use ydb_coordination::auth::OAuth2TokenSource;
+    /// # let credentials = ydb_coordination::auth::OAuth2TokenExchangeCredentials::new("http://h/t")?;
     ///
     /// let credentials = credentials
     ///     .actor_token(OAuth2TokenSource::fixed("actor", "urn:ietf:params:oauth:token-type:access_token"));
@@ -562,7 +562,7 @@ fn token_answer(
 ///
 /// ```
 /// use std::error::Error as _;
-/// use ydb_coordination::{Error, TokenExchangeError};
+/// use ydb_coordination::{Error, auth::TokenExchangeError};
 ///
 /// fn explain(err: &Error) -> Option<String> {
 ///     let refusal = err.source()?.downcast_ref::<TokenExchangeError>()?;
@@ -657,7 +657,7 @@ fn refusal(what: &str, status: u16, body: &[u8], sent: &Sent) -> Error {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{JwtTokenSource, OAuth2TokenSource};
+/// use ydb_coordination::{auth::JwtTokenSource, auth::OAuth2TokenSource};
 ///
 /// let fixed = OAuth2TokenSource::fixed("t0ken", "urn:ietf:params:oauth:token-type:access_token");
 /// let jwt = OAuth2TokenSource::from(JwtTokenSource::new("HS256", b"secret")?);
@@ -719,7 +719,7 @@ impl From<JwtTokenSource> for OAuth2TokenSource {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ydb_coordination::JwtTokenSource;
+/// use ydb_coordination::auth::JwtTokenSource;
 ///
 /// let jwt = JwtTokenSource::new("HS512", b"shared secret")?
 ///     .key_id("key-1")
@@ -768,7 +768,7 @@ impl JwtTokenSource {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::JwtTokenSource;
+    /// use ydb_coordination::auth::JwtTokenSource;
     ///
     /// let jwt = JwtTokenSource::new("hs256", b"shared secret")?;
     /// # let _ = jwt;

@@ -36,9 +36,10 @@
 //!   ban on a context deadline: it has no per-attempt deadline, so a timed-out call there
 //!   is the caller's budget running out, not a sign that one node hangs).
 //! - Go waits longer after `OVERLOADED` and `RESOURCE_EXHAUSTED` (its slow backoff); here
-//!   every retry uses the same [`Backoff`](crate::Backoff), bounded by the request timeout.
+//!   every retry uses the same [`Backoff`](crate::config::Backoff), bounded by the request timeout.
 
-use super::kind::{ErrorKind, RetryRule, StatusCode};
+use super::kind::{ErrorKind, RetryRule};
+use super::status::StatusCode;
 
 /// What a failure reads as: its kind, its retry rule, and whether the endpoint is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

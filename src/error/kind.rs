@@ -1,8 +1,6 @@
 //! The words of failure: what went wrong ([`ErrorKind`]), whether the request may go again
-//! ([`RetryRule`]) and the YDB status a server answers with ([`StatusCode`]). Which status
+//! ([`RetryRule`]) and the YDB status a server answers with ([`StatusCode`](super::StatusCode)). Which status
 //! reads as which kind and rule is the table in `classify.rs`.
-
-pub use ydb_grpc::ydb_proto::status_ids::StatusCode;
 
 /// What went wrong, in categories a caller can act on.
 ///
@@ -64,7 +62,7 @@ pub use ydb_grpc::ydb_proto::status_ids::StatusCode;
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{Error, ErrorKind, StatusCode};
+/// use ydb_coordination::{Error, ErrorKind, error::StatusCode};
 ///
 /// let err = Error::from_status(StatusCode::NotFound, "semaphore does not exist");
 /// assert_eq!(err.kind(), ErrorKind::NotFound);
@@ -133,7 +131,7 @@ pub enum ErrorKind {
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::{Error, RetryRule, StatusCode};
+/// use ydb_coordination::{Error, error::RetryRule, error::StatusCode};
 ///
 /// let err = Error::from_status(StatusCode::Undetermined, "the answer was lost");
 /// assert_eq!(err.retry_rule(), RetryRule::Idempotent);

@@ -3,6 +3,7 @@
 
 mod classify;
 mod kind;
+mod status;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -10,7 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use self::classify::Class;
-pub use self::kind::{ErrorKind, RetryRule, StatusCode};
+pub use self::kind::{ErrorKind, RetryRule};
+pub use self::status::{StatusCode, UnknownStatus};
 use crate::proto::IssueMessage;
 
 /// One issue attached to a YDB status.
@@ -45,7 +47,7 @@ type Source = Arc<dyn StdError + Send + Sync + 'static>;
 /// `describe node "/local/app": cannot reach 127.0.0.1:2136: connection refused`. The
 /// causes stay available through [`source()`](std::error::Error::source); the alternate
 /// form (`{:#}`) appends them to the line, the way `anyhow` does, and `Debug` shows them
-/// all. The gRPC status of a failed call is [`Error::grpc_status`].
+/// all. The gRPC status of a failed call is [`Error::grpc_code`].
 ///
 /// # Examples
 ///
@@ -66,7 +68,7 @@ type Source = Arc<dyn StdError + Send + Sync + 'static>;
 /// Printing one line, or the line with its causes:
 ///
 /// ```
-/// use ydb_coordination::{Error, StatusCode};
+/// use ydb_coordination::{Error, error::StatusCode};
 ///
 /// let err = Error::from_status(StatusCode::NotFound, "semaphore \"jobs\" not found");
 /// assert_eq!(err.to_string(), "semaphore \"jobs\" not found");
@@ -127,7 +129,7 @@ impl Error {
         collect_messages(&issues, &mut messages);
         let words = match code {
             Some(code) if code != StatusCode::Unspecified => {
-                code.as_str_name().to_ascii_lowercase().replace('_', " ")
+                code.as_str().to_ascii_lowercase().replace('_', " ")
             }
             _ => format!("unknown status {status}"),
         };
@@ -233,12 +235,23 @@ impl Error {
         &self.0.issues
     }
 
-    /// The gRPC status, for transport-level errors.
+    /// The gRPC status code (`0` OK to `16` UNAUTHENTICATED), for errors the gRPC layer
+    /// answered rather than YDB. Its message and cause are the first links of the
+    /// [`source()`](std::error::Error::source) chain.
     ///
-    /// The status is also the first link of the [`source()`](std::error::Error::source)
-    /// chain, shown there as one clean line and followed by its own cause (the transport
-    /// error), so use this method, not a downcast, to get at it.
-    pub fn grpc_status(&self) -> Option<&tonic::Status> {
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::{Error, ErrorKind};
+    /// let err = Error::new(ErrorKind::Internal, "not from gRPC");
+    /// assert_eq!(err.grpc_code(), None);
+    /// ```
+    pub fn grpc_code(&self) -> Option<i32> {
+        self.grpc_status().map(|s| s.code() as i32)
+    }
+
+    /// The gRPC status, for transport-level errors.
+    pub(crate) fn grpc_status(&self) -> Option<&tonic::Status> {
         self.0.grpc.as_ref().map(|g| &g.0)
     }
 
@@ -257,7 +270,7 @@ impl Error {
     /// # Examples
     ///
     /// ```
-    /// use ydb_coordination::{Error, RetryRule, StatusCode};
+    /// use ydb_coordination::{Error, error::RetryRule, error::StatusCode};
     ///
     /// let err = Error::from_status(StatusCode::Overloaded, "try later");
     /// assert_eq!(err.retry_rule(), RetryRule::Always);

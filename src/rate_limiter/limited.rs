@@ -20,7 +20,7 @@ use crate::error::{Result, RetryRule};
 /// An item is pulled from the inner stream first, then waits for its units: the inner
 /// stream ending costs nothing. When an acquire fails, the error is yielded
 /// (`Some(Err(_))`). After an error that another try would repeat (a resource that does not
-/// exist, a bad path: [`RetryRule::Never`](crate::RetryRule::Never)) the stream ends;
+/// exist, a bad path: [`RetryRule::Never`](crate::error::RetryRule::Never)) the stream ends;
 /// after any other (a timeout, an outage) the item is kept and the next poll acquires for
 /// it again after a backoff. Units an acquire may have taken before it failed
 /// ([`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown)) are taken again for
@@ -31,7 +31,7 @@ use crate::error::{Result, RetryRule};
 /// ```
 /// # use ydb_coordination::emulator::Emulator;
 /// use futures::StreamExt;
-/// use ydb_coordination::{Client, NodeConfig, ResourceSettings};
+/// use ydb_coordination::{Client, config::NodeConfig, rate_limiter::ResourceSettings};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

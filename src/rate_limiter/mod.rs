@@ -9,6 +9,9 @@ mod settings;
 
 pub use limited::RateLimited;
 pub use settings::{ResourceDescription, ResourceSettings};
+/// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
+/// is ([`ResourceSettings::metering`]).
+pub use ydb_coordination_proto::rate_limiter as proto;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +64,7 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(2);
 ///
 /// ```
 /// # use ydb_coordination::emulator::Emulator;
-/// use ydb_coordination::{Client, NodeConfig, ResourceSettings};
+/// use ydb_coordination::{Client, config::NodeConfig, rate_limiter::ResourceSettings};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -288,7 +291,7 @@ impl RateLimiter {
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
     /// use std::time::Duration;
-    /// use ydb_coordination::{Client, ErrorKind, NodeConfig, ResourceSettings};
+    /// use ydb_coordination::{Client, ErrorKind, config::NodeConfig, rate_limiter::ResourceSettings};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -393,7 +396,7 @@ impl RateLimiter {
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
     /// use futures::StreamExt;
-    /// use ydb_coordination::{Client, NodeConfig, ResourceSettings};
+    /// use ydb_coordination::{Client, config::NodeConfig, rate_limiter::ResourceSettings};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

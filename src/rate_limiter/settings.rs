@@ -17,7 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::ResourceSettings;
+/// use ydb_coordination::rate_limiter::ResourceSettings;
 ///
 /// // 100 units a second, and a node may take a second's worth ahead.
 /// let root = ResourceSettings::new()
@@ -222,7 +222,7 @@ impl ResourceSettings {
 ///
 /// ```
 /// # use ydb_coordination::emulator::Emulator;
-/// use ydb_coordination::{Client, NodeConfig, ResourceSettings};
+/// use ydb_coordination::{Client, config::NodeConfig, rate_limiter::ResourceSettings};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

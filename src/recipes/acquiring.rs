@@ -13,61 +13,12 @@ use tokio::time::Instant;
 use super::{Next, Prepare, Source, ensure_semaphore};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
-use crate::session::{Acquire, Lease, Session};
+use crate::session::{Acquire, Acquiring, Compose, Lease, Session};
 
-/// A recipe acquire in progress: [`Mutex::lock`](super::Mutex::lock),
-/// [`Semaphore::acquire`](super::Semaphore::acquire), [`RwLock::read`](super::RwLock::read),
-/// [`Election::campaign`](super::Election::campaign) and their `try_` and `_timeout` forms.
-/// A future of `Result<T>`: the guard, or `Option` of it for the `try_` and `_timeout`
-/// forms (`None`: the server answered that it was not granted in time, and only that).
-///
-/// # Bounds
-///
-/// A `_timeout` form ends by its bound: when the server answers at the deadline, or, when
-/// it does not, with [`ErrorKind::Unavailable`] at the bound (the stream is down) or at most
-/// one round trip (the latest measured) and 200 ms past it (the stream is up: the server
-/// counts the timeout from the request's arrival). A source with no session yet waits for
-/// one until the bound; a `try_` form (whose bound is now) waits 5 s for it. Then
-/// [`ErrorKind::Unavailable`] too: a node that cannot be reached never reads as busy.
-///
-/// Await it, or first ask [`Acquiring::queued`] whether it has to wait behind someone else.
-/// On a [`SessionManager`](crate::SessionManager) a session lost while waiting is replaced
-/// and the request made again in the new session (a `_timeout` form keeps its deadline).
-/// A recipe that makes its semaphore on first use ([`Semaphore`](super::Semaphore),
-/// [`Election`](super::Election), [`Group`](super::Group)) makes it again when the acquire
-/// finds it gone (force-deleted meanwhile, as when the lease ahead of it in the same
-/// session ended that way), three times at most; after that the acquire ends with
-/// [`ErrorKind::NotFound`].
-///
-/// # Examples
-///
-/// ```
-/// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::{Client, SessionOptions};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let emulator = Emulator::builder().node("/local/app").start().await?;
-/// # let client = Client::connect(&emulator.connection_string()).await?;
-/// # let other = client.session("/local/app", SessionOptions::new()).await?;
-/// # let held = other.mutex("nightly-cleanup").lock().await?;
-/// let session = client.session("/local/app", SessionOptions::new()).await?;
-/// let mut lock = session.mutex("nightly-cleanup").lock();
-/// if lock.queued().await {
-///     println!("someone else holds it; waiting");
-/// #   drop(held);
-/// }
-/// let guard = lock.await?;
-/// # drop(guard);
-/// # Ok(())
-/// # }
-/// ```
-///
-/// # Cancel safety
-///
-/// Dropping it withdraws the request: the server forgets the waiter, and a grant that was
-/// already on its way is released.
-#[must_use = "an acquire does nothing unless awaited"]
-pub struct Acquiring<T> {
+/// A recipe's acquire in progress, inside an [`Acquiring`]: a session from the source, the
+/// semaphore made sure of, then the session's acquire, again in the next session when the
+/// source renews it.
+pub(crate) struct Recipe<T> {
     source: Source,
     name: String,
     options: AcquireOptions,
@@ -100,7 +51,7 @@ enum State {
     Done,
 }
 
-impl<T> std::fmt::Debug for Acquiring<T> {
+impl<T> std::fmt::Debug for Recipe<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.state {
             State::Start => "start",
@@ -144,18 +95,39 @@ async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Sessio
     }
 }
 
-/// The outcome of a `try_` or `_timeout` form: `None` when the server answered that the lock
-/// was not granted in time, and only then.
-pub(crate) fn optional(result: Result<Lease>) -> Result<Option<Lease>> {
-    match result {
-        Ok(lease) => Ok(Some(lease)),
-        Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(None),
-        Err(e) => Err(e),
+impl<T: 'static> Acquiring<T> {
+    /// A recipe's acquire.
+    pub(crate) fn new(
+        source: &Source,
+        name: &str,
+        options: AcquireOptions,
+        prepare: Prepare,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
+    ) -> Self {
+        Acquiring::composed(Recipe::new(source, name, options, prepare, finish))
+    }
+
+    /// A recipe's acquire that fails with `err` when awaited.
+    pub(crate) fn failed(
+        source: &Source,
+        name: &str,
+        err: Error,
+        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
+    ) -> Self {
+        let mut recipe = Recipe::new(
+            source,
+            name,
+            AcquireOptions::new(),
+            Prepare::Nothing,
+            finish,
+        );
+        recipe.state = State::Ready(Err(err));
+        Acquiring::composed(recipe)
     }
 }
 
-impl<T> Acquiring<T> {
-    pub(crate) fn new(
+impl<T> Recipe<T> {
+    fn new(
         source: &Source,
         name: &str,
         options: AcquireOptions,
@@ -174,56 +146,9 @@ impl<T> Acquiring<T> {
         }
     }
 
-    /// An acquire that fails with `err` when awaited, asking nothing.
-    pub(crate) fn failed(
-        source: &Source,
-        name: &str,
-        err: Error,
-        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
-    ) -> Self {
-        let mut this = Self::new(
-            source,
-            name,
-            AcquireOptions::new(),
-            Prepare::Nothing,
-            finish,
-        );
-        this.state = State::Ready(Err(err));
-        this
-    }
-
-    /// Waits until the server queues the request (`true`: someone else holds the tokens,
-    /// or is ahead in the queue) or it completes without queuing (`false`: acquired, timed
-    /// out, or failed; awaiting the future then returns at once).
-    ///
-    /// On a [`SessionManager`](crate::SessionManager), a session lost before the server
-    /// answered is replaced first and the question asked again in the new session.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::{Client, SessionOptions};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
-    /// # let client = Client::connect(&emulator.connection_string()).await?;
-    /// let a = client.session("/local/app", SessionOptions::new()).await?;
-    /// let b = client.session("/local/app", SessionOptions::new()).await?;
-    /// let permit = a.semaphore("pool", 1).acquire(1).await?;
-    /// let mut waiting = b.semaphore("pool", 1).acquire(1);
-    /// assert!(waiting.queued().await);
-    /// permit.release().await?;
-    /// let permit = waiting.await?;
-    /// # drop(permit);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the acquire stays in progress; await it afterwards.
-    pub async fn queued(&mut self) -> bool {
+    /// As [`Acquiring::queued`]; a session lost before the server answered is replaced
+    /// first and the question asked again in the new session.
+    async fn wait_queued(&mut self) -> bool {
         loop {
             if let Err(err) = std::future::poll_fn(|cx| self.poll_started(cx)).await {
                 self.state = State::Ready(Err(err));
@@ -307,7 +232,7 @@ impl<T> Acquiring<T> {
                                 options.timeout(deadline.saturating_duration_since(Instant::now()));
                         }
                         self.state =
-                            State::Acquiring(Box::new(session.acquire(&self.name, options)));
+                            State::Acquiring(Box::new(session.acquire_one(&self.name, options)));
                     }
                     Err(err) => {
                         if let Some(result) = self.retry(Err(err)) {
@@ -321,7 +246,13 @@ impl<T> Acquiring<T> {
     }
 }
 
-impl<T> Future for Acquiring<T> {
+impl<T> Compose<T> for Recipe<T> {
+    fn queued(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(self.wait_queued())
+    }
+}
+
+impl<T> Future for Recipe<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

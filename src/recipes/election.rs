@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acquiring::optional;
 use super::follow::{Follow, Following, Spec, read};
-use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
+use super::{Acquiring, Held, Prepare, Source, acquiring, lease_guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::Result;
-use crate::session::{Lease, SemaphoreDescription};
+use crate::session::optional;
+use crate::session::{FencingToken, Lease, SemaphoreDescription};
 
 /// Leader election on a persistent semaphore with one token (created if missing): the
 /// owner is the leader and its owner data is the leader's value. Candidates queue in FIFO
@@ -28,7 +28,7 @@ use crate::session::{Lease, SemaphoreDescription};
 /// let leadership = election.campaign(b"host-a:8080").await?;
 /// let leader = election.leader().await?.expect("we lead");
 /// assert_eq!(leader.data, b"host-a:8080");
-/// leadership.proclaim(b"host-a:9090").await?;
+/// leadership.set_data(b"host-a:9090").await?;
 /// leadership.resign().await?;
 /// assert!(election.leader().await?.is_none());
 /// # Ok(())
@@ -48,8 +48,8 @@ pub struct Leader {
     pub data: Vec<u8>,
     /// The leader's session.
     pub session_id: u64,
-    /// The leader's fencing token.
-    pub fencing_token: u64,
+    /// The leader's fencing token (epoch 0: one node).
+    pub fencing_token: FencingToken,
     /// Whether the leader is the session that asked: the recipe's session (on a
     /// [`SessionManager`](crate::SessionManager), the session current when the answer
     /// came).
@@ -90,29 +90,14 @@ pub struct Leadership {
     lease: Lease,
 }
 
-guard!(Leadership, resign, "leadership");
-
-impl Leadership {
-    /// Publishes a new leader value, keeping the leadership.
-    ///
-    /// # Errors
-    ///
-    /// The leadership was lost; data over 1 MiB.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future does not withdraw a request already made.
-    pub async fn proclaim(&self, data: &[u8]) -> Result<()> {
-        self.lease.set_data(data).await
-    }
-}
+lease_guard!(Leadership, resign, "leadership");
 
 /// The leader in `d`, as seen from the session `me`.
 fn leader_of(d: &SemaphoreDescription, me: u64) -> Option<Leader> {
     d.owners.first().map(|o| Leader {
         data: o.data.clone(),
         session_id: o.session_id,
-        fencing_token: o.order_id,
+        fencing_token: FencingToken::new(0, o.order_id),
         is_me: o.session_id == me,
     })
 }
@@ -167,7 +152,7 @@ impl Election {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) when a
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) when a
     /// semaphore of that name exists with another limit; session errors.
     ///
     /// # Cancel safety
@@ -265,7 +250,7 @@ impl Election {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
     /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
     /// instead, until the manager stops).
     ///
@@ -311,7 +296,7 @@ impl Election {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
     /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
     /// instead, until the manager stops).
     ///
@@ -368,7 +353,7 @@ impl Election {
     /// assert!(now.is_none());
     ///
     /// let leadership = election.campaign(b"host-a:8080").await?;
-    /// leadership.proclaim(b"host-a:9090").await?;
+    /// leadership.set_data(b"host-a:9090").await?;
     /// leadership.resign().await?;
     ///
     /// // Both leader values may have been coalesced away by now, but not the final state:

@@ -154,7 +154,7 @@ impl std::ops::Deref for MemberLease {
 ///
 /// ```
 /// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::{Client, MembershipState, SessionOptions};
+/// # use ydb_coordination::{Client, recipes::MembershipState, SessionOptions};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let emulator = Emulator::builder().node("/local/app").start().await?;
@@ -223,7 +223,7 @@ impl Membership {
             };
             state.send_replace(MembershipState::Joined {
                 session_id: member.session_id(),
-                order_id: member.fencing_token(),
+                order_id: member.fencing_token().order,
             });
             let lost = member.token();
             tokio::select! {
@@ -252,6 +252,53 @@ impl Membership {
     /// A receiver of the membership's state changes.
     pub fn state_changes(&self) -> watch::Receiver<MembershipState> {
         self.state.clone()
+    }
+
+    /// The error that ended the membership for good (as [`MembershipState::Ended`]), `None`
+    /// while it is a member or joining, and after a leave: the same as
+    /// [`SpaceMembership::error`](crate::space::SpaceMembership::error) in a lock space.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let manager = client.session_manager("/local/app", SessionOptions::new());
+    /// let me = manager.group("workers").join(b"host-a").await?;
+    /// assert!(me.error().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn error(&self) -> Option<Error> {
+        match &*self.state.borrow() {
+            MembershipState::Ended(e) => e.clone(),
+            _ => None,
+        }
+    }
+
+    /// Waits until the membership ends by itself, and returns why (as
+    /// [`SpaceMembership::ended`](crate::space::SpaceMembership::ended)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn ended(&self) -> Error {
+        let mut state = self.state.clone();
+        let ended = state
+            .wait_for(|s| matches!(s, MembershipState::Ended(_)))
+            .await
+            .map(|s| s.clone());
+        match ended {
+            Ok(MembershipState::Ended(Some(e))) => e,
+            _ => Error::new(
+                ErrorKind::Cancelled,
+                "the membership has ended; join the group again",
+            ),
+        }
     }
 
     /// Waits until the process is a member, and returns its session id.
@@ -328,7 +375,7 @@ impl Group {
 
     /// One attempt at membership with `data`, its lease made into `T`. A membership must
     /// end when the group's semaphore is force-deleted under it.
-    fn member_as<T>(
+    fn member_as<T: 'static>(
         &self,
         data: &[u8],
         make: impl Fn(Lease) -> T + Send + Sync + 'static,
@@ -341,7 +388,7 @@ impl Group {
     }
 
     /// Joins the group with `data` (what the others see in [`Member::data`], up to
-    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes) and returns once this process is a
+    /// [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN) bytes) and returns once this process is a
     /// member. It stays one for as long as the returned [`Membership`] lives: on a
     /// [`SessionManager`](crate::SessionManager) it joins again in the next session after a loss, by itself.
     ///
@@ -376,7 +423,7 @@ impl Group {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
     /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
     /// instead, until the manager stops).
     ///

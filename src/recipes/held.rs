@@ -90,12 +90,12 @@ where
                 Some(old) if old != guard.session_id() => tracing::info!(
                     lock = what,
                     session_id = guard.session_id(),
-                    fencing_token = guard.fencing_token(),
+                    fencing_token = %guard.fencing_token(),
                     "held lock re-acquired"
                 ),
                 _ => tracing::debug!(
                     lock = what,
-                    fencing_token = guard.fencing_token(),
+                    fencing_token = %guard.fencing_token(),
                     "held lock acquired"
                 ),
             }

@@ -13,22 +13,24 @@
 //! [`Acquiring`] future with [`Acquiring::queued`].
 //!
 //! One rule for names, whichever recipe and verb: a name over
-//! [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes is refused with
+//! [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes is refused with
 //! [`ErrorKind::InvalidArgument`] before anything is sent (a stream yields that error, then
 //! ends).
 //!
-//! Every guard dereferences to its [`Lease`](crate::Lease), so `token()`, `is_lost()`, `cancelled()` and
-//! `fencing_token()` are available on all of them. A distributed guard can be lost while you
-//! hold it; that is the difference from `tokio::sync::MutexGuard`. The exceptions are the
-//! bounded guards ([`Mutex::lock_for`], [`Semaphore::acquire_for`], [`RwLock::read_for`],
-//! [`RwLock::write_for`]), which dereference to a [`BoundedLease`] whose lease lives in the
-//! task that ends it at its deadline; it has the same accessors.
+//! Every guard is a [`Guard`]: its `fencing_token()`, `token()`, `is_lost()` and
+//! `release()` mean the same on one node and in a [`LockSpace`](crate::LockSpace), so code
+//! generic over it runs on either. A distributed guard can be lost while you hold it; that
+//! is the difference from `tokio::sync::MutexGuard`. The guards of one node dereference to
+//! their [`Lease`](crate::Lease); the bounded ones ([`Mutex::lock_for`],
+//! [`Semaphore::acquire_for`], [`RwLock::read_for`], [`RwLock::write_for`]) are a
+//! [`Bounded`] guard, whose guard lives in the task that ends it at its deadline.
 
 mod acquiring;
 mod bounded;
 mod election;
 mod follow;
 mod group;
+mod guard;
 mod held;
 mod multi_lock;
 mod mutex;
@@ -37,20 +39,18 @@ mod rwlock;
 mod semaphore;
 mod source;
 
-pub use self::acquiring::Acquiring;
-pub(crate) use self::acquiring::optional;
-pub use self::bounded::BoundedLease;
+pub use self::bounded::Bounded;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub use self::follow::Following;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
+pub use self::guard::Guard;
 pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
-pub use self::mutex::{BoundedMutexGuard, Mutex, MutexGuard};
+pub use self::mutex::{Mutex, MutexGuard};
 pub use self::published::{Published, ValueStream};
-pub use self::rwlock::{
-    BoundedRwLockReadGuard, BoundedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
-pub use self::semaphore::{BoundedSemaphorePermit, Semaphore, SemaphorePermit};
+pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use self::semaphore::{Semaphore, SemaphorePermit};
+use crate::session::Acquiring;
 
 pub(crate) use self::source::{Next, Source};
 use crate::config;
@@ -58,11 +58,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
 use crate::session::{SemaphoreDescription, Session};
 
-/// A recipe's acquire of `name`, or, for a name over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+/// A recipe's acquire of `name`, or, for a name over [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN)
 /// bytes, one that fails with [`ErrorKind::InvalidArgument`] when awaited, sending nothing:
 /// the name rule every recipe verb applies (the server checks names only on create and
 /// update).
-pub(crate) fn acquiring<T>(
+pub(crate) fn acquiring<T: 'static>(
     source: &Source,
     name: &str,
     options: crate::config::AcquireOptions,
@@ -102,7 +102,7 @@ pub(crate) async fn ensure_semaphore(session: &Session, name: &str, limit: u64) 
                 ) =>
             {
                 match session
-                    .describe_semaphore(name, crate::DescribeOptions::new())
+                    .describe_semaphore(name, crate::config::DescribeOptions::new())
                     .await
                 {
                     Ok(d) => return check_persistent(name, &d, limit),
@@ -158,8 +158,8 @@ macro_rules! made_from {
 }
 pub(crate) use made_from;
 
-/// Implements `Deref<Target = Lease>` and the release verb for a guard type.
-macro_rules! guard {
+/// Implements `Deref<Target = Lease>`, the release verb and [`Guard`] for a guard type.
+macro_rules! lease_guard {
     ($guard:ident, $verb:ident, $what:literal) => {
         impl std::ops::Deref for $guard {
             type Target = crate::session::Lease;
@@ -188,9 +188,27 @@ macro_rules! guard {
                 self.lease
             }
         }
+
+        impl crate::recipes::Guard for $guard {
+            fn fencing_token(&self) -> crate::session::FencingToken {
+                self.lease.fencing_token()
+            }
+
+            fn token(&self) -> tokio_util::sync::CancellationToken {
+                self.lease.token()
+            }
+
+            fn is_lost(&self) -> bool {
+                self.lease.is_lost()
+            }
+
+            fn release(self) -> impl std::future::Future<Output = crate::error::Result<bool>> + Send {
+                self.lease.release()
+            }
+        }
     };
 }
-pub(crate) use guard;
+pub(crate) use lease_guard;
 
 impl Session {
     /// A [`Mutex`] on the ephemeral semaphore `name`.

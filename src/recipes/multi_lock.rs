@@ -5,11 +5,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Next, Source};
+use super::{Guard, Next, Source};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
-use crate::session::{Lease, Session};
+use crate::session::{FencingToken, Lease, Session};
 
 /// Several [`Mutex`](super::Mutex)es of one node taken together: all of them or none,
 /// under one deadline, held in one session, behind one guard.
@@ -145,6 +145,28 @@ impl MultiLockGuard {
 
 /// How long a multi-lock that gives up waits, in all, for the server to confirm the
 /// releases of the locks it took; past it the releases stay queued on the session.
+impl Guard for MultiLockGuard {
+    /// The fencing token of the first name.
+    fn fencing_token(&self) -> FencingToken {
+        self.leases
+            .first()
+            .map(Lease::fencing_token)
+            .unwrap_or_default()
+    }
+
+    fn token(&self) -> CancellationToken {
+        MultiLockGuard::token(self)
+    }
+
+    fn is_lost(&self) -> bool {
+        MultiLockGuard::is_lost(self)
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<bool>> + Send {
+        self.unlock()
+    }
+}
+
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Releases every lease at once and waits for the answers: `true` if all were still held.
@@ -234,7 +256,7 @@ impl MultiLock {
     /// Waits for every lock until `timeout` from now, one deadline for all of them;
     /// `None` if it passed (the locks taken by then are released, and the call waits for
     /// the server to confirm, at most 2 s). At most a day, as every acquire
-    /// timeout ([`MAX_ACQUIRE_TIMEOUT`](crate::MAX_ACQUIRE_TIMEOUT)); for longer, use
+    /// timeout ([`MAX_ACQUIRE_TIMEOUT`](crate::config::MAX_ACQUIRE_TIMEOUT)); for longer, use
     /// [`MultiLock::lock`].
     ///
     /// # Examples

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acquiring::optional;
-use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
+use crate::session::optional;
+
+use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
@@ -46,17 +46,7 @@ pub struct MutexGuard {
     lease: Lease,
 }
 
-guard!(MutexGuard, unlock, "lock");
-
-bounded_guard!(
-    /// A [`Mutex`] held for at most a set time, from [`Mutex::lock_for`]: at its
-    /// [`deadline`](super::BoundedLease::deadline) the token fires and the lock is released,
-    /// even if the holder is still at work and the session healthy. Dereferences to the
-    /// [`BoundedLease`](super::BoundedLease); dropping it unlocks.
-    BoundedMutexGuard,
-    unlock,
-    "lock"
-);
+lease_guard!(MutexGuard, unlock, "lock");
 
 impl Mutex {
     pub(crate) fn new(source: Source, name: &str) -> Self {
@@ -101,7 +91,7 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a [`Session`](crate::Session) scope: the session was lost while
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a [`Session`](crate::Session) scope: the session was lost while
     /// waiting; a [`SessionManager`](crate::SessionManager) scope retries in the next
     /// session instead, until the manager stops: then its error,
     /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown).
@@ -144,11 +134,11 @@ impl Mutex {
     /// Waits for the lock and holds it for at most `bound` from the grant: a wedged holder
     /// cannot keep it from the fleet forever.
     ///
-    /// At the [deadline](super::BoundedLease::deadline), first the guard's token fires (stop
+    /// At the [deadline](Bounded::deadline), first the guard's token fires (stop
     /// the protected work under it), then the release is sent to the server, so another
     /// session may take the lock right after; the fencing token still guards against a
     /// holder that ignores its token. This happens even if the holder is alive and the
-    /// session healthy. An [`unlock`](BoundedMutexGuard::unlock) or a drop before the
+    /// session healthy. A [`release`](Bounded::release) or a drop before the
     /// deadline releases as usual. Each granted guard has a small task (started at the
     /// grant) that holds the lease and waits for the deadline; it ends with the lock.
     ///
@@ -182,9 +172,12 @@ impl Mutex {
     ///
     /// As [`Mutex::lock`]: the deadline's task is started only when the lock is granted and
     /// returned.
-    pub fn lock_for(&self, bound: Duration) -> Acquiring<BoundedMutexGuard> {
+    pub fn lock_for(&self, bound: Duration) -> Acquiring<Bounded<MutexGuard>> {
         self.start(None, move |r| {
-            r.map(|lease| BoundedMutexGuard::start(lease, bound))
+            r.map(|lease| {
+                let granted_at = lease.granted_at();
+                Bounded::from_grant(MutexGuard { lease }, granted_at, bound)
+            })
         })
     }
 

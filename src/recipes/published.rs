@@ -9,7 +9,7 @@ use crate::session::{SemaphoreDescription, Session};
 /// The publication semaphore's limit (nobody acquires it).
 const PUBLISHED_LIMIT: u64 = u64::MAX;
 
-/// A small value (up to [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes) published under a
+/// A small value (up to [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN) bytes) published under a
 /// name: a configuration, a feature flag, the address of the current primary. Anyone can
 /// [`publish`](Published::publish) a new value, [`get`](Published::get) the value now, or
 /// [`subscribe`](Published::subscribe) and always converge on the newest value.
@@ -103,8 +103,8 @@ impl Published {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a value over
-    /// [`MAX_DATA_LEN`](crate::MAX_DATA_LEN) bytes or a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent);
+    /// [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN) bytes or a name over
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent);
     /// [`ErrorKind::PreconditionFailed`] when a semaphore of that name exists and is not a
     /// publication (another recipe's: a mutex's ephemeral one, another limit, one with owners such as a group's), which is
     /// left as it is; session errors (on a
@@ -181,7 +181,7 @@ impl Published {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a
     /// [`SessionManager`](crate::SessionManager) the read is made again in the next session
     /// instead, until the manager stops).
     ///

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acquiring::optional;
-use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
+use crate::session::optional;
+
+use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
@@ -55,24 +55,8 @@ pub struct RwLockWriteGuard {
     lease: Lease,
 }
 
-guard!(RwLockReadGuard, unlock, "read lock");
-guard!(RwLockWriteGuard, unlock, "write lock");
-
-bounded_guard!(
-    /// Shared access to a [`RwLock`] for at most a set time, from [`RwLock::read_for`].
-    /// Dereferences to the [`BoundedLease`](super::BoundedLease); dropping it unlocks.
-    BoundedRwLockReadGuard,
-    unlock,
-    "read lock"
-);
-
-bounded_guard!(
-    /// Exclusive access to a [`RwLock`] for at most a set time, from [`RwLock::write_for`].
-    /// Dereferences to the [`BoundedLease`](super::BoundedLease); dropping it unlocks.
-    BoundedRwLockWriteGuard,
-    unlock,
-    "write lock"
-);
+lease_guard!(RwLockReadGuard, unlock, "read lock");
+lease_guard!(RwLockWriteGuard, unlock, "write lock");
 
 impl RwLock {
     pub(crate) fn new(source: Source, name: &str) -> Self {
@@ -90,7 +74,7 @@ impl RwLock {
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
     /// # use ydb_coordination::{Client, SessionOptions};
-    /// # use ydb_coordination::DescribeOptions;
+    /// # use ydb_coordination::config::DescribeOptions;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let emulator = Emulator::builder().node("/local/app").start().await?;
@@ -139,7 +123,7 @@ impl RwLock {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent); session errors.
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors.
     ///
     /// # Cancel safety
     ///
@@ -290,9 +274,12 @@ impl RwLock {
     ///
     /// Dropping the future withdraws the request; the deadline's task is started only when
     /// access is granted and returned.
-    pub fn read_for(&self, bound: Duration) -> Acquiring<BoundedRwLockReadGuard> {
+    pub fn read_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockReadGuard>> {
         self.start(false, None, move |r| {
-            r.map(|lease| BoundedRwLockReadGuard::start(lease, bound))
+            r.map(|lease| {
+                let granted_at = lease.granted_at();
+                Bounded::from_grant(RwLockReadGuard { lease }, granted_at, bound)
+            })
         })
     }
 
@@ -306,9 +293,12 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// As [`RwLock::read_for`].
-    pub fn write_for(&self, bound: Duration) -> Acquiring<BoundedRwLockWriteGuard> {
+    pub fn write_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockWriteGuard>> {
         self.start(true, None, move |r| {
-            r.map(|lease| BoundedRwLockWriteGuard::start(lease, bound))
+            r.map(|lease| {
+                let granted_at = lease.granted_at();
+                Bounded::from_grant(RwLockWriteGuard { lease }, granted_at, bound)
+            })
         })
     }
 

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acquiring::optional;
-use super::bounded::bounded_guard;
-use super::{Acquiring, Held, Prepare, Source, acquiring, guard};
+use crate::session::optional;
+
+use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
@@ -56,17 +56,7 @@ pub struct SemaphorePermit {
     lease: Lease,
 }
 
-guard!(SemaphorePermit, release, "permit");
-
-bounded_guard!(
-    /// Tokens of a [`Semaphore`] held for at most a set time, from
-    /// [`Semaphore::acquire_for`]: at its [`deadline`](super::BoundedLease::deadline) the
-    /// token fires and the tokens are released. Dereferences to the
-    /// [`BoundedLease`](super::BoundedLease); dropping it releases.
-    BoundedSemaphorePermit,
-    release,
-    "permit"
-);
+lease_guard!(SemaphorePermit, release, "permit");
 
 impl Semaphore {
     pub(crate) fn new(source: Source, name: &str, limit: u64) -> Self {
@@ -89,7 +79,7 @@ impl Semaphore {
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::{Client, DescribeOptions, SessionOptions};
+    /// # use ydb_coordination::{Client, config::DescribeOptions, SessionOptions};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let emulator = Emulator::builder().node("/local/app").start().await?;
@@ -147,7 +137,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`] for `n` of 0 or above the limit, or a name over
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes (nothing is sent);
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent);
     /// [`ErrorKind::PreconditionFailed`] when the semaphore exists with another limit;
     /// session errors.
     ///
@@ -205,7 +195,7 @@ impl Semaphore {
     }
 
     /// Waits for `n` tokens and holds them for at most `bound` from the grant: at the
-    /// [deadline](super::BoundedLease::deadline) the permit's token fires, then the tokens
+    /// [deadline](Bounded::deadline) the permit's token fires, then the tokens
     /// are released (as [`Mutex::lock_for`](super::Mutex::lock_for) does for a lock), so a
     /// wedged holder cannot keep them from the fleet forever.
     ///
@@ -237,9 +227,12 @@ impl Semaphore {
     ///
     /// As [`Semaphore::acquire`]: the deadline's task is started only when the tokens are
     /// granted and returned.
-    pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<BoundedSemaphorePermit> {
+    pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<Bounded<SemaphorePermit>> {
         self.start(n, None, move |r| {
-            r.map(|lease| BoundedSemaphorePermit::start(lease, bound))
+            r.map(|lease| {
+                let granted_at = lease.granted_at();
+                Bounded::from_grant(SemaphorePermit { lease }, granted_at, bound)
+            })
         })
     }
 

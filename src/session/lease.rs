@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::{CallerId, Control, Held};
 use super::driver::{Notice, ReplyTx};
+use super::fencing::FencingToken;
 use super::inbox::Handle;
 use crate::error::{Error, Result};
 
@@ -100,8 +101,8 @@ impl Lease {
     /// semaphore get strictly increasing values; the value is stable for the whole tenure,
     /// across reattaches and server restarts. Send it with every write to the protected
     /// resource and have the resource reject anything older than the newest it has seen.
-    pub fn fencing_token(&self) -> u64 {
-        self.held.order_id
+    pub fn fencing_token(&self) -> FencingToken {
+        FencingToken::new(0, self.held.order_id)
     }
 
     /// When the session learnt of the grant, not when the holder picked the lease up.

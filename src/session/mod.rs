@@ -1,7 +1,9 @@
 //! A coordination session: the handle, its leases and watches.
 
+mod acquiring;
 pub(crate) mod core;
 pub(crate) mod driver;
+mod fencing;
 pub(crate) mod inbox;
 mod lease;
 mod mailbox;
@@ -22,7 +24,10 @@ use futures::Stream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+pub use self::acquiring::Acquiring;
+pub(crate) use self::acquiring::{Compose, optional};
 use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
+pub use self::fencing::FencingToken;
 pub use self::lease::Lease;
 use self::replies::{Notice, ReplyTx, Request};
 pub use self::state::SessionState;
@@ -351,8 +356,8 @@ impl Session {
     /// Acquires `options.count` tokens of a semaphore, waiting in the server's FIFO queue up
     /// to `options.timeout` (forever by default).
     ///
-    /// Returns an [`Acquire`] you can simply `.await`, or first ask whether the server queued
-    /// the request ([`Acquire::queued`]). A session holds at most one lease per semaphore:
+    /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether the server
+    /// queued the request ([`Acquiring::queued`]). A session holds at most one lease per semaphore:
     /// a second acquire of the same name in one session waits until the first lease ends.
     ///
     /// # Errors
@@ -367,7 +372,12 @@ impl Session {
     ///
     /// Dropping the future before it completes withdraws the request: the server forgets
     /// the waiter, and the semaphore is not acquired.
-    pub fn acquire(&self, name: &str, options: AcquireOptions) -> Acquire {
+    pub fn acquire(&self, name: &str, options: AcquireOptions) -> Acquiring<Lease> {
+        Acquiring::session(self.acquire_one(name, options), |lease| lease)
+    }
+
+    /// The acquire of `name` in this session, under [`Session::acquire`] and the recipes.
+    pub(crate) fn acquire_one(&self, name: &str, options: AcquireOptions) -> Acquire {
         let (queued_tx, queued_rx) = oneshot::channel();
         let (reply_tx, reply_rx) = oneshot::channel();
         let id = self.inner.next_id();
@@ -419,13 +429,9 @@ impl Session {
     /// # Cancel safety
     ///
     /// As [`Session::acquire`].
-    pub async fn try_acquire(&self, name: &str, options: AcquireOptions) -> Result<Option<Lease>> {
-        let acquire = self.acquire(name, options.timeout(std::time::Duration::ZERO));
-        match acquire.await {
-            Ok(lease) => Ok(Some(lease)),
-            Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(None),
-            Err(e) => Err(e),
-        }
+    pub fn try_acquire(&self, name: &str, options: AcquireOptions) -> Acquiring<Option<Lease>> {
+        let acquire = self.acquire_one(name, options.timeout(std::time::Duration::ZERO));
+        Acquiring::session(acquire, optional)
     }
 
     /// Closes the session: every lease token fires at once, the server is asked to stop the
@@ -457,30 +463,11 @@ impl Session {
     }
 }
 
-/// An acquire in progress, from [`Session::acquire`]: a future of the [`Lease`].
-///
-/// # Examples
-///
-/// ```
-/// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::{AcquireOptions, Client, SessionOptions};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let emulator = Emulator::builder().node("/local/app").start().await?;
-/// # let client = Client::connect(&emulator.connection_string()).await?;
-/// # let session = client.session("/local/app", SessionOptions::new()).await?;
-/// let mut acquire = session.acquire("job", AcquireOptions::exclusive().ephemeral(true));
-/// if acquire.queued().await {
-///     println!("someone else holds it; waiting");
-/// }
-/// let lease = acquire.await?;
-/// # drop(lease);
-/// # Ok(())
-/// # }
-/// ```
+/// One semaphore's acquire in one session: a future of the [`Lease`], inside an
+/// [`Acquiring`].
 #[derive(Debug)]
 #[must_use = "an acquire does nothing unless awaited"]
-pub struct Acquire {
+pub(crate) struct Acquire {
     // Field order matters: `reply` is closed before the cancel message is sent in `Drop`, so
     // a driver that has not processed the request yet sees nobody is waiting.
     reply: oneshot::Receiver<Result<Option<Grant>>>,
@@ -518,8 +505,8 @@ impl Acquire {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the acquire stays in progress; await the `Acquire` itself afterwards.
-    pub async fn queued(&mut self) -> bool {
+    /// Cancel safe: the acquire stays in progress; await it afterwards.
+    pub(crate) async fn queued(&mut self) -> bool {
         if self.submit().is_err() {
             return false;
         }

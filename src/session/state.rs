@@ -7,7 +7,7 @@ use tokio::time::Instant;
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::SessionState;
+/// use ydb_coordination::session::SessionState;
 ///
 /// fn describe(state: &SessionState) -> &'static str {
 ///     match state {

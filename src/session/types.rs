@@ -7,7 +7,7 @@ use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto};
 /// # Examples
 ///
 /// ```
-/// use ydb_coordination::SemaphoreDescription;
+/// use ydb_coordination::session::SemaphoreDescription;
 ///
 /// fn holders(d: &SemaphoreDescription) -> Vec<u64> {
 ///     d.owners.iter().map(|o| o.session_id).collect()
@@ -96,7 +96,7 @@ pub struct SessionSnapshot {
     /// The session's id.
     pub session_id: u64,
     /// Its state.
-    pub state: crate::SessionState,
+    pub state: super::SessionState,
     /// Held leases, by name.
     pub held: Vec<HeldLease>,
     /// Acquires not yet granted, oldest first.

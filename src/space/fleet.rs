@@ -5,14 +5,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 
-use super::layout::{Layout, SpaceToken};
-use super::lock::{SpaceAcquiring, SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
+use super::layout::Layout;
+use super::lock::{SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
 use super::{LockSpace, Shared, Ticket};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Member, Membership, MembershipState, Prepare};
+use crate::recipes::{Candidate, Leader, Member, Membership, Prepare};
+use crate::session::Acquiring;
+use crate::session::FencingToken;
 
 /// The place of `name` where every holder of it meets now, with the epoch its tokens
 /// carry: in a stable layout the only one; in a transition the old place while the
@@ -46,7 +50,7 @@ pub struct SpaceLeader {
     /// The node where it was read.
     pub node: String,
     /// The leader's fencing token in the space, as its [`SpaceGuard::fencing_token`].
-    pub token: SpaceToken,
+    pub fencing_token: FencingToken,
     /// Whether the leader is this process (its session on that node).
     pub is_me: bool,
 }
@@ -72,7 +76,7 @@ pub struct SpaceLeader {
 /// let leader = election.leader().await?.expect("we lead");
 /// assert!(leader.is_me && leader.data == b"host-a");
 /// leadership.set_data(b"host-a:9090").await?; // proclaim a new value
-/// leadership.unlock().await?; // resign
+/// leadership.release().await?; // resign
 /// assert!(election.leader().await?.is_none());
 /// # Ok(())
 /// # }
@@ -97,7 +101,7 @@ impl SpaceElection {
     }
 
     /// Waits to lead, with `data` as the leader's value. The guard is the leadership:
-    /// [`SpaceGuard::set_data`] proclaims a new value, [`SpaceGuard::unlock`] resigns.
+    /// [`SpaceGuard::set_data`] proclaims a new value, [`SpaceGuard::release`] resigns.
     ///
     /// # Errors
     ///
@@ -107,7 +111,7 @@ impl SpaceElection {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the candidacy.
-    pub fn campaign(&self, data: &[u8]) -> SpaceAcquiring<SpaceGuard> {
+    pub fn campaign(&self, data: &[u8]) -> Acquiring<SpaceGuard> {
         start_plain(&self.space, self.names(), Self::spec(data), None)
     }
 
@@ -120,7 +124,7 @@ impl SpaceElection {
     /// # Cancel safety
     ///
     /// As [`SpaceElection::campaign`].
-    pub fn try_campaign(&self, data: &[u8]) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_campaign(&self, data: &[u8]) -> Acquiring<Option<SpaceGuard>> {
         self.campaign_timeout(data, Duration::ZERO)
     }
 
@@ -137,7 +141,7 @@ impl SpaceElection {
         &self,
         data: &[u8],
         timeout: Duration,
-    ) -> SpaceAcquiring<Option<SpaceGuard>> {
+    ) -> Acquiring<Option<SpaceGuard>> {
         let wait = Wait::timeout(timeout);
         start(&self.space, self.names(), Self::spec(data), wait, None)
     }
@@ -163,13 +167,188 @@ impl SpaceElection {
         let shared = self.space.shared();
         let (node, epoch) = observed(shared, &self.name).await?;
         let leader = shared.manager(&node)?.election(&self.name).leader().await?;
-        Ok(leader.map(|l| SpaceLeader {
-            data: l.data,
-            token: SpaceToken::new(epoch, l.fencing_token),
-            is_me: l.is_me,
-            node,
-        }))
+        Ok(leader.map(|l| space_leader(l, node, epoch)))
     }
+
+    /// The leader, then the waiters in the order they will lead, read where every
+    /// candidate waits (see [`SpaceElection::leader`]), as the node's
+    /// [`Election::candidates`](crate::Election::candidates).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let election = space.election("scheduler");
+    /// let leadership = election.campaign(b"host-a").await?;
+    /// let candidates = election.candidates().await?;
+    /// assert!(candidates[0].is_leader && candidates[0].is_me);
+    /// # drop(leadership);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`SpaceElection::leader`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn candidates(&self) -> Result<Vec<Candidate>> {
+        let shared = self.space.shared();
+        let (node, _) = observed(shared, &self.name).await?;
+        shared
+            .manager(&node)?
+            .election(&self.name)
+            .candidates()
+            .await
+    }
+
+    /// The leader as it changes, as the node's [`Election::observe`](crate::Election::observe):
+    /// the newest state first, then each change (a slow reader may miss intermediate
+    /// leaders, never the newest), following the place where every leader holds the
+    /// election when the space moves to a new layout. Two items in a row never repeat the
+    /// same state. The stream ends with the error that stopped it (a node's manager
+    /// stopped, the directory could not be read in a transition).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let election = space.election("scheduler");
+    /// let mut leaders = election.observe();
+    /// assert!(leaders.next().await.transpose()?.flatten().is_none()); // nobody leads yet
+    /// let leadership = election.campaign(b"host-a").await?;
+    /// let leader = loop {
+    ///     if let Some(leader) = leaders.next().await.transpose()?.flatten() {
+    ///         break leader;
+    ///     }
+    /// };
+    /// assert_eq!(leader.fencing_token, leadership.fencing_token());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn observe(&self) -> SpaceFollowing<Option<SpaceLeader>> {
+        let name = self.name.clone();
+        follow_place(
+            self.space.shared().clone(),
+            name.clone(),
+            move |shared, node, epoch| {
+                let leaders = shared.manager(node)?.election(&name).observe();
+                let node = node.to_string();
+                Ok(leaders
+                    .map(move |l| l.map(|l| l.map(|l| space_leader(l, node.clone(), epoch))))
+                    .boxed())
+            },
+        )
+    }
+}
+
+/// The space's view of a node's leader: read on `node`, its token in `epoch`.
+fn space_leader(l: Leader, node: String, epoch: u64) -> SpaceLeader {
+    SpaceLeader {
+        data: l.data,
+        fencing_token: FencingToken::new(epoch, l.fencing_token.order),
+        is_me: l.is_me,
+        node,
+    }
+}
+
+/// A stream that follows one name's place in a [`LockSpace`] through its layouts
+/// ([`SpaceElection::observe`], [`SpaceGroup::watch`]): the newest state first, then each
+/// change; two items in a row never repeat the same state; it ends with the error that
+/// stopped it.
+pub type SpaceFollowing<T> = BoxStream<'static, Result<T>>;
+
+/// What [`follow_place`] keeps between items.
+struct Place<T, F> {
+    shared: Arc<Shared>,
+    name: String,
+    open: F,
+    layouts: watch::Receiver<Arc<Layout>>,
+    stream: Option<BoxStream<'static, Result<T>>>,
+    last: Option<T>,
+    ended: bool,
+}
+
+/// Follows what `open` streams from `name`'s observed place, opening it again on the new
+/// place each time the space moves to a new layout.
+fn follow_place<T, F>(shared: Arc<Shared>, name: String, open: F) -> SpaceFollowing<T>
+where
+    T: Clone + PartialEq + Send + 'static,
+    F: Fn(&Shared, &str, u64) -> Result<BoxStream<'static, Result<T>>> + Send + 'static,
+{
+    let layouts = shared.layout.subscribe();
+    let place = Place {
+        shared,
+        name,
+        open,
+        layouts,
+        stream: None,
+        last: None,
+        ended: false,
+    };
+    futures::stream::unfold(place, |mut p| async move {
+        if p.ended {
+            return None;
+        }
+        loop {
+            if p.stream.is_none() {
+                p.layouts.borrow_and_update();
+                let opened = match observed(&p.shared, &p.name).await {
+                    Ok((node, epoch)) => (p.open)(&p.shared, &node, epoch),
+                    Err(e) => Err(e),
+                };
+                match opened {
+                    Ok(stream) => p.stream = Some(stream),
+                    Err(e) => {
+                        p.ended = true;
+                        return Some((Err(e), p));
+                    }
+                }
+            }
+            let stream = p.stream.as_mut()?;
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(Ok(v)) if p.last.as_ref() == Some(&v) => {}
+                    Some(Ok(v)) => {
+                        p.last = Some(v.clone());
+                        return Some((Ok(v), p));
+                    }
+                    Some(Err(e)) => {
+                        p.ended = true;
+                        return Some((Err(e), p));
+                    }
+                    None => return None,
+                },
+                changed = p.layouts.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                    // The space runs a new layout: the name's place may have moved.
+                    p.stream = None;
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// Group membership in a [`LockSpace`], from [`LockSpace::group`]: on each node the same
@@ -193,7 +372,7 @@ impl SpaceElection {
 /// let workers = space.group("workers");
 /// let me = workers.join(b"10.0.0.7:8080").await?;
 /// assert_eq!(workers.members().await?.len(), 1);
-/// me.leave().await;
+/// me.leave().await?;
 /// assert!(workers.members().await?.is_empty());
 /// # Ok(())
 /// # }
@@ -208,7 +387,7 @@ pub struct SpaceGroup {
 #[derive(Debug)]
 #[must_use = "dropping the membership leaves the group"]
 pub struct SpaceMembership {
-    leave: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    leave: Option<oneshot::Sender<oneshot::Sender<Result<bool>>>>,
     ended: watch::Receiver<Option<Error>>,
 }
 
@@ -230,7 +409,7 @@ impl SpaceMembership {
     /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
     /// let me = space.group("workers").join(b"host-a").await?;
     /// assert!(me.error().is_none());
-    /// # me.leave().await;
+    /// # me.leave().await?;
     /// # Ok(())
     /// # }
     /// ```
@@ -251,20 +430,28 @@ impl SpaceMembership {
         }
     }
 
-    /// Leaves the group in every place and waits until the servers answered. A move to a
-    /// new layout in progress (which may wait for a node that is down) is dropped instead:
-    /// the places it joined leave by themselves, without that wait.
+    /// Leaves the group in every place and waits until the servers answered (`false`: a
+    /// place's membership was already lost), as the node's
+    /// [`Membership::leave`](crate::Membership::leave). A move to a new layout in progress
+    /// (which may wait for a node that is down) is dropped instead: the places it joined
+    /// leave by themselves, without that wait.
+    ///
+    /// # Errors
+    ///
+    /// A place's session ended first (its server then removes the member itself).
     ///
     /// # Cancel safety
     ///
     /// The task is asked to leave at once; dropping the future only skips the wait.
-    pub async fn leave(mut self) {
-        if let Some(leave) = self.leave.take() {
-            let (tx, rx) = oneshot::channel();
-            if leave.send(tx).is_ok() {
-                let _ = rx.await;
-            }
+    pub async fn leave(mut self) -> Result<bool> {
+        let Some(leave) = self.leave.take() else {
+            return Ok(false);
+        };
+        let (tx, rx) = oneshot::channel();
+        if leave.send(tx).is_err() {
+            return Ok(false);
         }
+        rx.await.unwrap_or(Ok(false))
     }
 }
 
@@ -322,6 +509,44 @@ impl SpaceGroup {
         let (node, _) = observed(shared, &self.name).await?;
         shared.manager(&node)?.group(&self.name).members().await
     }
+
+    /// The member set as it changes, as the node's [`Group::watch`](crate::Group::watch):
+    /// the newest set first, then each change, following the place where every member is
+    /// when the space moves to a new layout (see [`SpaceFollowing`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// use futures::StreamExt;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
+    /// let workers = space.group("workers");
+    /// let mut sets = workers.watch();
+    /// let me = workers.join(b"10.0.0.7:8080").await?;
+    /// while let Some(set) = sets.next().await {
+    ///     if set?.iter().any(|m| m.data == b"10.0.0.7:8080") {
+    ///         break;
+    ///     }
+    /// }
+    /// # me.leave().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self) -> SpaceFollowing<Vec<Member>> {
+        let name = self.name.clone();
+        follow_place(
+            self.space.shared().clone(),
+            name.clone(),
+            move |shared, node, _| Ok(shared.manager(node)?.group(&name).watch().boxed()),
+        )
+    }
 }
 
 /// Joins `name` in its places in the layout run now, keeping the memberships of `joined`
@@ -361,7 +586,7 @@ async fn keep(
     data: Vec<u8>,
     mut joined: BTreeMap<String, Membership>,
     mut ticket: Ticket,
-    mut asked: oneshot::Receiver<oneshot::Sender<()>>,
+    mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
     ended: watch::Sender<Option<Error>>,
 ) {
     let mut layouts = shared.layout.subscribe();
@@ -403,15 +628,19 @@ async fn keep(
     };
     // Said once every place is left, so a caller that joins again at once is not behind
     // its own old membership.
+    let mut left = Ok(true);
     for (_, m) in joined {
-        let _ = m.leave().await;
+        match m.leave().await {
+            Ok(held) => left = left.map(|all| all && held),
+            Err(e) => left = Err(e),
+        }
     }
     if let Some(e) = failed {
         ended.send_replace(Some(e));
     }
     drop(ticket);
     if let Some(reply) = reply {
-        let _ = reply.send(());
+        let _ = reply.send(left);
     }
 }
 
@@ -421,19 +650,7 @@ async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
     if joined.is_empty() {
         return std::future::pending().await;
     }
-    let waits = joined.values().map(|m| {
-        let mut state = m.state_changes();
-        Box::pin(async move {
-            let ended = state
-                .wait_for(|s| matches!(s, MembershipState::Ended(_)))
-                .await
-                .map(|s| s.clone());
-            match ended {
-                Ok(MembershipState::Ended(Some(e))) => e,
-                _ => gone(),
-            }
-        })
-    });
+    let waits = joined.values().map(|m| Box::pin(m.ended()));
     futures::future::select_all(waits).await.0
 }
 

@@ -21,7 +21,7 @@
 //!
 //! # Fencing tokens
 //!
-//! A lock in a space carries a [`SpaceToken`], `(epoch, order id)` compared in that order.
+//! A lock in a space carries a [`FencingToken`], `(epoch, order id)` compared in that order.
 //! The order id is the node's fencing token in the place the epoch names. In a stable
 //! layout the epoch is the layout's own. In a transition it is the old layout's while the
 //! next stable layout has not been published (the transition's holders then alternate with
@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::place;
 use crate::error::{Error, ErrorKind, Result};
+use crate::session::FencingToken;
 
 /// The longest node name a layout accepts, in bytes.
 pub const MAX_NODE_NAME_LEN: usize = 255;
@@ -94,74 +95,6 @@ pub struct Part {
     pub old: bool,
     /// The name's place in the new layout (in a stable layout: its only place).
     pub new: bool,
-}
-
-/// A fencing token of a lock in a [`LockSpace`](super::LockSpace): ordered by epoch, then
-/// by the node's order id, so it grows across moves of the name between nodes (see the
-/// [module docs](self)).
-///
-/// A protected resource stores the greatest token it has seen for the name and refuses a
-/// write carrying a smaller one, as with a plain `u64` token: compare the pair, or store
-/// [`SpaceToken::to_u128`] in one column (it orders the same way).
-///
-/// # Examples
-///
-/// ```
-/// use ydb_coordination::space::SpaceToken;
-///
-/// let before_move = SpaceToken::new(1, 900);
-/// let after_move = SpaceToken::new(3, 4);
-/// assert!(after_move > before_move);
-/// assert!(after_move.to_u128() > before_move.to_u128());
-/// assert_eq!(SpaceToken::from_u128(after_move.to_u128()), after_move);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct SpaceToken {
-    /// The epoch of the layout whose place gave the order id.
-    pub epoch: u64,
-    /// The node's fencing token (the owner's order id) in that place.
-    pub order: u64,
-}
-
-impl SpaceToken {
-    /// The token `(epoch, order)`.
-    ///
-    /// ```
-    /// # use ydb_coordination::space::SpaceToken;
-    /// assert!(SpaceToken::new(2, 1) > SpaceToken::new(1, 7));
-    /// ```
-    pub const fn new(epoch: u64, order: u64) -> Self {
-        Self { epoch, order }
-    }
-
-    /// The token as one number, `epoch << 64 | order`, ordered as the token is.
-    ///
-    /// ```
-    /// # use ydb_coordination::space::SpaceToken;
-    /// assert_eq!(SpaceToken::new(1, 2).to_u128(), (1u128 << 64) | 2);
-    /// ```
-    pub const fn to_u128(self) -> u128 {
-        ((self.epoch as u128) << 64) | self.order as u128
-    }
-
-    /// The token [`SpaceToken::to_u128`] made.
-    ///
-    /// ```
-    /// # use ydb_coordination::space::SpaceToken;
-    /// assert_eq!(SpaceToken::from_u128(5 << 64 | 9), SpaceToken::new(5, 9));
-    /// ```
-    pub const fn from_u128(v: u128) -> Self {
-        Self {
-            epoch: (v >> 64) as u64,
-            order: v as u64,
-        }
-    }
-}
-
-impl fmt::Display for SpaceToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.epoch, self.order)
-    }
 }
 
 /// A member of the fleet that runs an older epoch than a step needs
@@ -342,22 +275,22 @@ impl Layout {
     /// # Examples
     ///
     /// ```
-    /// # use ydb_coordination::space::{Layout, SpaceToken};
+    /// # use ydb_coordination::{space::Layout, FencingToken};
     /// let moving = Layout::new(1, ["n1"])?.begin(["n2"])?; // epoch 2
     /// // While the transition is what is published: the old place's order id.
-    /// assert_eq!(moving.token(&[40, 3], Some(2)), SpaceToken::new(1, 40));
+    /// assert_eq!(moving.token(&[40, 3], Some(2)), FencingToken::new(1, 40));
     /// // Once the new layout (epoch 3) is: the new place's.
-    /// assert_eq!(moving.token(&[40, 3], Some(3)), SpaceToken::new(3, 3));
+    /// assert_eq!(moving.token(&[40, 3], Some(3)), FencingToken::new(3, 3));
     /// # Ok::<(), ydb_coordination::Error>(())
     /// ```
-    pub fn token(&self, orders: &[u64], published: Option<u64>) -> SpaceToken {
+    pub fn token(&self, orders: &[u64], published: Option<u64>) -> FencingToken {
         let (new, epoch) = self.token_place(published);
         let index = if new {
             orders.len().saturating_sub(1)
         } else {
             0
         };
-        SpaceToken::new(epoch, orders.get(index).copied().unwrap_or_default())
+        FencingToken::new(epoch, orders.get(index).copied().unwrap_or_default())
     }
 
     /// Which place's order id a token carries (`true`: the last of [`Layout::parts`], the
@@ -767,8 +700,8 @@ mod tests {
         let b = t.finish().unwrap_or_else(|e| panic!("{e}"));
         // Order ids on each node grow with each holder that takes a place there.
         let (mut o1, mut o2) = (100u64, 1u64);
-        let mut last = SpaceToken::default();
-        let mut step = |token: SpaceToken| {
+        let mut last = FencingToken::default();
+        let mut step = |token: FencingToken| {
             assert!(token > last, "{token} after {last}");
             last = token;
         };

@@ -13,12 +13,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::layout::SpaceToken;
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Prepare, Source, acquiring, optional};
+use crate::recipes::{Guard, Prepare, Source, acquiring};
+use crate::session::FencingToken;
 use crate::session::Lease;
+use crate::session::{Acquiring, Compose, optional};
 
 /// How long a lock that could not be had in full waits for the release of its parts.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
@@ -55,61 +56,34 @@ impl Wait {
     }
 }
 
-/// A lock acquire in a [`LockSpace`]: a future of the guard (or `Option` of it for the
-/// `try_` and `_timeout` forms), which can first be asked whether it waits behind someone
-/// ([`SpaceAcquiring::queued`]).
-///
-/// # Examples
-///
-/// ```
-/// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::space::{Layout, LockSpace};
-/// # use ydb_coordination::Client;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let emulator = Emulator::builder().node("/local/n1").start().await?;
-/// # let client = Client::connect(&emulator.connection_string()).await?;
-/// # let open = || LockSpace::builder().node("n1", &client, "/local/n1")
-/// #     .layout(Layout::new(1, ["n1"]).unwrap()).open();
-/// // Two processes' spaces (one process holds one session per node).
-/// let (a, b) = (open().await?, open().await?);
-/// let held = a.mutex("nightly").lock().await?;
-/// let mut waiting = b.mutex("nightly").lock();
-/// assert!(waiting.queued().await);
-/// held.unlock().await?;
-/// let guard = waiting.await?;
-/// # drop(guard);
-/// # Ok(())
-/// # }
-/// ```
-///
-/// # Cancel safety
-///
-/// Dropping it withdraws the request; parts already taken are released.
-#[must_use = "an acquire does nothing unless awaited"]
-pub struct SpaceAcquiring<T> {
+/// A lock acquire in a [`LockSpace`], inside an [`Acquiring`]: its future, and whether a
+/// part of it is queued behind another holder. Dropping it withdraws the request; parts
+/// already taken are released.
+struct Taking<T> {
     future: BoxFuture<'static, Result<T>>,
     queued: watch::Receiver<bool>,
     done: Option<Result<T>>,
 }
 
-impl<T> std::fmt::Debug for SpaceAcquiring<T> {
+impl<T> std::fmt::Debug for Taking<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpaceAcquiring")
+        f.debug_struct("Acquiring")
             .field("queued", &*self.queued.borrow())
             .field("done", &self.done.is_some())
             .finish()
     }
 }
 
-impl<T: Send + 'static> SpaceAcquiring<T> {
-    fn new(start: impl FnOnce(watch::Sender<bool>) -> BoxFuture<'static, Result<T>>) -> Self {
+impl<T: Send + 'static> Taking<T> {
+    fn acquiring(
+        start: impl FnOnce(watch::Sender<bool>) -> BoxFuture<'static, Result<T>>,
+    ) -> Acquiring<T> {
         let (tx, queued) = watch::channel(false);
-        Self {
+        Acquiring::composed(Self {
             future: start(tx),
             queued,
             done: None,
-        }
+        })
     }
 
     /// Waits until a part of the lock is queued behind another holder (`true`) or the
@@ -118,7 +92,7 @@ impl<T: Send + 'static> SpaceAcquiring<T> {
     /// # Cancel safety
     ///
     /// Cancel safe: the acquire stays in progress; await it afterwards.
-    pub async fn queued(&mut self) -> bool {
+    async fn wait_queued(&mut self) -> bool {
         if self.done.is_some() {
             return false;
         }
@@ -134,9 +108,15 @@ impl<T: Send + 'static> SpaceAcquiring<T> {
 }
 
 // Nothing of `T` is ever pinned: the outcome is only stored and moved out.
-impl<T> Unpin for SpaceAcquiring<T> {}
+impl<T> Unpin for Taking<T> {}
 
-impl<T> Future for SpaceAcquiring<T> {
+impl<T: Send + 'static> Compose<T> for Taking<T> {
+    fn queued(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(self.wait_queued())
+    }
+}
+
+impl<T> Future for Taking<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
@@ -148,7 +128,7 @@ impl<T> Future for SpaceAcquiring<T> {
 }
 
 /// A lock held in a [`LockSpace`]: the recipe locks of its name (names, for a
-/// [`SpaceMultiLock`]) on each node the layout placed it on, with its [`SpaceToken`].
+/// [`SpaceMultiLock`]) on each node the layout placed it on, with its [`FencingToken`].
 ///
 /// Its [`token`](SpaceGuard::token) fires when any part is lost, when the process's
 /// membership in the space's directory may be lost (see the
@@ -166,7 +146,7 @@ pub struct SpaceGuard {
 struct GuardState {
     leases: StdMutex<Vec<Lease>>,
     nodes: Vec<String>,
-    tokens: Vec<(String, SpaceToken)>,
+    tokens: Vec<(String, FencingToken)>,
     epoch: u64,
     lost: CancellationToken,
     deadline: Option<Instant>,
@@ -227,7 +207,7 @@ impl SpaceGuard {
 
     /// The fencing token (of the first name, for a multi-lock): comparable with every
     /// other holder's of the same name in the space, across moves.
-    pub fn fencing_token(&self) -> SpaceToken {
+    pub fn fencing_token(&self) -> FencingToken {
         self.state
             .tokens
             .first()
@@ -236,7 +216,7 @@ impl SpaceGuard {
     }
 
     /// Each name's fencing token, in the order the names were taken.
-    pub fn fencing_tokens(&self) -> &[(String, SpaceToken)] {
+    pub fn fencing_tokens(&self) -> &[(String, FencingToken)] {
         &self.state.tokens
     }
 
@@ -279,7 +259,7 @@ impl SpaceGuard {
     ///
     /// # Errors
     ///
-    /// The lock was lost or ended; data over [`MAX_DATA_LEN`](crate::MAX_DATA_LEN).
+    /// The lock was lost or ended; data over [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN).
     ///
     /// # Cancel safety
     ///
@@ -315,21 +295,30 @@ impl SpaceGuard {
     /// # Cancel safety
     ///
     /// The releases are requested at once; dropping the future only skips the wait.
-    pub async fn unlock(self) -> Result<bool> {
+    pub async fn release(self) -> Result<bool> {
         self.state.release().await
     }
+}
 
-    /// The same as [`SpaceGuard::unlock`], for permits.
-    ///
-    /// # Errors
-    ///
-    /// As [`SpaceGuard::unlock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`SpaceGuard::unlock`].
-    pub async fn release(self) -> Result<bool> {
-        self.unlock().await
+impl Guard for SpaceGuard {
+    fn fencing_token(&self) -> FencingToken {
+        SpaceGuard::fencing_token(self)
+    }
+
+    fn token(&self) -> CancellationToken {
+        SpaceGuard::token(self)
+    }
+
+    fn is_lost(&self) -> bool {
+        SpaceGuard::is_lost(self)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        SpaceGuard::deadline(self)
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<bool>> + Send {
+        SpaceGuard::release(self)
     }
 }
 
@@ -378,7 +367,7 @@ async fn release_all(leases: Vec<Lease>) -> Result<bool> {
 struct Taken {
     leases: Vec<Lease>,
     nodes: Vec<String>,
-    tokens: Vec<(String, SpaceToken)>,
+    tokens: Vec<(String, FencingToken)>,
     ticket: Ticket,
     /// The membership in the directory the lock lives in (`None`: no directory).
     member: Option<CancellationToken>,
@@ -433,7 +422,7 @@ async fn take(
                 };
                 match taken {
                     Ok(Some(lease)) => {
-                        mine.push(lease.fencing_token());
+                        mine.push(lease.fencing_token().order);
                         leases.push(lease);
                         nodes.push(part.node.clone());
                     }
@@ -555,20 +544,9 @@ pub(super) fn start(
     spec: Spec,
     wait: Result<Wait>,
     bound: Option<Duration>,
-) -> SpaceAcquiring<Option<SpaceGuard>> {
+) -> Acquiring<Option<SpaceGuard>> {
     let shared = space.shared().clone();
-    SpaceAcquiring::new(move |queued| {
-        Box::pin(async move {
-            let taken = take(shared, names, spec, wait?, queued).await?;
-            Ok(taken.map(|t| {
-                let deadline = bound.and_then(|b| {
-                    let first = t.leases.iter().map(Lease::granted_at).min();
-                    first.and_then(|f| f.checked_add(b))
-                });
-                SpaceGuard::start(t, deadline)
-            }))
-        })
-    })
+    Taking::acquiring(move |queued| Box::pin(taking(shared, names, spec, wait, bound, queued)))
 }
 
 /// The same acquire, waiting without a timeout: always a guard.
@@ -577,27 +555,43 @@ pub(super) fn start_plain(
     names: Vec<String>,
     spec: Spec,
     bound: Option<Duration>,
-) -> SpaceAcquiring<SpaceGuard> {
-    let mut inner = start(space, names, spec, Ok(Wait::Forever), bound);
-    SpaceAcquiring {
-        queued: inner.queued.clone(),
-        done: None,
-        future: Box::pin(async move {
-            (&mut inner).await?.ok_or_else(|| {
+) -> Acquiring<SpaceGuard> {
+    let shared = space.shared().clone();
+    Taking::acquiring(move |queued| {
+        Box::pin(async move {
+            let taken = taking(shared, names, spec, Ok(Wait::Forever), bound, queued).await?;
+            taken.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Internal,
                     "an acquire without a timeout ended without the lock",
                 )
             })
-        }),
-    }
+        })
+    })
+}
+
+/// Takes `names` and makes the guard, bounded by `bound` from the first grant.
+async fn taking(
+    shared: Arc<Shared>,
+    names: Vec<String>,
+    spec: Spec,
+    wait: Result<Wait>,
+    bound: Option<Duration>,
+    queued: watch::Sender<bool>,
+) -> Result<Option<SpaceGuard>> {
+    let taken = take(shared, names, spec, wait?, queued).await?;
+    Ok(taken.map(|t| {
+        let deadline = bound.and_then(|b| {
+            let first = t.leases.iter().map(Lease::granted_at).min();
+            first.and_then(|f| f.checked_add(b))
+        });
+        SpaceGuard::start(t, deadline)
+    }))
 }
 
 /// Holds a lock for as long as the stream is polled: a guard, and a new one each time the
 /// last one is lost or dropped; ends with the error that no retry would change.
-pub(super) fn hold(
-    make: impl Fn() -> SpaceAcquiring<SpaceGuard> + Send + Sync + 'static,
-) -> SpaceHeld {
+pub(super) fn hold(make: impl Fn() -> Acquiring<SpaceGuard> + Send + Sync + 'static) -> SpaceHeld {
     let stream = futures::stream::unfold(
         (make, None::<CancellationToken>, false),
         |(make, last, ended)| async move {
@@ -647,7 +641,7 @@ pub type SpaceHeld = BoxStream<'static, Result<SpaceGuard>>;
 /// let mutex = space.mutex("tenant-7/migrate");
 /// let guard = mutex.lock().await?;
 /// assert!(mutex.try_lock().await?.is_none());
-/// guard.unlock().await?;
+/// guard.release().await?;
 /// # Ok(())
 /// # }
 /// ```
@@ -686,7 +680,7 @@ impl SpaceMutex {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a name over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// [`ErrorKind::InvalidArgument`] for a name over [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN)
     /// bytes; [`ErrorKind::PreconditionFailed`] for a layout naming a node the space was
     /// not given, or a published layout that contradicts the one run (see
     /// [`LockSpace::layout_error`](super::LockSpace::layout_error)); a node's manager errors
@@ -698,7 +692,7 @@ impl SpaceMutex {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request; parts already taken are released.
-    pub fn lock(&self) -> SpaceAcquiring<SpaceGuard> {
+    pub fn lock(&self) -> Acquiring<SpaceGuard> {
         start_plain(&self.space, vec![self.name.clone()], self.spec(), None)
     }
 
@@ -711,7 +705,7 @@ impl SpaceMutex {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn try_lock(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_lock(&self) -> Acquiring<Option<SpaceGuard>> {
         self.lock_timeout(Duration::ZERO)
     }
 
@@ -729,7 +723,7 @@ impl SpaceMutex {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn lock_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<SpaceGuard>> {
         start(
             &self.space,
             vec![self.name.clone()],
@@ -749,7 +743,7 @@ impl SpaceMutex {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn lock_for(&self, bound: Duration) -> SpaceAcquiring<SpaceGuard> {
+    pub fn lock_for(&self, bound: Duration) -> Acquiring<SpaceGuard> {
         start_plain(
             &self.space,
             vec![self.name.clone()],
@@ -841,18 +835,18 @@ impl SpaceSemaphore {
         n: u64,
         wait: Result<Wait>,
         bound: Option<Duration>,
-    ) -> SpaceAcquiring<Option<SpaceGuard>> {
+    ) -> Acquiring<Option<SpaceGuard>> {
         let names = vec![self.name.clone()];
         match self.spec(n) {
             Ok(spec) => start(&self.space, names, spec, wait, bound),
-            Err(e) => SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e)))),
+            Err(e) => Taking::acquiring(|_| Box::pin(std::future::ready(Err(e)))),
         }
     }
 
-    fn start_plain(&self, n: u64, bound: Option<Duration>) -> SpaceAcquiring<SpaceGuard> {
+    fn start_plain(&self, n: u64, bound: Option<Duration>) -> Acquiring<SpaceGuard> {
         match self.spec(n) {
             Ok(spec) => start_plain(&self.space, vec![self.name.clone()], spec, bound),
-            Err(e) => SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e)))),
+            Err(e) => Taking::acquiring(|_| Box::pin(std::future::ready(Err(e)))),
         }
     }
 
@@ -867,7 +861,7 @@ impl SpaceSemaphore {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request; permits already taken are released.
-    pub fn acquire(&self, n: u64) -> SpaceAcquiring<SpaceGuard> {
+    pub fn acquire(&self, n: u64) -> Acquiring<SpaceGuard> {
         self.start_plain(n, None)
     }
 
@@ -880,7 +874,7 @@ impl SpaceSemaphore {
     /// # Cancel safety
     ///
     /// As [`SpaceSemaphore::acquire`].
-    pub fn try_acquire(&self, n: u64) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_acquire(&self, n: u64) -> Acquiring<Option<SpaceGuard>> {
         self.acquire_timeout(n, Duration::ZERO)
     }
 
@@ -893,7 +887,7 @@ impl SpaceSemaphore {
     /// # Cancel safety
     ///
     /// As [`SpaceSemaphore::acquire`].
-    pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> Acquiring<Option<SpaceGuard>> {
         self.start(n, Wait::timeout(timeout), None)
     }
 
@@ -906,7 +900,7 @@ impl SpaceSemaphore {
     /// # Cancel safety
     ///
     /// As [`SpaceSemaphore::acquire`].
-    pub fn acquire_for(&self, n: u64, bound: Duration) -> SpaceAcquiring<SpaceGuard> {
+    pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<SpaceGuard> {
         self.start_plain(n, Some(bound))
     }
 
@@ -988,7 +982,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn read(&self) -> SpaceAcquiring<SpaceGuard> {
+    pub fn read(&self) -> Acquiring<SpaceGuard> {
         start_plain(&self.space, self.names(), self.spec(false), None)
     }
 
@@ -1001,7 +995,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn write(&self) -> SpaceAcquiring<SpaceGuard> {
+    pub fn write(&self) -> Acquiring<SpaceGuard> {
         start_plain(&self.space, self.names(), self.spec(true), None)
     }
 
@@ -1014,7 +1008,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn try_read(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_read(&self) -> Acquiring<Option<SpaceGuard>> {
         self.read_timeout(Duration::ZERO)
     }
 
@@ -1027,7 +1021,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn try_write(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_write(&self) -> Acquiring<Option<SpaceGuard>> {
         self.write_timeout(Duration::ZERO)
     }
 
@@ -1040,7 +1034,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn read_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn read_timeout(&self, timeout: Duration) -> Acquiring<Option<SpaceGuard>> {
         start(
             &self.space,
             self.names(),
@@ -1059,7 +1053,7 @@ impl SpaceRwLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMutex::lock`].
-    pub fn write_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn write_timeout(&self, timeout: Duration) -> Acquiring<Option<SpaceGuard>> {
         start(
             &self.space,
             self.names(),
@@ -1104,7 +1098,7 @@ impl SpaceRwLock {
 /// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
 /// let both = space.multi_lock(["account-42", "account-7"]).lock().await?;
 /// assert_eq!(both.fencing_tokens().len(), 2);
-/// both.unlock().await?;
+/// both.release().await?;
 /// # Ok(())
 /// # }
 /// ```
@@ -1160,9 +1154,9 @@ impl SpaceMultiLock {
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the request; locks already taken are released.
-    pub fn lock(&self) -> SpaceAcquiring<SpaceGuard> {
+    pub fn lock(&self) -> Acquiring<SpaceGuard> {
         if let Err(e) = self.check() {
-            return SpaceAcquiring::new(|_| Box::pin(std::future::ready(Err(e))));
+            return Taking::acquiring(|_| Box::pin(std::future::ready(Err(e))));
         }
         start_plain(&self.space, self.names.clone(), self.spec(), None)
     }
@@ -1176,7 +1170,7 @@ impl SpaceMultiLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMultiLock::lock`].
-    pub fn try_lock(&self) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn try_lock(&self) -> Acquiring<Option<SpaceGuard>> {
         self.lock_timeout(Duration::ZERO)
     }
 
@@ -1190,7 +1184,7 @@ impl SpaceMultiLock {
     /// # Cancel safety
     ///
     /// As [`SpaceMultiLock::lock`].
-    pub fn lock_timeout(&self, timeout: Duration) -> SpaceAcquiring<Option<SpaceGuard>> {
+    pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<SpaceGuard>> {
         let wait = self.check().and_then(|()| Wait::timeout(timeout));
         start(&self.space, self.names.clone(), self.spec(), wait, None)
     }

@@ -17,7 +17,7 @@
 //! `A+B`, the layout `B`. So a holder that runs `A` and one that runs `B` never coexist.
 //!
 //! A space with a *directory* (a coordination node, [`LockSpaceBuilder::directory`]) learns
-//! its layout from a [`Published`](crate::Published) value there and follows it by itself;
+//! its layout from a [`Published`](crate::recipes::Published) value there and follows it by itself;
 //! every process of the space is a member of a [`Group`](crate::Group) there that reports
 //! the oldest epoch it still runs (its layout, or a lock taken in an older one that it still
 //! holds), and [`SpaceDirectory`] (the `ydb-coord space` command) advances the published
@@ -59,9 +59,9 @@
 //!
 //! # Fencing
 //!
-//! A lock in a space carries a [`SpaceToken`], `(epoch, order id)`, comparable across nodes
-//! for the same name: a holder after a move has a greater token than every holder before
-//! it. Single-node recipes keep their plain `u64` token.
+//! A lock in a space carries a [`FencingToken`](crate::FencingToken), `(epoch, order id)`,
+//! comparable across nodes for the same name: a holder after a move has a greater token than
+//! every holder before it. A lock on one node carries the same type, with epoch 0.
 //!
 //! # Examples
 //!
@@ -82,7 +82,7 @@
 //!     .await?;
 //! let guard = space.mutex("charge-card-42").lock().await?;
 //! println!("held on {:?} with token {}", guard.nodes(), guard.fencing_token());
-//! guard.unlock().await?;
+//! guard.release().await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -104,11 +104,11 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use self::directory::{SpaceDirectory, SpaceMember};
-pub use self::fleet::{SpaceElection, SpaceGroup, SpaceLeader, SpaceMembership};
+pub use self::fleet::{SpaceElection, SpaceFollowing, SpaceGroup, SpaceLeader, SpaceMembership};
 use self::layout::Judgment;
-pub use self::layout::{Lagging, Layout, Part, SpaceToken};
+pub use self::layout::{Lagging, Layout, Part};
 pub use self::lock::{
-    SpaceAcquiring, SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
+    SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
 };
 pub use self::published::SpacePublished;
 

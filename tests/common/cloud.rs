@@ -277,7 +277,7 @@ impl MockHttp {
 }
 
 /// The token `provider` gives now.
-pub async fn current(provider: &impl ydb_coordination::TokenProvider) -> String {
+pub async fn current(provider: &impl ydb_coordination::auth::TokenProvider) -> String {
     crate::common::within(provider.token())
         .await
         .unwrap()
@@ -297,7 +297,7 @@ pub async fn emulator_accepting(tokens: &[&str]) -> ydb_coordination::emulator::
 /// times of its own, and these tests count the exchanges.
 pub async fn connect(
     emulator: &ydb_coordination::emulator::Emulator,
-    credentials: ydb_coordination::Credentials,
+    credentials: ydb_coordination::auth::Credentials,
 ) -> ydb_coordination::Client {
     let builder = ydb_coordination::Client::builder(emulator.connection_string())
         .credentials(credentials)
@@ -326,12 +326,12 @@ pub async fn renewed_at_half_life<P>(
     provider: Arc<P>,
     [old, new]: [&str; 2],
 ) where
-    P: ydb_coordination::TokenProvider + 'static,
+    P: ydb_coordination::auth::TokenProvider + 'static,
 {
     use crate::common::within;
     let client = connect(
         emulator,
-        ydb_coordination::Credentials::provider(provider.clone()),
+        ydb_coordination::auth::Credentials::provider(provider.clone()),
     )
     .await;
     within(client.describe_node("/local/app")).await.unwrap();
@@ -386,7 +386,7 @@ pub fn verify_iam_request(r: &Recorded) -> Result<(Claims, String), String> {
     let key = jsonwebtoken::DecodingKey::from_rsa_pem(TEST_ONLY_PUBLIC_KEY.as_bytes())
         .map_err(|e| e.to_string())?;
     let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::PS256);
-    validation.set_audience(&[ydb_coordination::IAM_TOKEN_URL]);
+    validation.set_audience(&[ydb_coordination::auth::IAM_TOKEN_URL]);
     validation.set_issuer(&["sa-test"]);
     let data = jsonwebtoken::decode::<Claims>(jwt, &key, &validation).map_err(|e| e.to_string())?;
     Ok((data.claims, header.kid.unwrap_or_default()))
@@ -588,7 +588,7 @@ pub async fn assert_echoed_secrets_never_shown<P>(
     provider: impl Fn() -> P,
     never: &[&str],
 ) where
-    P: ydb_coordination::TokenProvider,
+    P: ydb_coordination::auth::TokenProvider,
 {
     mock.echo_in_headers();
     for (status, echo) in echo_cases() {

@@ -6,7 +6,9 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use ydb_coordination::emulator::{Emulator, FaultProxy};
-use ydb_coordination::{Client, Credentials, NodeConfig, Session, SessionOptions, SessionState};
+use ydb_coordination::{
+    Client, Session, SessionOptions, auth::Credentials, config::NodeConfig, session::SessionState,
+};
 
 /// The bound on any single wait in a test (paused time makes it free).
 pub const T: Duration = Duration::from_secs(600);

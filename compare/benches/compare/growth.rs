@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ydb_coordination::emulator::{Emulator, Traffic};
-use ydb_coordination::{AcquireOptions, Client, DescribeOptions, Session};
+use ydb_coordination::{AcquireOptions, Client, Session, config::DescribeOptions};
 
 use super::stats::quantile;
 use super::{R, cpu, cut_until_attached, ours_session_options, within};

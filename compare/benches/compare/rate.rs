@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, ErrorKind, RateLimiter, ResourceSettings};
+use ydb_coordination::{Client, ErrorKind, RateLimiter, rate_limiter::ResourceSettings};
 
 use super::stats::quantile;
 use super::{Config, R, STEP, within};

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ydb_coordination::space::{Layout, LockSpace, LockSpaceBuilder, SpaceDirectory};
-use ydb_coordination::{Client, NodeConfig};
+use ydb_coordination::{Client, config::NodeConfig};
 
 use super::memory::ServerChild;
 use super::stats::{fmt_duration, group, quantile, ratio};
@@ -159,7 +159,7 @@ async fn cycles(space: &LockSpace, server: &mut ServerChild, window: Window) -> 
                     break;
                 }
                 let guard = within("space lock", STEP, mutex.lock()).await?;
-                within("space unlock", STEP, guard.unlock()).await?;
+                within("space unlock", STEP, guard.release()).await?;
                 if window.contains(Instant::now()) {
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -232,7 +232,7 @@ pub(crate) async fn transition(cfg: &Config) -> R<Transition> {
             for _ in 0..batch {
                 let t = Instant::now();
                 let guard = within("space lock", STEP, mutex.lock()).await?;
-                within("space unlock", STEP, guard.unlock()).await?;
+                within("space unlock", STEP, guard.release()).await?;
                 if round > 0 {
                     samples.push(t.elapsed());
                 }

@@ -243,6 +243,8 @@ pub mod rate_limiter_service_client {
 }
 /// The server: implement [`RateLimiterService`](rate_limiter_service_server::RateLimiterService)
 /// and serve it as a [`RateLimiterServiceServer`](rate_limiter_service_server::RateLimiterServiceServer).
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
 pub mod rate_limiter_service_server {
     #![allow(
         unused_variables,

@@ -7,7 +7,7 @@ use super::liveness::Liveness;
 use super::{CallerId, Effect, Kind, SessionCore, closed, millis};
 use crate::clock::later;
 use crate::error::{Error, ErrorKind};
-use crate::proto::{StatusCode, session_request as rq, session_response as rs};
+use crate::proto::{session_request as rq, session_response as rs};
 use crate::session::state::SessionState;
 
 /// How many unanswered pings are remembered (older ones can no longer confirm anything
@@ -78,7 +78,10 @@ impl SessionCore {
         if self.closing.is_some() {
             self.finish(now, SessionState::Closed, closed());
         } else if err.ends_session() {
-            let kind = ErrorKind::from_status(err.status().unwrap_or(StatusCode::SessionExpired));
+            let kind = ErrorKind::from_status(
+                err.status()
+                    .unwrap_or(crate::error::StatusCode::SessionExpired),
+            );
             let msg = format!("session {} ended by the server: {err}", self.session_id());
             self.finish(
                 now,

@@ -1,6 +1,6 @@
 //! The lock space's properties, judged across its nodes: a name is held by one holder at a
 //! time (a counted semaphore's permits stay within its limit) wherever its places are, and
-//! the [`SpaceToken`]s of a name's successive exclusive holders strictly grow, across the
+//! the [`FencingToken`]s of a name's successive exclusive holders strictly grow, across the
 //! two phases of a move.
 //!
 //! A space lock takes each of its name's places (a [`Resource::Part`] each, judged as any
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Checker, LeaseKey, Resource, Signal};
-use crate::space::SpaceToken;
+use crate::session::FencingToken;
 
 /// The names of the simulated lock space: exclusive locks, then a counted semaphore. With
 /// the layouts of the simulation (`n0..n2`, then `n0..n3`) the first two and the semaphore
@@ -71,7 +71,7 @@ pub(crate) struct Names {
     holders: HashMap<u64, Holder>,
     next_id: u64,
     /// Per name: the greatest token of an exclusive holder so far, and whose.
-    newest: HashMap<usize, (SpaceToken, u64)>,
+    newest: HashMap<usize, (FencingToken, u64)>,
 }
 
 impl Names {
@@ -136,7 +136,7 @@ impl Checker {
 
     /// The holder `id` computed its fencing token. Judged, for an exclusive holder that
     /// still holds: above every token the name gave before.
-    pub(crate) fn space_token(&mut self, id: u64, token: SpaceToken) {
+    pub(crate) fn space_token(&mut self, id: u64, token: FencingToken) {
         let Some(h) = self.space.holders.get(&id).filter(|h| h.live()) else {
             return; // no longer a holder: its token fences nothing
         };
@@ -266,22 +266,22 @@ mod tests {
     fn exclusive_tokens_must_grow_across_holders_and_epochs() {
         let t = Instant::now();
         let mut c = Checker::default();
-        let next = |c: &mut Checker, token: SpaceToken| {
+        let next = |c: &mut Checker, token: FencingToken| {
             let (id, _) = hold(c, t, (0, 1), 0, MUTEX, token.epoch);
             c.space_token(id, token);
             c.space_released(id);
         };
-        next(&mut c, SpaceToken::new(1, 40));
-        next(&mut c, SpaceToken::new(1, 41));
-        next(&mut c, SpaceToken::new(3, 2));
+        next(&mut c, FencingToken::new(1, 40));
+        next(&mut c, FencingToken::new(1, 41));
+        next(&mut c, FencingToken::new(3, 2));
         assert!(c.violations.is_empty());
         // A's rule after a move: the old place's order id is not above the new epoch's.
-        next(&mut c, SpaceToken::new(1, 42));
+        next(&mut c, FencingToken::new(1, 42));
         assert_eq!(caught(&c), ["space fencing"]);
         // A holder whose part was lost fences nothing.
         let (id, fired) = hold(&mut c, t, (4, 1), 0, MUTEX, 1);
         fired.cancel();
-        c.space_token(id, SpaceToken::new(1, 1));
+        c.space_token(id, FencingToken::new(1, 1));
         assert_eq!(caught(&c), ["space fencing"]);
     }
 }
