@@ -123,6 +123,7 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
+//! | `tower` | no | [`layer`]: a `tower` layer that takes rate-limiter units for each request (HTTP 429 when they are not available) |
 //!
 //! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).
 #![doc(test(attr(deny(warnings))))]
@@ -168,6 +169,9 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Issue, Result, RetryRule, StatusCode};
 pub use manager::{SessionManager, SessionStream};
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use rate_limiter::layer;
 pub use rate_limiter::{
     MAX_ACQUIRE_WAIT, RateLimited, RateLimiter, ResourceDescription, ResourceSettings,
 };
