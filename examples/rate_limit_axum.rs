@@ -142,7 +142,7 @@ async fn fleet() -> Result<(), BoxError> {
             clients.push((i, tokio::spawn(requests(*address, start))));
         }
     }
-    let mut tallies = vec![Tally::default(); SERVERS];
+    let mut tallies = [Tally::default(); SERVERS];
     for (i, client) in clients {
         tallies[i].add(bounded("a client", client).await???);
     }
