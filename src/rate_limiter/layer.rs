@@ -34,7 +34,7 @@
 //!     Err(RateLimitError::Limited(_)) => { /* 429 Too Many Requests */ }
 //!     Err(RateLimitError::LimiterFailed(e)) => return Err(e.into()), // 503
 //!     Err(RateLimitError::Inner(e)) => match e {},
-//!     Ok(_) => unreachable!("one unit a second"),
+//!     Ok(_) => { /* a second passed in between: the next unit had come */ }
 //! }
 //! # Ok(())
 //! # }
