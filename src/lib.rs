@@ -123,6 +123,7 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
+//! | `tower` | no | [`rate_limiter::layer`]: a `tower` layer that takes rate-limiter units for each request (HTTP 429 when they are not available) |
 //!
 //! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).
 #![doc(test(attr(deny(warnings))))]

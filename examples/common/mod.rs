@@ -24,7 +24,8 @@ impl Setup {
     }
 }
 
-async fn connect(connection: &str) -> Result<Client, ydb_coordination::Error> {
+/// A client of `connection`, with the credentials the environment names.
+pub async fn connect(connection: &str) -> Result<Client, ydb_coordination::Error> {
     Client::builder(connection)
         .credentials(Credentials::from_env()?)
         .build()

@@ -2,8 +2,11 @@
 //! a tree (hierarchical DRR), and the units a fleet takes from them.
 //!
 //! `mod.rs` has [`RateLimiter`] (the calls), `settings.rs` a resource's settings and
-//! description, `limited.rs` [`RateLimited`] (a stream paced by a resource).
+//! description, `limited.rs` [`RateLimited`] (a stream paced by a resource), `layer.rs` the
+//! `tower` layer (feature `tower`).
 
+#[cfg(feature = "tower")]
+pub mod layer;
 mod limited;
 mod settings;
 
