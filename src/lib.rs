@@ -123,6 +123,7 @@
 //! | feature | default | what |
 //! |---|---|---|
 //! | `emulator` | no | [`emulator`]: the in-process coordination service and fault controls (the `ydb-coordination-emulator` crate) |
+//! | `cloud` | no | [`auth::ServiceAccountCredentials`], [`auth::MetadataCredentials`], [`auth::OAuth2TokenExchangeCredentials`]: the credentials that fetch their tokens over HTTP (a JWT signer and an HTTP client); tokens, logins and your own providers need no feature |
 //! | `tower` | no | [`rate_limiter::layer`]: a `tower` layer that takes rate-limiter units for each request (HTTP 429 when they are not available) |
 //!
 //! The command-line tool is its own package, `ydb-coord` (`cli/` in the repository).

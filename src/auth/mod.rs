@@ -6,15 +6,24 @@
 //! the small HTTP client they use, `redact.rs` what keeps the secrets they send out of the
 //! errors their answers lead to.
 
+#[cfg(feature = "cloud")]
 mod cache;
+#[cfg(feature = "cloud")]
 mod cloud;
+#[cfg(feature = "cloud")]
 mod http;
+#[cfg(feature = "cloud")]
 mod oauth2;
+#[cfg(feature = "cloud")]
 mod redact;
 
+#[cfg(feature = "cloud")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
 pub use cloud::{
     IAM_TOKEN_URL, KeyFileError, METADATA_TOKEN_URL, MetadataCredentials, ServiceAccountCredentials,
 };
+#[cfg(feature = "cloud")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
 pub use oauth2::{
     ACCESS_TOKEN_TYPE, DEFAULT_JWT_TTL, JWT_TOKEN_TYPE, JwtTokenSource, OAUTH2_JWT_ALGORITHMS,
     OAuth2TokenExchangeCredentials, OAuth2TokenSource, TOKEN_EXCHANGE_GRANT_TYPE,
@@ -151,6 +160,8 @@ impl Credentials {
     ///
     /// [`ErrorKind::InvalidArgument`] when the file cannot be read or is not a valid key; the
     /// source is a [`KeyFileError`] naming the file and the field.
+    #[cfg(feature = "cloud")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
     pub fn service_account_key_file(path: impl AsRef<std::path::Path>) -> Result<Self> {
         ServiceAccountCredentials::from_key_file(path).map(Self::from)
     }
@@ -173,12 +184,16 @@ impl Credentials {
     ///
     /// [`ErrorKind::InvalidArgument`] when the file cannot be read or a field is missing or
     /// malformed; the source is a [`KeyFileError`] naming the file and the field.
+    #[cfg(feature = "cloud")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
     pub fn oauth2_key_file(path: impl AsRef<std::path::Path>) -> Result<Self> {
         OAuth2TokenExchangeCredentials::from_config_file(path).map(Self::from)
     }
 
     /// The VM's service account, through the metadata service at [`METADATA_TOKEN_URL`] (see
     /// [`MetadataCredentials`] for another endpoint).
+    #[cfg(feature = "cloud")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
     pub fn metadata() -> Self {
         Self::from(MetadataCredentials::new())
     }
@@ -255,28 +270,17 @@ impl Credentials {
 
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let set = |name: &str| get(name).filter(|v| !v.is_empty());
-        let service_account = |key: Result<ServiceAccountCredentials>| -> Result<Self> {
-            let mut key = key?;
-            if let Some(url) = set("YDB_IAM_ENDPOINT") {
-                key = key.iam_endpoint(url)?;
-            }
-            Ok(Self::from(key))
-        };
         if let Some(path) = set("YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS") {
-            return service_account(ServiceAccountCredentials::from_key_file(path));
+            return cloud_env::service_account_file(&set, path);
         }
         if let Some(json) = set("YDB_SERVICE_ACCOUNT_KEY_CREDENTIALS") {
-            return service_account(ServiceAccountCredentials::from_key_json(&json));
+            return cloud_env::service_account_json(&set, &json);
         }
         if set("YDB_ANONYMOUS_CREDENTIALS").is_some_and(|v| v == "1") {
             return Ok(Self::anonymous());
         }
         if set("YDB_METADATA_CREDENTIALS").is_some_and(|v| v == "1") {
-            let mut metadata = MetadataCredentials::new();
-            if let Some(url) = set("YDB_METADATA_ENDPOINT") {
-                metadata = metadata.endpoint(url)?;
-            }
-            return Ok(Self::from(metadata));
+            return cloud_env::metadata(&set);
         }
         if let Some(token) = set("YDB_ACCESS_TOKEN_CREDENTIALS") {
             return Ok(Self::token(token));
@@ -286,24 +290,106 @@ impl Credentials {
             return Ok(Self::login(user, password));
         }
         if let Some(path) = set("YDB_OAUTH2_KEY_FILE") {
-            return Self::oauth2_key_file(path);
+            return cloud_env::oauth2_file(path);
         }
         Ok(Self::anonymous())
     }
 }
 
+/// The variables of [`Credentials::from_env`] whose credentials fetch their tokens over
+/// HTTP: built with the `cloud` feature, refused by kind without it.
+#[cfg(feature = "cloud")]
+mod cloud_env {
+    use super::{Credentials, MetadataCredentials, ServiceAccountCredentials};
+    use crate::error::Result;
+
+    type Set<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+    fn service_account(
+        set: &Set<'_>,
+        key: Result<ServiceAccountCredentials>,
+    ) -> Result<Credentials> {
+        let mut key = key?;
+        if let Some(url) = set("YDB_IAM_ENDPOINT") {
+            key = key.iam_endpoint(url)?;
+        }
+        Ok(Credentials::from(key))
+    }
+
+    pub(super) fn service_account_file(set: &Set<'_>, path: String) -> Result<Credentials> {
+        service_account(set, ServiceAccountCredentials::from_key_file(path))
+    }
+
+    pub(super) fn service_account_json(set: &Set<'_>, json: &str) -> Result<Credentials> {
+        service_account(set, ServiceAccountCredentials::from_key_json(json))
+    }
+
+    pub(super) fn metadata(set: &Set<'_>) -> Result<Credentials> {
+        let mut metadata = MetadataCredentials::new();
+        if let Some(url) = set("YDB_METADATA_ENDPOINT") {
+            metadata = metadata.endpoint(url)?;
+        }
+        Ok(Credentials::from(metadata))
+    }
+
+    pub(super) fn oauth2_file(path: String) -> Result<Credentials> {
+        Credentials::oauth2_key_file(path)
+    }
+}
+
+/// Without the `cloud` feature: each variable that needs it is refused, naming the feature.
+#[cfg(not(feature = "cloud"))]
+mod cloud_env {
+    use super::Credentials;
+    use crate::error::{Error, ErrorKind, Result};
+
+    type Set<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+    fn needs_cloud(variable: &str) -> Result<Credentials> {
+        Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "{variable} is set, but this build of ydb-coordination has no `cloud` feature; \
+                 enable it (features = [\"cloud\"]) or unset the variable"
+            ),
+        ))
+    }
+
+    pub(super) fn service_account_file(_: &Set<'_>, _: String) -> Result<Credentials> {
+        needs_cloud("YDB_SERVICE_ACCOUNT_KEY_FILE_CREDENTIALS")
+    }
+
+    pub(super) fn service_account_json(_: &Set<'_>, _: &str) -> Result<Credentials> {
+        needs_cloud("YDB_SERVICE_ACCOUNT_KEY_CREDENTIALS")
+    }
+
+    pub(super) fn metadata(_: &Set<'_>) -> Result<Credentials> {
+        needs_cloud("YDB_METADATA_CREDENTIALS")
+    }
+
+    pub(super) fn oauth2_file(_: String) -> Result<Credentials> {
+        needs_cloud("YDB_OAUTH2_KEY_FILE")
+    }
+}
+
+#[cfg(feature = "cloud")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
 impl From<ServiceAccountCredentials> for Credentials {
     fn from(credentials: ServiceAccountCredentials) -> Self {
         Self::provider(credentials)
     }
 }
 
+#[cfg(feature = "cloud")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
 impl From<OAuth2TokenExchangeCredentials> for Credentials {
     fn from(credentials: OAuth2TokenExchangeCredentials) -> Self {
         Self::provider(credentials)
     }
 }
 
+#[cfg(feature = "cloud")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cloud")))]
 impl From<MetadataCredentials> for Credentials {
     fn from(credentials: MetadataCredentials) -> Self {
         Self::provider(credentials)
@@ -367,7 +453,7 @@ impl LoginCache {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cloud"))]
 mod tests {
     use super::*;
     use std::collections::HashMap;
