@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/raw.rs"]
-mod raw;
+use crate::raw;
 
 use std::time::Duration;
 

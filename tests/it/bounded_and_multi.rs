@@ -2,7 +2,7 @@
 //! given its parts back when it returns; every `_timeout` verb follows one timeout rule.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

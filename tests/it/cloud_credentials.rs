@@ -6,13 +6,10 @@
 //! `Debug`, logs or errors, not even one an endpoint echoes anywhere in its answer.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/certs.rs"]
-mod certs;
-#[path = "common/cloud.rs"]
-mod cloud;
-mod common;
-#[path = "common/peer.rs"]
-mod peer;
+use crate::certs;
+use crate::cloud;
+use crate::common;
+use crate::peer;
 
 use std::error::Error as _;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! being retried until the budget runs out and reported as a timeout.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

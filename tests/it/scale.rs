@@ -6,7 +6,7 @@
 //! work itself is real CPU work in the driver and the emulator: the growth check times it
 //! with `std::time::Instant`, which the paused tokio clock does not affect.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

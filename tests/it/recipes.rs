@@ -1,7 +1,7 @@
 //! Recipes and the session manager against the emulator: mutual exclusion, FIFO fairness,
 //! counted limits, leader handover, observation, and held locks that come back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

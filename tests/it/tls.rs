@@ -3,9 +3,8 @@
 //! roots as the default.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/certs.rs"]
-mod certs;
-mod common;
+use crate::certs;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,13 +6,10 @@
 //! name the field.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/certs.rs"]
-mod certs;
-#[path = "common/cloud.rs"]
-mod cloud;
-mod common;
-#[path = "common/oauth2.rs"]
-mod oauth2;
+use crate::certs;
+use crate::cloud;
+use crate::common;
+use crate::oauth2;
 
 use std::error::Error as _;
 use std::sync::Arc;

@@ -3,9 +3,8 @@
 //! last resort, and idempotent unary calls are retried with the crate's backoff.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "common/unary.rs"]
-mod unary;
+use crate::common;
+use crate::unary;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

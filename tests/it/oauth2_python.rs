@@ -6,11 +6,8 @@
 //! cases) cannot be imported.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/cloud.rs"]
-mod cloud;
-mod common;
-#[path = "common/oauth2.rs"]
-mod oauth2;
+use crate::cloud;
+use crate::oauth2;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

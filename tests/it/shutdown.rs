@@ -4,7 +4,7 @@
 //! each scenario runs on a runtime of its own in a thread, joined with a wall-clock limit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::mpsc;

@@ -2,7 +2,7 @@
 //! and bounded holds, across reattach and session replacement.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,10 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/peer.rs"]
-mod peer;
-#[path = "common/raw.rs"]
-mod raw;
+use crate::peer;
+use crate::raw;
 
 use std::cell::Cell;
 use std::collections::VecDeque;

@@ -4,7 +4,7 @@
 //! stream paced by a resource; a fleet of acquirers sharing one rate.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -16,7 +16,7 @@
 // The run is shared by several tests, outside `#[test]` functions.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -99,7 +99,7 @@ async fn fenced_mutex_never_overlaps_under_chaos_seed_3() {
     .await;
 }
 
-/// `CHAOS_SOAK=1 cargo test --all-features --test chaos -- --nocapture soak`
+/// `CHAOS_SOAK=1 cargo test --all-features --test it chaos::fenced_mutex_never_overlaps_in_a_soak -- --nocapture`
 #[tokio::test(start_paused = true)]
 async fn fenced_mutex_never_overlaps_in_a_soak_when_asked() {
     if std::env::var("CHAOS_SOAK").ok().as_deref() != Some("1") {

@@ -3,8 +3,7 @@
 //! silence and server pings.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/peer.rs"]
-mod peer;
+use crate::peer;
 
 use std::time::Duration;
 

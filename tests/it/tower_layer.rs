@@ -5,7 +5,7 @@
 #![cfg(feature = "tower")]
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The session engine against the emulator: reattach, keepalive, the lease-safety deadline,
 //! verdicts, cancellation and per-request errors.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,9 +4,8 @@
 //! on the latest value.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "common/peer.rs"]
-mod peer;
+use crate::common;
+use crate::peer;
 
 use std::time::Duration;
 

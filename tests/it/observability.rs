@@ -8,7 +8,7 @@
 //! other's metrics or events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::future::Future;

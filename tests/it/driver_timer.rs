@@ -3,8 +3,7 @@
 //! happens at its instant, whether the timer had to move later or earlier to get there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/peer.rs"]
-mod peer;
+use crate::peer;
 
 use peer::{
     Peer, Rq, SemaphoreDescription, SemaphoreSession, StatusCode, acquire_result, describe_ok,

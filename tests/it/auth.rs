@@ -2,7 +2,7 @@
 //! user and password, providers, and the typed errors when they are missing or wrong.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::within;
 use ydb_coordination::emulator::Emulator;
