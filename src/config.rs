@@ -300,7 +300,7 @@ impl AcquireOptions {
         Self::default()
     }
 
-    /// Acquire `count` tokens (at least 1, at most the semaphore's limit).
+    /// Acquire `count` units (at least 1, at most the semaphore's limit).
     pub fn count(mut self, count: u64) -> Self {
         self.count = count;
         self

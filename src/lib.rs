@@ -106,7 +106,7 @@
 //! # Fencing
 //!
 //! [`Lease::fencing_token`] is the server's `order_id` of the ownership. It guarantees:
-//! - successive owners of one semaphore get strictly increasing tokens (the server grants in
+//! - successive owners of one semaphore get strictly increasing fencing tokens (the server grants in
 //!   queue order, and the counter is node-wide and persisted);
 //! - one owner keeps one token for its whole tenure, across reattaches and server restarts;
 //! - a new session after a loss gets a greater token for the same lock.

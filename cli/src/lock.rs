@@ -18,11 +18,11 @@ use super::signals::{Signals, interrupted};
 /// What to acquire.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
-    /// The ephemeral semaphore with all its tokens.
+    /// The ephemeral semaphore with all its units.
     Exclusive,
     /// One token of the ephemeral semaphore (shared with other `--shared` holders).
     Shared,
-    /// `count` tokens of a persistent semaphore, created with `limit` when given.
+    /// `count` units of a persistent semaphore, created with `limit` when given.
     Counted { count: u64, limit: Option<u64> },
     /// The leadership of an election (a persistent semaphore with limit 1).
     Leadership,

@@ -526,14 +526,14 @@ struct LockArgs {
     path: String,
     /// Lock (semaphore) name.
     name: String,
-    /// Take N tokens of a persistent counted semaphore (with --limit: created if missing).
+    /// Take N units of a persistent counted semaphore (with --limit: created if missing).
     #[arg(long, value_name = "N", conflicts_with = "shared",
           value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
     /// Take a shared lock: any number of --shared holders, excluded by a plain lock.
     #[arg(long)]
     shared: bool,
-    /// Use a persistent semaphore with N tokens, created if missing (takes 1 unless --count).
+    /// Use a persistent semaphore with N units, created if missing (takes 1 unless --count).
     #[arg(long, value_name = "N", conflicts_with = "shared",
           value_parser = clap::value_parser!(u64).range(1..))]
     limit: Option<u64>,

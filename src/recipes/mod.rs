@@ -216,7 +216,7 @@ impl Session {
         Mutex::new(Source::new(self.clone()), name)
     }
 
-    /// A counted [`Semaphore`] `name` with `limit` tokens (created if missing).
+    /// A counted [`Semaphore`] `name` with `limit` units (created if missing).
     pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
         Semaphore::new(Source::new(self.clone()), name, limit)
     }

@@ -10,7 +10,7 @@ use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::Lease;
 
-/// An exclusive lock: an ephemeral semaphore acquired with all its tokens, so it exists
+/// An exclusive lock: an ephemeral semaphore acquired with all its units, so it exists
 /// only while someone holds or waits for it, and waiters are served in FIFO order.
 ///
 /// # Examples

@@ -10,7 +10,7 @@ use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
 
-/// A counted semaphore with a fixed number of tokens: at most `limit` tokens are held at
+/// A counted semaphore with a fixed number of units: at most `limit` units are held at
 /// once across every session. The persistent semaphore is created on first use; an existing
 /// one with another limit is an error rather than silently shared.
 ///
@@ -68,7 +68,7 @@ impl Semaphore {
         }
     }
 
-    /// The number of tokens.
+    /// The number of units.
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -101,7 +101,7 @@ impl Semaphore {
         if n == 0 || n > self.limit {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} tokens", self.limit),
+                format!("cannot acquire {n} of {} units", self.limit),
             ));
         }
         Ok(AcquireOptions::new().count(n).data(self.data.clone()))
@@ -129,7 +129,7 @@ impl Semaphore {
         }
     }
 
-    /// Waits for `n` tokens (FIFO: a large request is not overtaken by smaller ones).
+    /// Waits for `n` units (FIFO: a large request is not overtaken by smaller ones).
     ///
     /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether it has to wait
     /// ([`Acquiring::queued`]).
@@ -148,7 +148,7 @@ impl Semaphore {
         self.start(n, None, |r| r.map(|lease| SemaphorePermit { lease }))
     }
 
-    /// Takes `n` tokens only if they are free now and nobody is queued.
+    /// Takes `n` units only if they are free now and nobody is queued.
     ///
     /// # Errors
     ///
@@ -161,7 +161,7 @@ impl Semaphore {
         self.acquire_timeout(n, Duration::ZERO)
     }
 
-    /// Waits for `n` tokens at most `timeout` (for a session too, on a manager without one); `None` if it passed.
+    /// Waits for `n` units at most `timeout` (for a session too, on a manager without one); `None` if it passed.
     ///
     /// # Examples
     ///
@@ -194,8 +194,8 @@ impl Semaphore {
         })
     }
 
-    /// Waits for `n` tokens and holds them for at most `bound` from the grant: at the
-    /// [deadline](Bounded::deadline) the permit's token fires, then the tokens
+    /// Waits for `n` units and holds them for at most `bound` from the grant: at the
+    /// [deadline](Bounded::deadline) the permit's token fires, then the units
     /// are released (as [`Mutex::lock_for`](super::Mutex::lock_for) does for a lock), so a
     /// wedged holder cannot keep them from the fleet forever.
     ///
@@ -225,7 +225,7 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// As [`Semaphore::acquire`]: the deadline's task is started only when the tokens are
+    /// As [`Semaphore::acquire`]: the deadline's task is started only when the units are
     /// granted and returned.
     pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<Bounded<SemaphorePermit>> {
         self.start(n, None, move |r| {
@@ -236,7 +236,7 @@ impl Semaphore {
         })
     }
 
-    /// Holds `n` tokens for as long as the stream is polled: a permit now, and a new one
+    /// Holds `n` units for as long as the stream is polled: a permit now, and a new one
     /// each time the last one is lost or dropped. See [`Held`].
     pub fn hold(&self, n: u64) -> Held<SemaphorePermit> {
         let semaphore = self.clone();

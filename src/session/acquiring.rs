@@ -105,7 +105,7 @@ impl<T> Acquiring<T> {
         }
     }
 
-    /// Waits until the server queues the request (`true`: someone else holds the tokens,
+    /// Waits until the server queues the request (`true`: someone else holds the units,
     /// or is ahead in the queue) or it completes without queuing (`false`: acquired, timed
     /// out, or failed; awaiting the future then returns at once).
     ///

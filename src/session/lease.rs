@@ -87,7 +87,7 @@ impl Lease {
         &self.held.name
     }
 
-    /// How many tokens are held.
+    /// How many units are held.
     pub fn count(&self) -> u64 {
         self.held.count
     }

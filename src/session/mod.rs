@@ -213,7 +213,7 @@ impl Session {
         result
     }
 
-    /// Creates a persistent semaphore with `limit` tokens and optional data.
+    /// Creates a persistent semaphore with `limit` units and optional data.
     ///
     /// # Errors
     ///
@@ -353,7 +353,7 @@ impl Session {
         })
     }
 
-    /// Acquires `options.count` tokens of a semaphore, waiting in the server's FIFO queue up
+    /// Acquires `options.count` units of a semaphore, waiting in the server's FIFO queue up
     /// to `options.timeout` (forever by default).
     ///
     /// Returns an [`Acquiring`] you can simply `.await`, or first ask whether the server
@@ -420,7 +420,7 @@ impl Session {
         }
     }
 
-    /// Acquires only if it can be done at once (no one is queued and the tokens are free).
+    /// Acquires only if it can be done at once (no one is queued and the units are free).
     ///
     /// # Errors
     ///
@@ -500,7 +500,7 @@ impl Acquire {
         Ok(())
     }
 
-    /// Waits until the server queues the request (`true`: someone else holds the tokens) or
+    /// Waits until the server queues the request (`true`: someone else holds the units) or
     /// completes it without queuing (`false`).
     ///
     /// # Cancel safety

@@ -820,7 +820,7 @@ impl SpaceSemaphore {
         if n == 0 || n > self.limit {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} tokens", self.limit),
+                format!("cannot acquire {n} of {} units", self.limit),
             ));
         }
         Ok(Spec {
@@ -850,7 +850,7 @@ impl SpaceSemaphore {
         }
     }
 
-    /// Waits for `n` tokens.
+    /// Waits for `n` units.
     ///
     /// # Errors
     ///
@@ -865,7 +865,7 @@ impl SpaceSemaphore {
         self.start_plain(n, None)
     }
 
-    /// Takes `n` tokens only if they are free in every place now.
+    /// Takes `n` units only if they are free in every place now.
     ///
     /// # Errors
     ///
@@ -878,7 +878,7 @@ impl SpaceSemaphore {
         self.acquire_timeout(n, Duration::ZERO)
     }
 
-    /// Waits for `n` tokens at most `timeout` in all; `None` if it passed.
+    /// Waits for `n` units at most `timeout` in all; `None` if it passed.
     ///
     /// # Errors
     ///
@@ -891,7 +891,7 @@ impl SpaceSemaphore {
         self.start(n, Wait::timeout(timeout), None)
     }
 
-    /// Waits for `n` tokens and holds them for at most `bound` from the first grant.
+    /// Waits for `n` units and holds them for at most `bound` from the first grant.
     ///
     /// # Errors
     ///
@@ -904,7 +904,7 @@ impl SpaceSemaphore {
         self.start_plain(n, Some(bound))
     }
 
-    /// Holds `n` tokens for as long as the stream is polled (see [`SpaceHeld`]).
+    /// Holds `n` units for as long as the stream is polled (see [`SpaceHeld`]).
     pub fn hold(&self, n: u64) -> SpaceHeld {
         let semaphore = self.clone();
         hold(move || semaphore.acquire(n))
@@ -1217,7 +1217,7 @@ impl LockSpace {
         }
     }
 
-    /// The [`SpaceSemaphore`] `name` with `limit` tokens (created on each node if missing).
+    /// The [`SpaceSemaphore`] `name` with `limit` units (created on each node if missing).
     ///
     /// ```
     /// # use ydb_coordination::space::LockSpace;
