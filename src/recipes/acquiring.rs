@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use std::time::Duration;
@@ -28,6 +29,8 @@ pub(crate) struct Recipe<T> {
     /// How many times the semaphore was found gone and made again.
     remakes: u8,
     state: State,
+    /// The step between a grant and the caller's guard, if the recipe has one.
+    after: Option<AfterGrant>,
     finish: Finish<T>,
 }
 
@@ -38,6 +41,12 @@ pub(crate) const REMAKES: u8 = 3;
 /// Makes the future's output from the session's answer (the guard around the lease).
 type Finish<T> = Box<dyn Fn(Result<Lease>) -> Result<T> + Send + Sync>;
 
+/// What a recipe does with a granted lease, in its session, before the caller gets it (a
+/// lock-delay mutex's marker and delay). The step owns the lease: dropped with the acquire,
+/// it drops the lease, which releases it; an error it ends with goes through the same retry
+/// rules as the acquire's own.
+pub(crate) type AfterGrant = Arc<dyn Fn(Lease) -> BoxFuture<'static, Result<Lease>> + Send + Sync>;
+
 enum State {
     /// Not started.
     Start,
@@ -45,6 +54,8 @@ enum State {
     Preparing(BoxFuture<'static, Result<Session>>),
     /// Asking the session.
     Acquiring(Box<Acquire>),
+    /// Granted: the recipe's step after the grant.
+    Granted(BoxFuture<'static, Result<Lease>>),
     /// The outcome, not yet returned.
     Ready(Result<Lease>),
     /// Returned.
@@ -57,6 +68,7 @@ impl<T> std::fmt::Debug for Recipe<T> {
             State::Start => "start",
             State::Preparing(_) => "preparing",
             State::Acquiring(_) => "acquiring",
+            State::Granted(_) => "granted",
             State::Ready(_) => "ready",
             State::Done => "done",
         };
@@ -102,9 +114,12 @@ impl<T: 'static> Acquiring<T> {
         name: &str,
         options: AcquireOptions,
         prepare: Prepare,
+        after: Option<AfterGrant>,
         finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Self {
-        Acquiring::composed(Recipe::new(source, name, options, prepare, finish))
+        let mut recipe = Recipe::new(source, name, options, prepare, finish);
+        recipe.after = after;
+        Acquiring::composed(recipe)
     }
 
     /// A recipe's acquire that fails with `err` when awaited.
@@ -142,6 +157,7 @@ impl<T> Recipe<T> {
             deadline: None,
             remakes: 0,
             state: State::Start,
+            after: None,
             finish: Box::new(finish),
         }
     }
@@ -161,10 +177,27 @@ impl<T> Recipe<T> {
             }
             // Answered without queuing: the outcome is there (or the session is gone).
             let result = (&mut **acquire).await;
-            if let Some(result) = self.retry(result) {
-                self.state = State::Ready(result);
+            if self.answered(result) {
                 return false;
             }
+        }
+    }
+
+    /// Takes the session's answer: a grant goes on to the step after it, if the recipe has
+    /// one; anything else through [`Recipe::retry`]. `false` when the request is made again.
+    fn answered(&mut self, result: Result<Lease>) -> bool {
+        match (result, &self.after) {
+            (Ok(lease), Some(after)) => {
+                self.state = State::Granted(after(lease));
+                true
+            }
+            (result, _) => match self.retry(result) {
+                Some(result) => {
+                    self.state = State::Ready(result);
+                    true
+                }
+                None => false,
+            },
         }
     }
 
@@ -240,7 +273,9 @@ impl<T> Recipe<T> {
                         }
                     }
                 },
-                State::Acquiring(_) | State::Ready(_) | State::Done => return Poll::Ready(Ok(())),
+                State::Acquiring(_) | State::Granted(_) | State::Ready(_) | State::Done => {
+                    return Poll::Ready(Ok(()));
+                }
             }
         }
     }
@@ -265,6 +300,15 @@ impl<T> Future for Recipe<T> {
                 State::Acquiring(mut acquire) => match Pin::new(&mut *acquire).poll(cx) {
                     Poll::Pending => {
                         this.state = State::Acquiring(acquire);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(result) => {
+                        this.answered(result);
+                    }
+                },
+                State::Granted(mut step) => match step.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        this.state = State::Granted(step);
                         return Poll::Pending;
                     }
                     Poll::Ready(result) => {

@@ -32,6 +32,7 @@ mod follow;
 mod group;
 mod guard;
 mod held;
+mod lock_delay;
 mod multi_lock;
 mod mutex;
 mod published;
@@ -52,6 +53,7 @@ pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 use crate::session::Acquiring;
 
+use self::acquiring::AfterGrant;
 pub(crate) use self::source::{Next, Source};
 use crate::config;
 use crate::error::{Error, ErrorKind, Result};
@@ -69,8 +71,20 @@ pub(crate) fn acquiring<T: 'static>(
     prepare: Prepare,
     finish: impl Fn(Result<crate::session::Lease>) -> Result<T> + Send + Sync + 'static,
 ) -> Acquiring<T> {
+    acquiring_then(source, name, options, prepare, None, finish)
+}
+
+/// As [`acquiring`], with a step between the grant and `finish` (see [`AfterGrant`]).
+pub(crate) fn acquiring_then<T: 'static>(
+    source: &Source,
+    name: &str,
+    options: crate::config::AcquireOptions,
+    prepare: Prepare,
+    after: Option<AfterGrant>,
+    finish: impl Fn(Result<crate::session::Lease>) -> Result<T> + Send + Sync + 'static,
+) -> Acquiring<T> {
     match config::check_name(name) {
-        Ok(()) => Acquiring::new(source, name, options, prepare, finish),
+        Ok(()) => Acquiring::new(source, name, options, prepare, after, finish),
         Err(err) => Acquiring::failed(source, name, err, finish),
     }
 }

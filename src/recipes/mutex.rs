@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use crate::session::optional;
 
-use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
+use tokio_util::sync::CancellationToken;
+
+use super::{Acquiring, Bounded, Guard, Held, Prepare, Source, acquiring_then, lock_delay};
 use crate::config::AcquireOptions;
 use crate::error::Result;
-use crate::session::Lease;
+use crate::session::{FencingToken, Lease};
 
 /// An exclusive lock: an ephemeral semaphore acquired with all its units, so it exists
-/// only while someone holds or waits for it, and waiters are served in FIFO order.
+/// only while someone holds or waits for it, and waiters are served in FIFO order. With a
+/// [lock delay](Mutex::lock_delay), a persistent semaphore with one unit instead.
 ///
 /// # Examples
 ///
@@ -37,16 +40,85 @@ pub struct Mutex {
     source: Source,
     name: String,
     data: Vec<u8>,
+    lock_delay: Option<Duration>,
 }
 
 /// A held [`Mutex`]; dropping it unlocks. Dereferences to the [`Lease`].
+///
+/// Of a mutex with a [lock delay](Mutex::lock_delay), only [`MutexGuard::unlock`] and
+/// [`Guard::release`] are a clean release; a dropped guard (a drop cannot wait for the
+/// marker's write), a lease taken out with [`MutexGuard::into_lease`] and a
+/// [bounded](Mutex::lock_for) hold end without one, and the next holder waits the delay.
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks the mutex"]
 pub struct MutexGuard {
     lease: Lease,
+    /// Whether an unlock records a clean release (a lock-delay mutex).
+    clean: bool,
 }
 
-lease_guard!(MutexGuard, unlock, "lock");
+impl std::ops::Deref for MutexGuard {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+impl MutexGuard {
+    fn new(lease: Lease, clean: bool) -> Self {
+        Self { lease, clean }
+    }
+
+    /// Releases the lock and waits for the server's answer (`false`: it was already lost).
+    ///
+    /// On a mutex with a [lock delay](Mutex::lock_delay), first records on the server that
+    /// the release is clean (one more request), so the next holder does not wait; if that
+    /// record cannot be written, the lock is released all the same and the next holder
+    /// waits.
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then releases everything itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// Without a lock delay, the release is requested at once; dropping the future only
+    /// skips the wait. With one, dropping the future before the record is written releases
+    /// the lock at once, as a dropped guard does (not a clean release: the next holder
+    /// waits).
+    pub async fn unlock(self) -> Result<bool> {
+        if self.clean {
+            lock_delay::release_clean(self.lease).await
+        } else {
+            self.lease.release().await
+        }
+    }
+
+    /// The lease underneath. Of a mutex with a [lock delay](Mutex::lock_delay), its release
+    /// is not a clean one: the next holder waits the delay.
+    pub fn into_lease(self) -> Lease {
+        self.lease
+    }
+}
+
+impl Guard for MutexGuard {
+    fn fencing_token(&self) -> FencingToken {
+        self.lease.fencing_token()
+    }
+
+    fn token(&self) -> CancellationToken {
+        self.lease.token()
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<bool>> + Send {
+        self.unlock()
+    }
+}
 
 impl Mutex {
     pub(crate) fn new(source: Source, name: &str) -> Self {
@@ -54,6 +126,7 @@ impl Mutex {
             source,
             name: name.to_string(),
             data: Vec::new(),
+            lock_delay: None,
         }
     }
 
@@ -63,24 +136,129 @@ impl Mutex {
         self
     }
 
+    /// After a holder lost the lock without releasing it (its session expired, its lease
+    /// was lost), the next holder's guard is handed over only once `delay` has passed since
+    /// its grant, counted on its own monotonic clock; after a clean release
+    /// ([`MutexGuard::unlock`]) at once. A zero delay turns it off.
+    ///
+    /// A holder stopped past its lease (a long pause, a stalled network) has that long to
+    /// wake up, see its token fired and stop before the next holder starts. This is the
+    /// timing mitigation of Chubby's and Consul's lock delay, for protected resources that
+    /// cannot check [fencing tokens](crate::FencingToken); it assumes the stop ends within
+    /// the delay and is never a substitute for fencing: a resource that can check the token
+    /// should.
+    ///
+    /// # How it works
+    ///
+    /// The server keeps nothing of a session once it has ended, so whether the last tenure
+    /// ended cleanly is written where every holder can read and write it: the semaphore's
+    /// own data. On its grant the holder reads it, then writes `held <order id>`; an unlock
+    /// writes `released <order id>` before it releases. A new holder that finds `held` of
+    /// another tenure (or data it cannot read) waits the delay. Anything that fails on the
+    /// way counts as unclean, so the next holder waits: a drop (which cannot wait for the
+    /// write), a lease lost before the unlock, a write that failed.
+    ///
+    /// The mutex therefore uses a persistent semaphore with one token, made on first use
+    /// and left on the node (an ordinary mutex's is ephemeral: deleted when its last owner
+    /// or waiter goes, so a marker in it would vanish with the crashed holder's session and
+    /// the next holder would not wait). Every process using the name must set a lock delay:
+    /// a mutex without one on the same name is refused with
+    /// [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) while the
+    /// other kind of semaphore exists. Do not write the semaphore's data yourself. A
+    /// semaphore deleted and made again starts empty: its next holder does not wait.
+    ///
+    /// A counted semaphore cannot be covered this way: with several holders, the clean
+    /// release of one says nothing about another that was lost, and one marker cannot tell
+    /// which permit was lost.
+    ///
+    /// # Cost
+    ///
+    /// Each acquire makes sure of the semaphore (a create, and a describe once it exists),
+    /// then after the grant describes it and writes the marker, and has the session watch
+    /// the semaphore so that a forced delete ends the hold (one watch describe at the
+    /// grant and one after each marker write); an unlock writes one marker more. Without a
+    /// lock delay, none of this.
+    ///
+    /// # Bounded forms
+    ///
+    /// The delay is not part of an acquire's timeout: [`Mutex::try_lock`] and
+    /// [`Mutex::lock_timeout`] bound the wait for the grant, and a grant made in time is
+    /// then held through the delay before the guard is returned. A [`Mutex::lock_for`]
+    /// bound counts from the grant, so the delay takes its share; a bounded hold never ends
+    /// with a clean release.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, SessionOptions};
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let a = client.session("/local/app", SessionOptions::new()).await?;
+    /// let b = client.session("/local/app", SessionOptions::new()).await?;
+    /// let delay = Duration::from_millis(300);
+    ///
+    /// // A clean unlock: the next holder starts at once.
+    /// let guard = a.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// guard.unlock().await?;
+    /// let start = Instant::now();
+    /// let guard = b.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// assert!(start.elapsed() < delay);
+    ///
+    /// // A holder gone without unlocking (here: its session closed): the next one waits.
+    /// b.close().await;
+    /// assert!(guard.is_lost());
+    /// let start = Instant::now();
+    /// let next = a.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// assert!(start.elapsed() >= delay);
+    /// next.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
     fn options(&self) -> AcquireOptions {
-        AcquireOptions::exclusive()
-            .ephemeral(true)
-            .data(self.data.clone())
+        let options = match self.lock_delay {
+            Some(_) => AcquireOptions::new().count(1),
+            None => AcquireOptions::exclusive().ephemeral(true),
+        };
+        options.data(self.data.clone())
     }
 
     /// An acquire of the lock (waiting at most `timeout`) whose lease `finish` turns into
-    /// the caller's guard.
+    /// the caller's guard (told whether an unlock records a clean release).
     fn start<T: 'static>(
         &self,
         timeout: Option<Duration>,
-        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
+        finish: impl Fn(Result<Lease>, bool) -> Result<T> + Send + Sync + 'static,
     ) -> Acquiring<T> {
         let mut options = self.options();
         if let Some(t) = timeout {
             options = options.timeout(t);
         }
-        acquiring(&self.source, &self.name, options, Prepare::Nothing, finish)
+        let (prepare, after) = match self.lock_delay {
+            Some(delay) => (
+                Prepare::Semaphore { limit: 1 },
+                Some(lock_delay::after_grant(delay)),
+            ),
+            None => (Prepare::Nothing, None),
+        };
+        let clean = after.is_some();
+        acquiring_then(
+            &self.source,
+            &self.name,
+            options,
+            prepare,
+            after,
+            move |r| finish(r, clean),
+        )
     }
 
     /// Waits for the lock.
@@ -98,9 +276,13 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future withdraws the request; the lock is not taken.
+    /// Dropping the future withdraws the request; the lock is not taken. With a
+    /// [lock delay](Mutex::lock_delay), dropping it after the grant (during the delay)
+    /// releases the lock, not cleanly: the next holder waits the delay too.
     pub fn lock(&self) -> Acquiring<MutexGuard> {
-        self.start(None, |r| r.map(|lease| MutexGuard { lease }))
+        self.start(None, |r, clean| {
+            r.map(|lease| MutexGuard::new(lease, clean))
+        })
     }
 
     /// Takes the lock only if it is free and nobody is queued.
@@ -126,8 +308,8 @@ impl Mutex {
     ///
     /// As [`Mutex::lock`].
     pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MutexGuard>> {
-        self.start(Some(timeout), |r| {
-            optional(r).map(|lease| lease.map(|lease| MutexGuard { lease }))
+        self.start(Some(timeout), |r, clean| {
+            optional(r).map(|lease| lease.map(|lease| MutexGuard::new(lease, clean)))
         })
     }
 
@@ -173,10 +355,11 @@ impl Mutex {
     /// As [`Mutex::lock`]: the deadline's task is started only when the lock is granted and
     /// returned.
     pub fn lock_for(&self, bound: Duration) -> Acquiring<Bounded<MutexGuard>> {
-        self.start(None, move |r| {
+        // A hold ended at its deadline is no clean release: its holder may not have stopped.
+        self.start(None, move |r, _| {
             r.map(|lease| {
                 let granted_at = lease.granted_at();
-                Bounded::from_grant(MutexGuard { lease }, granted_at, bound)
+                Bounded::from_grant(MutexGuard::new(lease, false), granted_at, bound)
             })
         })
     }

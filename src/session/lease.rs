@@ -8,8 +8,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::core::{CallerId, Control, Held};
-use super::driver::{Notice, ReplyTx};
+use super::core::{CallerId, Command, Control, Held};
+use super::driver::{Notice, ReplyTx, Request};
 use super::fencing::FencingToken;
 use super::inbox::Handle;
 use crate::error::{Error, Result};
@@ -185,6 +185,61 @@ impl Lease {
         });
         let gone = self.gone();
         async move { requested?.await.unwrap_or(Err(gone)) }
+    }
+
+    /// The semaphore's own data (not an owner's), described in the lease's session.
+    pub(crate) async fn semaphore_data(&self) -> Result<Vec<u8>> {
+        let name = self.held.name.to_string();
+        let opts = crate::config::DescribeOptions::new();
+        let d = self
+            .call(ReplyTx::Describe, |caller| Command::Describe {
+                caller,
+                name,
+                opts,
+            })
+            .await?;
+        Ok(d.data)
+    }
+
+    /// Replaces the semaphore's own data (not this owner's: see [`Lease::set_data`]), in the
+    /// lease's session.
+    pub(crate) async fn set_semaphore_data(&self, data: &[u8]) -> Result<()> {
+        crate::config::check_data(data)?;
+        let (name, data) = (self.held.name.to_string(), data.to_vec());
+        self.call(ReplyTx::Done, |caller| Command::Update {
+            caller,
+            name,
+            data,
+        })
+        .await
+    }
+
+    /// Sends a command to the lease's session and waits for its answer.
+    async fn call<T>(
+        &self,
+        wrap: fn(oneshot::Sender<Result<T>>) -> ReplyTx,
+        make: impl FnOnce(CallerId) -> Command,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        let request = Request {
+            command: make(self.next_id()),
+            reply: wrap(tx),
+        };
+        self.handle.command(request).map_err(|_| self.gone())?;
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// The error for a lease whose token fired while it was still held here: the session's
+    /// own once it is lost, else [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) (the
+    /// semaphore was deleted under it).
+    pub(crate) fn lost_error(&self) -> Error {
+        if self.handle.token().is_cancelled() {
+            return self.gone();
+        }
+        Error::new(
+            crate::error::ErrorKind::Aborted,
+            format!("the lease of semaphore {:?} was lost", self.held.name),
+        )
     }
 
     /// Releases the lease and waits for the server's answer: `true` if the server released

@@ -1,0 +1,141 @@
+//! A lock delay for an exclusive lock: after a holder lost the lock without releasing it,
+//! the next holder gets its guard only once the delay has passed since its grant.
+//!
+//! The server keeps nothing of a session once it has ended, so whether the last tenure
+//! ended cleanly is recorded in the semaphore's own data, where every holder can read and
+//! write it: `held <order id>` from the grant on, `released <order id>` just before a clean
+//! release. A new holder that finds a `held` marker of another tenure (or anything it cannot
+//! read) knows the last tenure ended without a clean release, and waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::AfterGrant;
+use crate::error::Result;
+use crate::session::Lease;
+
+const HELD: &str = "held ";
+const RELEASED: &str = "released ";
+
+/// What the semaphore's data says of the last tenure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    /// Nothing: a semaphore nobody has held yet.
+    Empty,
+    /// Held by this order id, and not released cleanly (yet).
+    Held(u64),
+    /// Released cleanly by this order id.
+    Released(u64),
+    /// Something else: somebody else writes the data; treated as an unclean end.
+    Unknown,
+}
+
+fn parse(data: &[u8]) -> Marker {
+    if data.is_empty() {
+        return Marker::Empty;
+    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Marker::Unknown;
+    };
+    let order = |rest: &str| rest.parse::<u64>().ok();
+    if let Some(id) = text.strip_prefix(HELD).and_then(order) {
+        return Marker::Held(id);
+    }
+    if let Some(id) = text.strip_prefix(RELEASED).and_then(order) {
+        return Marker::Released(id);
+    }
+    Marker::Unknown
+}
+
+/// Whether the holder with order id `own` must wait the delay after reading `data`: unless
+/// the semaphore is new, the last tenure was released cleanly, or the marker is its own.
+fn must_wait(data: &[u8], own: u64) -> bool {
+    match parse(data) {
+        Marker::Empty | Marker::Released(_) => false,
+        Marker::Held(id) => id != own,
+        Marker::Unknown => true,
+    }
+}
+
+fn held(order: u64) -> Vec<u8> {
+    format!("{HELD}{order}").into_bytes()
+}
+
+fn released(order: u64) -> Vec<u8> {
+    format!("{RELEASED}{order}").into_bytes()
+}
+
+/// The step after a lock-delay mutex's grant: reads the marker, writes its own `held` one,
+/// then, if the last tenure did not end cleanly, waits until `delay` after the grant. Ends
+/// with the lease's loss if its token fires first.
+pub(crate) fn after_grant(delay: Duration) -> AfterGrant {
+    Arc::new(move |lease: Lease| Box::pin(settle(lease, delay)))
+}
+
+async fn settle(lease: Lease, delay: Duration) -> Result<Lease> {
+    // The semaphore is persistent: a forced delete must end the tenure, as an election's.
+    lease.guard();
+    let lost = lease.token();
+    let own = lease.fencing_token().order;
+    let until = lease.granted_at().checked_add(delay);
+    let step = async {
+        let data = lease.semaphore_data().await?;
+        // The marker is written before the guard is handed over: a holder lost from now on
+        // leaves `held` behind for the next one to see.
+        lease.set_semaphore_data(&held(own)).await?;
+        if must_wait(&data, own) {
+            match until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        }
+        Ok(())
+    };
+    let settled = tokio::select! {
+        biased;
+        () = lost.cancelled() => Err(lease.lost_error()),
+        settled = step => settled,
+    };
+    settled.map(|()| lease)
+}
+
+/// A clean release: `released <order id>` is written, then the lease released. A lease
+/// already lost writes nothing; a marker that could not be written leaves `held` behind, so
+/// the next holder waits, which is the safe side.
+pub(crate) async fn release_clean(lease: Lease) -> Result<bool> {
+    if !lease.is_lost() {
+        let order = lease.fencing_token().order;
+        if let Err(e) = lease.set_semaphore_data(&released(order)).await {
+            tracing::debug!(
+                semaphore = lease.name(),
+                error = %e,
+                "lock-delay marker not written; the next holder waits the delay"
+            );
+        }
+    }
+    lease.release().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_held_marker_of_another_tenure_or_an_unknown_one_makes_the_next_holder_wait() {
+        assert!(!must_wait(b"", 7));
+        assert!(!must_wait(&released(3), 7));
+        assert!(!must_wait(&held(7), 7));
+        assert!(must_wait(&held(3), 7));
+        assert!(must_wait(b"someone else's data", 7));
+        assert!(must_wait(b"held ", 7));
+        assert!(must_wait(b"released x", 7));
+        assert!(must_wait(&[0xff, 0xfe], 7));
+    }
+
+    #[test]
+    fn markers_read_back_as_written() {
+        assert_eq!(parse(&held(u64::MAX)), Marker::Held(u64::MAX));
+        assert_eq!(parse(&released(0)), Marker::Released(0));
+        assert_eq!(parse(b""), Marker::Empty);
+    }
+}
