@@ -244,11 +244,15 @@ async fn a_grant_lost_during_the_delay_ends_the_acquire_without_a_guard() {
     let guard = within(mutex(&a).lock()).await.unwrap();
     let mut waiting = mutex(&b).lock();
     assert!(within(waiting.queued()).await);
+    // Polled all along, as a caller's await is.
+    let waiting = tokio::spawn(waiting);
     assert!(env.emulator.expire_session(&env.node, a.id()));
     granted(&observer, &b).await;
+    tokio::time::sleep(DELAY / 2).await;
+    assert!(!waiting.is_finished(), "the guard came within the delay");
     assert!(env.emulator.expire_session(&env.node, b.id()));
     let started = Instant::now();
-    let result = within(waiting).await;
+    let result = within(waiting).await.unwrap();
     assert_eq!(
         result.err().map(|e| e.kind()),
         Some(ErrorKind::SessionExpired)
