@@ -290,3 +290,44 @@ async fn a_mutex_without_a_delay_on_the_same_name_is_refused() {
     );
     within(guard.unlock()).await.unwrap();
 }
+
+/// Requests one lock and unlock of `m` costs on the server, once its semaphore exists.
+async fn cost(env: &Env, m: &Mutex) -> (u64, u64) {
+    within(within(m.lock()).await.unwrap().unlock())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = env.emulator.traffic();
+    let guard = within(m.lock()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let locked = env.emulator.traffic();
+    within(guard.unlock()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let unlocked = env.emulator.traffic();
+    (
+        locked.since(&before).requests,
+        unlocked.since(&locked).requests,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cost_of_a_lock_delay_is_a_few_requests_per_acquire_and_one_per_unlock() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let s = env.session().await;
+    let plain = cost(&env, &s.mutex("plain")).await;
+    let delayed = cost(&env, &mutex(&s)).await;
+    // A lock: the semaphore made sure of (create, describe), the marker read and written,
+    // the watch against a forced delete (a describe now and after the marker's write).
+    assert!(
+        delayed.0 <= plain.0 + 6,
+        "plain {plain:?}, delayed {delayed:?}"
+    );
+    // An unlock: the marker written (and the watch's describe after it).
+    assert!(
+        delayed.1 <= plain.1 + 2,
+        "plain {plain:?}, delayed {delayed:?}"
+    );
+}
