@@ -173,11 +173,11 @@ impl Mutex {
     ///
     /// # Cost
     ///
-    /// Each acquire makes sure of the semaphore (a create, and a describe once it exists),
-    /// then after the grant describes it and writes the marker, and has the session watch
-    /// the semaphore so that a forced delete ends the hold (one watch describe at the
-    /// grant and one after each marker write); an unlock writes one marker more. Without a
-    /// lock delay, none of this.
+    /// Six requests more per lock, two per unlock. Each lock makes sure of the semaphore (a
+    /// create, and a describe once it exists), then after the grant describes it and writes
+    /// the marker, and has the session watch the semaphore so that a forced delete ends the
+    /// hold (a describe at the grant and one after each marker write); an unlock writes the
+    /// marker (and the watch describes once more). Without a lock delay, none of this.
     ///
     /// # Bounded forms
     ///
