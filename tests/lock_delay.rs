@@ -331,3 +331,26 @@ async fn the_cost_of_a_lock_delay_is_a_few_requests_per_acquire_and_one_per_unlo
         "plain {plain:?}, delayed {delayed:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_held_lock_whose_session_expired_comes_back_in_the_next_session_after_the_delay() {
+    use futures::StreamExt;
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut held = manager.mutex("job").lock_delay(DELAY).hold();
+    let first = within(held.next()).await.unwrap().unwrap();
+    let first_session = first.session_id();
+    let expired_at = Instant::now();
+    assert!(env.emulator.expire_session(&env.node, first_session));
+    within(first.cancelled()).await;
+    let second = within(held.next()).await.unwrap().unwrap();
+    assert_ne!(second.session_id(), first_session);
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(expired_at.elapsed() >= DELAY, "{:?}", expired_at.elapsed());
+    assert!(!second.is_lost());
+    within(second.unlock()).await.unwrap();
+    manager.shutdown().await;
+}
