@@ -156,7 +156,11 @@ impl Mutex {
     /// writes `released <order id>` before it releases. A new holder that finds `held` of
     /// another tenure (or data it cannot read) waits the delay. Anything that fails on the
     /// way counts as unclean, so the next holder waits: a drop (which cannot wait for the
-    /// write), a lease lost before the unlock, a write that failed.
+    /// write), a lease lost before the unlock, a write that failed. A grant whose own marker
+    /// cannot be read or written is given back, and the acquire ends with that error (on a
+    /// [`SessionManager`](crate::SessionManager), a lost session is replaced and the lock
+    /// asked for again, as for any acquire); a lease lost during the delay ends it with the
+    /// loss (the session's error), never with a guard.
     ///
     /// The mutex therefore uses a persistent semaphore with one token, made on first use
     /// and left on the node (an ordinary mutex's is ephemeral: deleted when its last owner
