@@ -49,7 +49,7 @@ fn parse(data: &[u8]) -> Marker {
 
 /// Whether the holder with order id `own` must wait the delay after reading `data`: unless
 /// the semaphore is new, the last tenure was released cleanly, or the marker is its own.
-fn must_wait(data: &[u8], own: u64) -> bool {
+pub(crate) fn must_wait(data: &[u8], own: u64) -> bool {
     match parse(data) {
         Marker::Empty | Marker::Released(_) => false,
         Marker::Held(id) => id != own,
@@ -57,11 +57,13 @@ fn must_wait(data: &[u8], own: u64) -> bool {
     }
 }
 
-fn held(order: u64) -> Vec<u8> {
+/// The marker of a tenure from its grant on.
+pub(crate) fn held(order: u64) -> Vec<u8> {
     format!("{HELD}{order}").into_bytes()
 }
 
-fn released(order: u64) -> Vec<u8> {
+/// The marker of a clean release.
+pub(crate) fn released(order: u64) -> Vec<u8> {
     format!("{RELEASED}{order}").into_bytes()
 }
 

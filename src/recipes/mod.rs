@@ -32,7 +32,7 @@ mod follow;
 mod group;
 mod guard;
 mod held;
-mod lock_delay;
+pub(crate) mod lock_delay;
 mod multi_lock;
 mod mutex;
 mod published;

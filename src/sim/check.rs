@@ -121,6 +121,9 @@ pub(crate) struct Checker {
     revoked: std::collections::HashSet<(usize, u64)>,
     /// The holders of the lock space's names and their tokens.
     space: space::Names,
+    /// The mutex is taken with a lock delay and no fencing: a holder holds until it has seen
+    /// its token fired (a paused one, not before it runs again), whatever the server did.
+    lock_delay: bool,
     pub(crate) violations: Vec<Violation>,
     pub(crate) grants: u64,
     pub(crate) writes_accepted: u64,
@@ -139,6 +142,18 @@ impl Checker {
             .is_some_and(|&until| now < until)
     }
 
+    /// Judges the mutex as taken with a lock delay (see [`Checker::granted`]).
+    pub(crate) fn with_lock_delay(mut self) -> Self {
+        self.lock_delay = true;
+        self
+    }
+
+    /// Whether a holder still counts at `now`: live, and running or (for the mutex without
+    /// fencing behind a lock delay) stopped with its work, which it has not seen end.
+    fn counts(&self, h: &Holder, now: Instant) -> bool {
+        (self.lock_delay && h.resource == Resource::Mutex) || !self.paused(h.client, now)
+    }
+
     /// A client's process stops being stepped from `now` until `until`.
     pub(crate) fn pause(&mut self, client: usize, until: Instant) {
         self.paused_until.insert(client, until);
@@ -153,13 +168,19 @@ impl Checker {
     /// The server ended a session by fiat (a forced expiry, which no client can see
     /// coming): what it held, and any grant of it still on its way, stops counting as held
     /// from now; the client learns of it only when the news arrives.
+    /// With a lock delay the mutex's holder holds on until it sees its token fired.
     pub(crate) fn revoke(&mut self, client: usize, session: u64) {
-        self.live.retain(|k, _| (k.0, k.1) != (client, session));
+        let delayed = self.lock_delay;
+        self.live.retain(|k, h| {
+            (k.0, k.1) != (client, session) || (delayed && h.resource == Resource::Mutex)
+        });
         self.space.revoke(client, session);
         self.revoked.insert((client, session));
     }
 
-    /// A worker was handed a lease.
+    /// A worker was handed a lease (with a lock delay, the mutex's guard: after the delay).
+    /// Its token fires only when its process runs, which sees it at once: a holder whose
+    /// token fired is no holder.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn granted(
         &mut self,
@@ -180,7 +201,7 @@ impl Checker {
         let mut held: u128 = u128::from(count);
         let mut others = Vec::new();
         for (k, h) in &self.live {
-            if h.resource == resource && !self.paused(h.client, now) {
+            if h.resource == resource && self.counts(h, now) {
                 held += u128::from(h.count);
                 others.push((*k, h.order_id));
             }
@@ -304,6 +325,26 @@ mod tests {
         c.pause(0, t + Duration::from_secs(30));
         lock(&mut c, t, (1, 1, 1), 2);
         assert!(c.violations.is_empty());
+    }
+
+    #[test]
+    fn with_a_lock_delay_a_paused_mutex_holder_still_holds() {
+        let t0 = Instant::now();
+        let mut c = Checker::default().with_lock_delay();
+        lock(&mut c, t0, (0, 1, 1), 1);
+        c.pause(0, t0 + Duration::from_secs(20));
+        // The server expired the paused holder's session: it has not seen that yet.
+        c.revoke(0, 1);
+        lock(&mut c, t0 + Duration::from_secs(12), (1, 1, 1), 2);
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert_eq!(c.violations[0].what, "overlap");
+        // Without the lock delay the fencing token covers the paused holder.
+        let mut c = Checker::default();
+        lock(&mut c, t0, (0, 1, 1), 1);
+        c.pause(0, t0 + Duration::from_secs(20));
+        c.revoke(0, 1);
+        lock(&mut c, t0 + Duration::from_secs(12), (1, 1, 1), 2);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 
     #[test]

@@ -17,6 +17,11 @@
 //! checker then also judges each name across the nodes: one holder at a time (the
 //! semaphore's limit), and fencing tokens that grow across the move.
 //!
+//! With [`Config::lock_delay`] the mutex is taken as `Mutex::lock_delay` takes it (the
+//! marker in a persistent semaphore's data, the delay after an unclean end) and judged
+//! without fencing: a paused holder holds until it runs again and sees its token fired, so
+//! the next holder's guard must wait for it; a variant that skips the delay is caught.
+//!
 //! Faults: stream cuts (in-flight messages lost), stalls shorter and longer than the session
 //! timeout, refused reconnects, tablet restarts, forced session expiry, clock-rate skew
 //! (each client's clock runs at its own rate against the server's) and process pauses (a

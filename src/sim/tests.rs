@@ -234,3 +234,37 @@ fn tolerance() {
         );
     }
 }
+
+/// The mutex with a lock delay and no fencing: a holder paused past its lease (a long
+/// pause: the server gives the lock away) and woken within the delay never overlaps the next
+/// holder, whose guard waits out the delay after an unclean end.
+fn lock_delay() -> Config {
+    Config {
+        // Longer than a long pause (the session timeout and up to 10 s) past the grant.
+        lock_delay: Some(Duration::from_secs(30)),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn a_lock_delay_keeps_a_paused_holder_without_fencing_apart_from_the_next() {
+    if replay(&lock_delay()) {
+        return;
+    }
+    let totals = budget(&lock_delay(), 0..seeds("SIM_DELAY_SEEDS", 200));
+    assert!(totals.faults > 0);
+}
+
+#[test]
+fn the_checker_catches_a_lock_delay_that_is_not_waited() {
+    let cfg = Config {
+        skip_delay: true,
+        ..lock_delay()
+    };
+    let found = find_violation(&cfg, 200).expect("a skipped lock delay went unnoticed");
+    assert!(
+        found.violations.iter().any(|v| v.what == "overlap"),
+        "{}",
+        explain(&found)
+    );
+}

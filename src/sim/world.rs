@@ -55,6 +55,12 @@ pub(crate) struct Config {
     pub(crate) nodes: usize,
     /// A lock space over the nodes, resharded onto one more node in the middle of the run.
     pub(crate) space: Option<SpaceConfig>,
+    /// The mutex is taken as `Mutex::lock_delay` takes it (a persistent semaphore with one
+    /// token, the marker in its data, the delay after an unclean end), and judged without
+    /// fencing: a paused holder holds until it runs again and sees its token fired.
+    pub(crate) lock_delay: Option<Duration>,
+    /// A deliberately broken lock delay: markers are kept, the delay is never waited.
+    pub(crate) skip_delay: bool,
 }
 
 impl Default for Config {
@@ -71,6 +77,8 @@ impl Default for Config {
             fire_late: None,
             nodes: 1,
             space: None,
+            lock_delay: None,
+            skip_delay: false,
         }
     }
 }
@@ -211,7 +219,15 @@ struct Link {
 enum WorkerState {
     Idle,
     Acquiring,
+    /// Lock delay: granted, reading the marker.
+    Reading,
+    /// Lock delay: writing its own `held` marker.
+    Marking,
+    /// Lock delay: waiting out the delay before the guard is handed over.
+    Delaying,
     Holding,
+    /// Lock delay: writing the `released` marker before the release.
+    Unmarking,
     Releasing,
 }
 
@@ -222,6 +238,10 @@ struct Worker {
     count: u64,
     lease: Option<(LeaseKey, u64, u64, Signal)>,
     writes_left: u32,
+    /// Lock delay: when the session learnt of the grant (client time).
+    since: Instant,
+    /// Lock delay: whether the marker said the last tenure ended uncleanly.
+    must_wait: bool,
 }
 
 /// Who called a session.
@@ -366,6 +386,9 @@ impl World {
                         Resource::Semaphore.name(),
                         SEMAPHORE_LIMIT,
                     );
+                    if cfg.lock_delay.is_some() {
+                        create_semaphore(&mut state, base, Resource::Mutex.name(), 1);
+                    }
                 }
                 if space.as_ref().is_some_and(|s| n != s.directory()) {
                     space::create_semaphores(&mut state, base);
@@ -386,6 +409,8 @@ impl World {
                         count: 1,
                         lease: None,
                         writes_left: 0,
+                        since: base,
+                        must_wait: false,
                     })
                     .collect();
                 Client {
@@ -398,6 +423,11 @@ impl World {
                 }
             })
             .collect();
+        let checker = if cfg.lock_delay.is_some() {
+            Checker::default().with_lock_delay()
+        } else {
+            Checker::default()
+        };
         let mut world = Self {
             cfg,
             rng,
@@ -411,7 +441,7 @@ impl World {
             links: HashMap::new(),
             next_link: 1,
             clients,
-            checker: Checker::default(),
+            checker,
             ops: 0,
             faults: 0,
             events: 0,
@@ -1320,6 +1350,10 @@ impl World {
                         (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
                     }
                     Resource::RwLock => (1, AcquireOptions::shared().ephemeral(true)),
+                    // The checker counts the lock-delay mutex's one token as the whole lock.
+                    Resource::Mutex if self.cfg.lock_delay.is_some() => {
+                        (u64::MAX, AcquireOptions::new().count(1))
+                    }
                     Resource::Mutex | Resource::Part { .. } => {
                         (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
                     }
@@ -1342,7 +1376,7 @@ impl World {
                 }
             }
             WorkerState::Holding => {
-                let Some((key, lease, order_id, token)) = self.clients[c].workers[w].lease.clone()
+                let Some((key, _, order_id, token)) = self.clients[c].workers[w].lease.clone()
                 else {
                     return;
                 };
@@ -1373,19 +1407,47 @@ impl World {
                     return;
                 }
                 self.checker.ended(self.now, key, false);
-                let caller = self.caller(c, 0, Caller::Worker(w));
-                self.clients[c].workers[w].state = WorkerState::Releasing;
-                self.clients[c].workers[w].lease = None;
-                let release = Control::Release {
-                    name: resource.name().into(),
-                    lease,
-                    caller: Some(caller),
-                };
-                if let Some(core) = self.clients[c].sessions[0].core.as_mut() {
-                    core.control(now_c, release);
+                if resource == Resource::Mutex
+                    && self.cfg.lock_delay.is_some()
+                    && !token.is_cancelled()
+                {
+                    // A clean unlock: the marker first, then the release.
+                    self.clients[c].workers[w].state = WorkerState::Unmarking;
+                    let data = crate::recipes::lock_delay::released(order_id);
+                    self.worker_command(c, w, now_c, |caller, name| Command::Update {
+                        caller,
+                        name,
+                        data,
+                    });
+                    return;
                 }
+                self.worker_release(c, w, now_c);
             }
-            WorkerState::Acquiring | WorkerState::Releasing => {}
+            WorkerState::Delaying => {
+                let Some((key, _, order_id, token)) = self.clients[c].workers[w].lease.clone()
+                else {
+                    return;
+                };
+                let worker = &self.clients[c].workers[w];
+                let until = self
+                    .cfg
+                    .lock_delay
+                    .and_then(|d| worker.since.checked_add(d));
+                if worker.must_wait && until.is_some_and(|until| now_c < until) {
+                    return; // an early wake: the delay's own comes later
+                }
+                if token.is_cancelled() {
+                    // Lost during the delay: no guard, the grant given back.
+                    self.worker_release(c, w, now_c);
+                    return;
+                }
+                self.hand_over(c, w, key, order_id, token);
+            }
+            WorkerState::Acquiring
+            | WorkerState::Reading
+            | WorkerState::Marking
+            | WorkerState::Unmarking
+            | WorkerState::Releasing => {}
         }
     }
 
@@ -1423,28 +1485,73 @@ impl World {
                 self.ops += 1;
                 let key = (c, self.clients[c].sessions[n].session_no, lease);
                 let resource = self.clients[c].workers[w].resource;
-                let count = self.clients[c].workers[w].count;
-                self.checker
-                    .granted(self.now, key, resource, count, order_id, token.clone());
-                let writes = if resource == Resource::Mutex {
-                    self.rng.range(1, 4) as u32
-                } else {
-                    0
+                if resource == Resource::Mutex && self.cfg.lock_delay.is_some() {
+                    let worker = &mut self.clients[c].workers[w];
+                    worker.state = WorkerState::Reading;
+                    worker.lease = Some((key, lease, order_id, token));
+                    worker.since = held.since;
+                    let now_c = self.client_now(c);
+                    let opts = crate::config::DescribeOptions::new();
+                    self.worker_command(c, w, now_c, |caller, name| Command::Describe {
+                        caller,
+                        name,
+                        opts,
+                    });
+                    return;
+                }
+                self.hand_over(c, w, key, order_id, token);
+            }
+            Answer::Describe(result)
+                if self.clients[c].workers[w].state == WorkerState::Reading =>
+            {
+                let now_c = self.client_now(c);
+                let Some((_, _, order_id, _)) = self.clients[c].workers[w].lease.clone() else {
+                    return;
                 };
-                let worker = &mut self.clients[c].workers[w];
-                worker.state = WorkerState::Holding;
-                worker.lease = Some((key, lease, order_id, token));
-                worker.writes_left = writes;
-                // Mostly short critical sections, some long ones, so that faults find
-                // leases held.
-                let hold = self.hold_time();
+                match result {
+                    Ok(d) => {
+                        let worker = &mut self.clients[c].workers[w];
+                        worker.must_wait = !self.cfg.skip_delay
+                            && crate::recipes::lock_delay::must_wait(&d.data, order_id);
+                        worker.state = WorkerState::Marking;
+                        let data = crate::recipes::lock_delay::held(order_id);
+                        self.worker_command(c, w, now_c, |caller, name| Command::Update {
+                            caller,
+                            name,
+                            data,
+                        });
+                    }
+                    Err(_) => self.worker_release(c, w, now_c),
+                }
+            }
+            Answer::Done(result) if self.clients[c].workers[w].state == WorkerState::Marking => {
+                let now_c = self.client_now(c);
+                if result.is_err() {
+                    self.worker_release(c, w, now_c);
+                    return;
+                }
+                self.clients[c].workers[w].state = WorkerState::Delaying;
+                let worker = &self.clients[c].workers[w];
+                let until = self
+                    .cfg
+                    .lock_delay
+                    .and_then(|d| worker.since.checked_add(d));
+                let at = match until {
+                    Some(until) if worker.must_wait => self.global_of(c, until).max(self.now),
+                    _ => self.now,
+                };
                 self.push(
-                    self.now + hold,
+                    at,
                     Ev::Worker {
                         client: c,
                         worker: w,
                     },
                 );
+            }
+            Answer::Done(_) if self.clients[c].workers[w].state == WorkerState::Unmarking => {
+                // Written or not, the lock is released now (a failed write leaves `held`).
+                let now_c = self.client_now(c);
+                self.worker_release(c, w, now_c);
             }
             Answer::Acquire(_) | Answer::Release(_) => {
                 let worker = &mut self.clients[c].workers[w];
@@ -1459,6 +1566,68 @@ impl World {
                 );
             }
             _ => {}
+        }
+    }
+
+    /// The worker `w` of client `c` is handed its lease: the checker judges the grant, the
+    /// worker holds it for a while (the mutex writing to the register meanwhile).
+    fn hand_over(&mut self, c: usize, w: usize, key: LeaseKey, order_id: u64, token: Signal) {
+        let lease = key.2;
+        let resource = self.clients[c].workers[w].resource;
+        let count = self.clients[c].workers[w].count;
+        self.checker
+            .granted(self.now, key, resource, count, order_id, token.clone());
+        let writes = if resource == Resource::Mutex {
+            self.rng.range(1, 4) as u32
+        } else {
+            0
+        };
+        let worker = &mut self.clients[c].workers[w];
+        worker.state = WorkerState::Holding;
+        worker.lease = Some((key, lease, order_id, token));
+        worker.writes_left = writes;
+        // Mostly short critical sections, some long ones, so that faults find
+        // leases held.
+        let hold = self.hold_time();
+        self.push(
+            self.now + hold,
+            Ev::Worker {
+                client: c,
+                worker: w,
+            },
+        );
+    }
+
+    /// The worker `w` of client `c` sends `make(caller, name)` for its resource.
+    fn worker_command(
+        &mut self,
+        c: usize,
+        w: usize,
+        now_c: Instant,
+        make: impl FnOnce(CallerId, String) -> Command,
+    ) {
+        let name = self.clients[c].workers[w].resource.name().to_string();
+        let caller = self.caller(c, 0, Caller::Worker(w));
+        if let Some(core) = self.clients[c].sessions[0].core.as_mut() {
+            core.command(now_c, make(caller, name));
+        }
+    }
+
+    /// The worker `w` of client `c` releases what it has (its answer makes it idle).
+    fn worker_release(&mut self, c: usize, w: usize, now_c: Instant) {
+        let resource = self.clients[c].workers[w].resource;
+        let Some((_, lease, ..)) = self.clients[c].workers[w].lease.take() else {
+            return;
+        };
+        let caller = self.caller(c, 0, Caller::Worker(w));
+        self.clients[c].workers[w].state = WorkerState::Releasing;
+        let release = Control::Release {
+            name: resource.name().into(),
+            lease,
+            caller: Some(caller),
+        };
+        if let Some(core) = self.clients[c].sessions[0].core.as_mut() {
+            core.control(now_c, release);
         }
     }
 
@@ -1642,6 +1811,9 @@ impl World {
             let mut persistent = Vec::new();
             if n == 0 {
                 persistent.push(Resource::Semaphore.name().to_string());
+                if self.cfg.lock_delay.is_some() {
+                    persistent.push(Resource::Mutex.name().to_string());
+                }
             }
             if self.space.as_ref().is_some_and(|s| n != s.directory()) {
                 persistent.push(space::semaphore_name().to_string());
