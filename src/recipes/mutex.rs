@@ -189,7 +189,8 @@ impl Mutex {
     /// [`Mutex::lock_timeout`] bound the wait for the grant, and a grant made in time is
     /// then held through the delay before the guard is returned. A [`Mutex::lock_for`]
     /// bound counts from the grant, so the delay takes its share; a bounded hold never ends
-    /// with a clean release.
+    /// with a clean release. [`Acquiring::queued`] answers `false` at the grant; awaiting
+    /// the acquire then waits out the delay.
     ///
     /// # Examples
     ///
