@@ -29,7 +29,8 @@
 //! one node, a pause on a whole process). [`check`] judges every history.
 //!
 //! `SIM_SEED=<n>` replays one seed (in every configuration); `SIM_SOAK=<seeds>` runs a
-//! longer soak with random seeds; `SIM_SEEDS`, `SIM_SPACE_SEEDS` and `SIM_DELAY_SEEDS` set the budgets.
+//! longer soak with random seeds; `SIM_SEEDS`, `SIM_SPACE_SEEDS` and `SIM_DELAY_SEEDS` set
+//! the budgets.
 
 mod check;
 mod world;
