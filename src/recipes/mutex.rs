@@ -162,7 +162,7 @@ impl Mutex {
     /// asked for again, as for any acquire); a lease lost during the delay ends it with the
     /// loss (the session's error), never with a guard.
     ///
-    /// The mutex therefore uses a persistent semaphore with one token, made on first use
+    /// The mutex therefore uses a persistent semaphore with one unit, made on first use
     /// and left on the node (an ordinary mutex's is ephemeral: deleted when its last owner
     /// or waiter goes, so a marker in it would vanish with the crashed holder's session and
     /// the next holder would not wait). Every process using the name must set a lock delay:

@@ -1350,7 +1350,7 @@ impl World {
                         (u64::MAX, AcquireOptions::exclusive().ephemeral(true))
                     }
                     Resource::RwLock => (1, AcquireOptions::shared().ephemeral(true)),
-                    // The checker counts the lock-delay mutex's one token as the whole lock.
+                    // The checker counts the lock-delay mutex's one unit as the whole lock.
                     Resource::Mutex if self.cfg.lock_delay.is_some() => {
                         (u64::MAX, AcquireOptions::new().count(1))
                     }

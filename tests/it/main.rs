@@ -29,6 +29,7 @@ mod forced_delete;
 mod fuzz_messages;
 mod hostile_server;
 mod local_errors;
+mod lock_delay;
 mod oauth2_exchange;
 mod oauth2_python;
 mod observability;

@@ -1,9 +1,8 @@
 //! A mutex's lock delay: after a holder lost the lock without releasing it, the next holder
 //! gets its guard only once the delay has passed since its grant; after a clean unlock at
 //! once. A holder stopped past its lease and woken within the delay never overlaps the next.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
