@@ -1,6 +1,7 @@
 //! A mutex's lock delay: after a holder lost the lock without releasing it, the next holder
 //! gets its guard only once the delay has passed since its grant; after a clean unlock at
 //! once. A holder stopped past its lease and woken within the delay never overlaps the next.
+#![allow(clippy::unwrap_used)]
 
 use crate::common;
 
