@@ -311,7 +311,7 @@ async fn cost(env: &Env, m: &Mutex) -> (u64, u64) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_cost_of_a_lock_delay_is_a_few_requests_per_acquire_and_one_per_unlock() {
+async fn the_cost_of_a_lock_delay_is_six_requests_per_lock_and_two_per_unlock() {
     let env = Env::new().await;
     if !env.emulated() {
         return;
