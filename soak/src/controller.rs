@@ -483,9 +483,23 @@ fn signal(run: &Run, slot: &Slot, sig: Signal, kind: Kind) {
     });
 }
 
-/// The worker that most likely holds a lock now: the last accepted writer of a random
-/// fenced name, if it still runs; else a random worker.
-fn victim(run: &Run, slots: &[Slot], rng: &mut StdRng) -> usize {
+/// The worker that most likely holds a lock now: for a long pause, every other time the
+/// counter's last reader (its holder, between its read and its write: the pause makes it
+/// lose an update); else the last accepted writer of a random fenced name, if it still runs;
+/// else a random worker.
+fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
+    if fault == Fault::PauseLong && rng.random_bool(0.5) {
+        let reader = run
+            .register
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last_reader(&register_name(crate::history::What::Counter, COUNTER));
+        if let Some(reader) = reader
+            && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
+        {
+            return slot.index;
+        }
+    }
     let mut names: Vec<String> = MUTEX_NAMES
         .iter()
         .map(|n| register_name(crate::history::What::Mutex, n))
@@ -540,7 +554,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         } else {
             kinds[rng.random_range(0..kinds.len())]
         };
-        let at = victim(run, slots, &mut rng);
+        let at = victim(run, slots, fault, &mut rng);
         let op = run.rec.op();
         let mut begin = run
             .rec

@@ -32,7 +32,7 @@ pub(crate) enum Request {
         lease: u64,
     },
     /// Read the value of `name` (0 when never written).
-    Read { name: String },
+    Read { name: String, process: String },
 }
 
 /// The register's answer: whether a write was accepted, and the value now.
@@ -47,6 +47,7 @@ struct Cell {
     last: Option<Token>,
     value: u64,
     writer: Option<String>,
+    reader: Option<String>,
 }
 
 /// What a write did.
@@ -108,9 +109,16 @@ impl Register {
         }
     }
 
-    /// The value of `name`.
-    pub(crate) fn read(&self, name: &str) -> u64 {
-        self.cells.get(name).map_or(0, |c| c.value)
+    /// The value of `name`, read by `reader`.
+    pub(crate) fn read(&mut self, name: &str, reader: &str) -> u64 {
+        let cell = self.cells.entry(name.to_string()).or_default();
+        cell.reader = Some(reader.to_string());
+        cell.value
+    }
+
+    /// The process that read `name` last: for the counter, its holder now.
+    pub(crate) fn last_reader(&self, name: &str) -> Option<String> {
+        self.cells.get(name).and_then(|c| c.reader.clone())
     }
 
     /// The process whose write to `name` was accepted last: likely its holder now.
@@ -150,9 +158,9 @@ async fn connection(stream: TcpStream, register: Shared, history: Arc<Recorder>)
 fn answer(register: &Shared, history: &Recorder, request: Request) -> Reply {
     let mut register = register.lock().unwrap_or_else(PoisonError::into_inner);
     match request {
-        Request::Read { name } => Reply {
+        Request::Read { name, process } => Reply {
             ok: true,
-            value: register.read(&name),
+            value: register.read(&name, &process),
         },
         Request::Write {
             name,
@@ -278,7 +286,8 @@ mod tests {
             "a later epoch"
         );
         assert_eq!(r.last_writer("a").as_deref(), Some("w2"));
-        assert_eq!(r.read("a"), 6);
+        assert_eq!(r.read("a", "w3"), 6);
+        assert_eq!(r.last_reader("a").as_deref(), Some("w3"));
     }
 
     #[test]

@@ -437,11 +437,13 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
             rec.record(&read(Phase::Invoke));
             let request = Request::Read {
                 name: target.clone(),
+                process: rec.process().to_string(),
             };
             match client.call(&request).await {
                 Ok(reply) => {
                     rec.record(&read(Phase::Ok).value(reply.value));
-                    let think = Duration::from_millis(rng.random_range(20..200));
+                    // Long enough that a pause of the process often lands inside it.
+                    let think = Duration::from_millis(rng.random_range(100..800));
                     let cancel = guard.token();
                     if cancel.run_until_cancelled(sleep(think)).await.is_none() {
                         record_fired(&ctx, lease, what, COUNTER);
