@@ -3,6 +3,7 @@
 //! the seeded faults one at a time and reshards the lock space meanwhile; at the end checks
 //! that nothing was left on the server, runs the checker and prints the summary.
 
+use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -167,11 +168,10 @@ impl Nodes {
     }
 }
 
-/// One worker place: its proxy and the process running there now.
+/// One worker place (its proxy is `Run::proxies[index]`) and the process running there now.
 struct Slot {
     index: usize,
     incarnation: u32,
-    proxy: FaultProxy,
     child: Option<Child>,
     /// Set once the process was seen gone, so that it is counted once.
     gone: bool,
@@ -198,13 +198,17 @@ struct Run {
     /// The real server's connection string, when there is one.
     external: Option<String>,
     tls_domain: Option<String>,
-    upstream: SocketAddr,
     database: String,
     nodes: Nodes,
     client: Client,
     register: register::Shared,
     register_addr: SocketAddr,
     until: u64,
+    /// Each worker's proxy, by slot.
+    proxies: Vec<FaultProxy>,
+    /// Held while a fault is in place, so that faults (the operator's partition too) come
+    /// one at a time.
+    fault_lock: tokio::sync::Mutex<()>,
 }
 
 /// Runs the soak; the exit code is 0 on a passing verdict, 1 on a violation, 2 when the run
@@ -304,6 +308,10 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
             .detail(first.to_string()),
     );
 
+    let mut proxies = Vec::new();
+    for _ in 0..args.workers {
+        proxies.push(FaultProxy::start(upstream).await?);
+    }
     let start = now();
     let until = start + nanos(args.duration);
     let run = Arc::new(Run {
@@ -313,23 +321,22 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
         emulator,
         external,
         tls_domain,
-        upstream,
         database,
         nodes,
         client,
         register,
         register_addr,
         until,
+        proxies,
+        fault_lock: tokio::sync::Mutex::new(()),
         args,
     });
 
     let mut slots = Vec::new();
     for index in 0..run.args.workers {
-        let proxy = FaultProxy::start(run.upstream).await?;
         let mut slot = Slot {
             index,
             incarnation: 0,
-            proxy,
             child: None,
             gone: false,
         };
@@ -419,14 +426,18 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         .arg("--history")
         .arg(run.dir.join(format!("{process}.jsonl")))
         .arg("--connection")
-        .arg(slot.proxy.connection_string(&run.database).replace(
-            "grpc://",
-            if run.tls_domain.is_some() {
-                "grpcs://"
-            } else {
-                "grpc://"
-            },
-        ))
+        .arg(
+            run.proxies[slot.index]
+                .connection_string(&run.database)
+                .replace(
+                    "grpc://",
+                    if run.tls_domain.is_some() {
+                        "grpcs://"
+                    } else {
+                        "grpc://"
+                    },
+                ),
+        )
         .arg("--register")
         .arg(run.register_addr.to_string())
         .arg("--lock-node")
@@ -452,6 +463,9 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
     }
     if run.args.bite == Some(Bite::KeepWriting) {
         cmd.arg("--keep-writing");
+    }
+    if run.args.bite.is_some() {
+        cmd.arg("--long-holds");
     }
     let child = cmd
         .stdin(Stdio::null())
@@ -563,6 +577,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         if !fault.server_side() {
             begin = begin.target(&slots[at].process());
         }
+        let one_at_a_time = run.fault_lock.lock().await;
         run.rec.record(&begin);
         let note = inject(run, &mut slots[at], fault, &mut rng).await;
         run.rec.record(
@@ -573,6 +588,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         );
         n += 1;
         health(run, slots, admin).await;
+        drop(one_at_a_time);
         sleep(between(
             &mut rng,
             Duration::from_millis(200),
@@ -586,7 +602,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
 /// Injects one fault and heals it; returns a note for the history.
 async fn inject(run: &Run, slot: &mut Slot, fault: Fault, rng: &mut StdRng) -> String {
     let timeout = run.args.session_timeout;
-    let net = slot.proxy.net();
+    let net = run.proxies[slot.index].net();
     match fault {
         Fault::PauseShort | Fault::PauseLong => {
             let pause = if fault == Fault::PauseShort {
@@ -751,7 +767,109 @@ fn published(run: &Run, op: u64, layout: &Layout) {
     );
 }
 
-/// The two steps of a reshard, each retried while members still run an older layout.
+/// The names of the space that `change` moves to another node.
+async fn moving_names(directory: &SpaceDirectory, change: &str) -> Vec<&'static str> {
+    let Ok(current) = directory.layout().await else {
+        return Vec::new();
+    };
+    let next = match change {
+        "add n4" => current.add_node("n4").and_then(|l| l.finish()),
+        _ => current.remove_node("n1").and_then(|l| l.finish()),
+    };
+    let Ok(next) = next else { return Vec::new() };
+    SPACE_NAMES
+        .into_iter()
+        .filter(|name| {
+            let from = current.parts(name).first().map(|p| p.node.clone());
+            let to = next.parts(name).first().map(|p| p.node.clone());
+            from != to
+        })
+        .collect()
+}
+
+/// The worker that took one of `names` in the space last and holds it still, as the
+/// workers' histories tell so far.
+fn newest_holder(dir: &std::path::Path, names: &[&str]) -> Option<String> {
+    let (events, _) = history::load(dir).ok()?;
+    let mut open: std::collections::HashMap<(String, u64), u64> = Default::default();
+    for e in &events {
+        match (e.kind, e.phase, e.what) {
+            (Kind::Acquire, Phase::Ok, Some(crate::history::What::Space))
+                if e.name.as_deref().is_some_and(|n| names.contains(&n)) =>
+            {
+                open.insert((e.process.clone(), e.op), e.ts);
+            }
+            (Kind::Release, Phase::Invoke, _) | (Kind::Fired, _, _) => {
+                if let Some(lease) = e.lease {
+                    open.remove(&(e.process.clone(), lease));
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .max_by_key(|(_, ts)| *ts)
+        .map(|((process, _), _)| process)
+}
+
+/// The worker slot of a process name `w{slot}.{incarnation}`.
+fn slot_of(process: &str) -> Option<usize> {
+    process.strip_prefix('w')?.split('.').next()?.parse().ok()
+}
+
+/// A reshard's first step, published while the last writer of a moving name (most likely
+/// its holder) is cut off by a stall of its proxy: the holder keeps its lock on the old node
+/// and sees no new layout until the stall ends or its lease expires, the case the two-step
+/// reshard is made for. The stall is a fault like the others, one at a time with them.
+async fn under_partition<T>(
+    run: &Run,
+    directory: &SpaceDirectory,
+    change: &str,
+    step: impl Future<Output = T>,
+) -> T {
+    let names = moving_names(directory, change).await;
+    let writer = newest_holder(&run.dir, &names).or_else(|| {
+        let register = run
+            .register
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        names
+            .iter()
+            .find_map(|n| register.last_writer(&register_name(crate::history::What::Space, n)))
+    });
+    let Some((writer, slot)) = writer.and_then(|w| slot_of(&w).map(|s| (w, s))) else {
+        return step.await;
+    };
+    let Some(proxy) = run.proxies.get(slot) else {
+        return step.await;
+    };
+    let _one_at_a_time = run.fault_lock.lock().await;
+    let op = run.rec.op();
+    let name = "proxy-stall-during-reshard";
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Invoke)
+            .detail(name)
+            .target(&writer),
+    );
+    proxy.net().stall();
+    let started = now();
+    let result = step.await;
+    // Long enough for the holder's lease to lapse.
+    let hold = nanos(run.args.session_timeout + Duration::from_secs(1));
+    sleep(nanos_to((started + hold).saturating_sub(now()))).await;
+    proxy.net().resume();
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Ok)
+            .detail(name)
+            .name(&format!("{change}, holder of {}", names.join(","))),
+    );
+    result
+}
+
+/// The two steps of a reshard, each retried while members still run an older layout; the
+/// first under a partition of a holder.
 async fn reshard(run: &Run, directory: &SpaceDirectory, change: &str) -> usize {
     let mut steps = 0;
     for step in ["begin", "finish"] {
@@ -764,29 +882,36 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: &str) -> usize {
         // Members paused or cut off hold a step back until they catch up or their
         // membership expires: a few session timeouts.
         let deadline = now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10));
-        let result = loop {
-            let attempt = async {
-                match (step, change) {
-                    ("begin", "add n4") => directory.begin_add("n4").await,
-                    ("begin", _) => directory.begin_remove("n1").await,
-                    _ => directory.finish().await,
+        let attempts = async {
+            loop {
+                let attempt = async {
+                    match (step, change) {
+                        ("begin", "add n4") => directory.begin_add("n4").await,
+                        ("begin", _) => directory.begin_remove("n1").await,
+                        _ => directory.finish().await,
+                    }
+                };
+                let bound = SpaceDirectory::ADMIN_WAIT + Duration::from_secs(5);
+                match tokio::time::timeout(bound, attempt).await {
+                    Ok(Ok(layout)) => {
+                        published(run, op, &layout);
+                        break Ok(layout);
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::PreconditionFailed && now() < deadline => {
+                        sleep(Duration::from_millis(200)).await;
+                    }
+                    Ok(Err(e)) => break Err(e.to_string()),
+                    Err(_) => break Err(format!("no answer in {bound:?}")),
                 }
-            };
-            let bound = SpaceDirectory::ADMIN_WAIT + Duration::from_secs(5);
-            match tokio::time::timeout(bound, attempt).await {
-                Ok(Ok(layout)) => break Ok(layout),
-                Ok(Err(e)) if e.kind() == ErrorKind::PreconditionFailed && now() < deadline => {
-                    sleep(Duration::from_millis(200)).await;
-                }
-                Ok(Err(e)) => break Err(e.to_string()),
-                Err(_) => break Err(format!("no answer in {bound:?}")),
             }
         };
+        let result = if step == "begin" {
+            under_partition(run, directory, change, attempts).await
+        } else {
+            attempts.await
+        };
         match result {
-            Ok(layout) => {
-                published(run, op, &layout);
-                steps += 1;
-            }
+            Ok(_) => steps += 1,
             Err(e) => {
                 run.rec.record(
                     &run.rec
@@ -830,13 +955,14 @@ async fn skip_transition(
             .publish(&next.to_bytes())
             .await;
         manager.shutdown().await;
+        if result.is_ok() {
+            published(run, op, &next);
+        }
         result.map(|()| next)
     };
+    let attempt = under_partition(run, directory, change, attempt);
     match tokio::time::timeout(run.args.session_timeout * 5, attempt).await {
-        Ok(Ok(layout)) => {
-            published(run, op, &layout);
-            1
-        }
+        Ok(Ok(_)) => 1,
         Ok(Err(e)) => {
             run.rec.record(
                 &run.rec

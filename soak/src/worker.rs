@@ -80,6 +80,10 @@ pub(crate) struct WorkerArgs {
     /// Go on writing after a lease's token fired (a broken holder, for the checker to catch).
     #[arg(long)]
     pub(crate) keep_writing: bool,
+    /// Hold fenced locks three times longer, so that faults find holders at work (for the
+    /// broken modes, whose effects show while a holder is cut off).
+    #[arg(long)]
+    pub(crate) long_holds: bool,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -100,6 +104,7 @@ struct Ctx {
     register: SocketAddr,
     until: u64,
     keep_writing: bool,
+    long_holds: bool,
     timeout: Duration,
 }
 
@@ -152,6 +157,7 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         register: args.register,
         until: args.until,
         keep_writing: args.keep_writing,
+        long_holds: args.long_holds,
         timeout: timeout_,
     });
     let seed = args.seed;
@@ -372,11 +378,10 @@ async fn hold_only(
     }
 }
 
-/// How long a holder keeps a fenced lock: longer in the keep-writing mode, so that faults
-/// find holders whose token fires while they work.
+/// How long a holder keeps a fenced lock.
 fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Duration {
     let ms = rng.random_range(200..1500);
-    Duration::from_millis(if ctx.keep_writing { ms * 3 } else { ms })
+    Duration::from_millis(if ctx.long_holds { ms * 3 } else { ms })
 }
 
 async fn pause(rng: &mut StdRng) {
