@@ -605,15 +605,27 @@ async fn inject(run: &Run, slot: &mut Slot, fault: Fault, rng: &mut StdRng) -> S
     let net = run.proxies[slot.index].net();
     match fault {
         Fault::PauseShort | Fault::PauseLong => {
-            let pause = if fault == Fault::PauseShort {
-                between(rng, timeout / 5, timeout / 2)
+            let long = fault == Fault::PauseLong;
+            let pause = if long {
+                timeout + between(rng, Duration::from_millis(1500), Duration::from_secs(3))
             } else {
-                timeout + between(rng, Duration::from_millis(800), Duration::from_secs(2))
+                between(rng, timeout / 5, timeout / 2)
             };
             signal(run, slot, Signal::SIGSTOP, Kind::Stop);
+            // A server keeps an attached session while its connection lives, however quiet;
+            // a long pause is one the network notices (as a load balancer's idle timeout or
+            // a keepalive would): the connections break, the session's timeout runs, and
+            // another holder is granted while this one sleeps.
+            if long {
+                net.cut();
+            }
             sleep(pause).await;
             signal(run, slot, Signal::SIGCONT, Kind::Cont);
-            format!("paused {pause:?}")
+            if long {
+                format!("paused {pause:?}, connections broken at the stop")
+            } else {
+                format!("paused {pause:?}")
+            }
         }
         Fault::Kill => {
             signal(run, slot, Signal::SIGKILL, Kind::Kill);
@@ -1120,7 +1132,8 @@ fn print_summary(
         .map(|(w, n)| format!("{w:?} {n}"))
         .collect();
     println!("grants: {}", grants.join(", "));
-    println!("faults: {faults}");
+    let total: usize = report.faults.values().sum();
+    println!("faults: {total} ({faults} from the schedule, the rest the operator's)");
     for (kind, n) in &report.faults {
         println!("  {kind}: {n}");
     }
