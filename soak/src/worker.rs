@@ -264,6 +264,7 @@ async fn release<E: std::fmt::Display>(
 
 /// One write to the register, its invoke stamped at `ts` (taken before the holder checked
 /// its token, so a write is never stamped before a fire that stopped it).
+#[allow(clippy::too_many_arguments)]
 async fn write(
     ctx: &Ctx,
     client: &mut register::Client,

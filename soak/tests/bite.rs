@@ -4,8 +4,10 @@
 
 use std::process::Command;
 
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
 /// Runs a soak of `duration` in `bite` mode; returns the exit code and the summary.
-fn soak(bite: &str, seed: &str, duration: &str) -> (Option<i32>, String) {
+fn soak(bite: &str, seed: &str, duration: &str) -> Result<(Option<i32>, String)> {
     let out = Command::new(env!("CARGO_BIN_EXE_ydb-coordination-soak"))
         .args([
             "--seed",
@@ -17,12 +19,11 @@ fn soak(bite: &str, seed: &str, duration: &str) -> (Option<i32>, String) {
             "--bite",
             bite,
         ])
-        .output()
-        .expect("the soak runs");
+        .output()?;
     let summary = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("{summary}");
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    (out.status.code(), summary)
+    Ok((out.status.code(), summary))
 }
 
 /// The number of violations the summary lists for `check`.
@@ -37,16 +38,18 @@ fn violations(summary: &str, check: &str) -> usize {
 
 #[test]
 #[ignore = "a real soak of about a minute"]
-fn writing_after_the_token_fired_fails_the_verdict() {
-    let (code, summary) = soak("keep-writing", "11", "60s");
+fn writing_after_the_token_fired_fails_the_verdict() -> Result<()> {
+    let (code, summary) = soak("keep-writing", "11", "60s")?;
     assert_eq!(code, Some(1), "the verdict must fail");
     assert!(violations(&summary, "write-after-fired") > 0, "{summary}");
+    Ok(())
 }
 
 #[test]
 #[ignore = "a real soak of about a minute"]
-fn skipping_the_transition_fails_the_verdict() {
-    let (code, summary) = soak("skip-transition", "12", "60s");
+fn skipping_the_transition_fails_the_verdict() -> Result<()> {
+    let (code, summary) = soak("skip-transition", "12", "60s")?;
     assert_eq!(code, Some(1), "the verdict must fail");
     assert!(violations(&summary, "reshard-steps") > 0, "{summary}");
+    Ok(())
 }
