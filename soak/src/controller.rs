@@ -24,9 +24,13 @@ use ydb_coordination::{
 };
 
 use crate::check::{self, CHECKS, Params, Report};
-use crate::history::{self, Kind, Phase, Recorder, now};
+use crate::history::{self, Kind, Phase, Recorder, What, now};
 use crate::register;
 use crate::worker::{COUNTER, LEADER, MUTEX_NAMES, POOL, SPACE_NAMES, register_name};
+
+/// How many times the operator looks for a holder of a moving name before it partitions
+/// the last writer of one instead (100 ms apart).
+const HOLDER_POLLS: usize = 30;
 
 /// The lock space's name on its directory node.
 const SPACE: &str = "soak";
@@ -499,30 +503,38 @@ fn signal(run: &Run, slot: &Slot, sig: Signal, kind: Kind) {
 
 /// The worker that most likely holds a lock now: for a long pause, every other time the
 /// counter's last reader (its holder, between its read and its write: the pause makes it
-/// lose an update); else the last accepted writer of a random fenced name, if it still runs;
-/// else a random worker.
+/// lose an update); else the running worker that took a fenced lock last and holds it, as
+/// the histories tell; else the last accepted writer of a random fenced name, if it still
+/// runs; else a random worker.
 fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
     if fault == Fault::PauseLong && rng.random_bool(0.5) {
         let reader = run
             .register
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .last_reader(&register_name(crate::history::What::Counter, COUNTER));
+            .last_reader(&register_name(What::Counter, COUNTER));
         if let Some(reader) = reader
             && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
         {
             return slot.index;
         }
     }
+    let alive: Vec<String> = slots
+        .iter()
+        .filter(|s| !s.gone)
+        .map(Slot::process)
+        .collect();
+    let fenced = |what, _: &str| matches!(what, What::Mutex | What::Election | What::Space);
+    if let Some(holder) = newest_holder(&run.dir, Some(&alive), fenced)
+        && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+    {
+        return slot.index;
+    }
     let mut names: Vec<String> = MUTEX_NAMES
         .iter()
-        .map(|n| register_name(crate::history::What::Mutex, n))
-        .chain(
-            SPACE_NAMES
-                .iter()
-                .map(|n| register_name(crate::history::What::Space, n)),
-        )
-        .chain([register_name(crate::history::What::Election, LEADER)])
+        .map(|n| register_name(What::Mutex, n))
+        .chain(SPACE_NAMES.iter().map(|n| register_name(What::Space, n)))
+        .chain([register_name(What::Election, LEADER)])
         .collect();
     names.shuffle(rng);
     let register = run
@@ -799,19 +811,23 @@ async fn moving_names(directory: &SpaceDirectory, change: &str) -> Vec<&'static 
         .collect()
 }
 
-/// The worker that took one of `names` in the space last and holds it still, as the
-/// workers' histories tell so far.
-fn newest_holder(dir: &std::path::Path, names: &[&str]) -> Option<String> {
+/// Among the `alive` processes, the one that took a `wanted` lock last and holds it still,
+/// as the workers' histories tell so far.
+fn newest_holder(
+    dir: &std::path::Path,
+    alive: Option<&[String]>,
+    wanted: impl Fn(What, &str) -> bool,
+) -> Option<String> {
     let (events, _) = history::load(dir).ok()?;
     let mut open: std::collections::HashMap<(String, u64), u64> = Default::default();
     for e in &events {
-        match (e.kind, e.phase, e.what) {
-            (Kind::Acquire, Phase::Ok, Some(crate::history::What::Space))
-                if e.name.as_deref().is_some_and(|n| names.contains(&n)) =>
+        match (e.kind, e.phase, e.what, e.name.as_deref()) {
+            (Kind::Acquire, Phase::Ok, Some(what), Some(name))
+                if wanted(what, name) && alive.is_none_or(|a| a.contains(&e.process)) =>
             {
                 open.insert((e.process.clone(), e.op), e.ts);
             }
-            (Kind::Release, Phase::Invoke, _) | (Kind::Fired, _, _) => {
+            (Kind::Release, Phase::Invoke, _, _) | (Kind::Fired, _, _, _) => {
                 if let Some(lease) = e.lease {
                     open.remove(&(e.process.clone(), lease));
                 }
@@ -840,14 +856,25 @@ async fn under_partition<T>(
     step: impl Future<Output = T>,
 ) -> T {
     let names = moving_names(directory, change).await;
-    let writer = newest_holder(&run.dir, &names).or_else(|| {
+    // A moving name is held about half the time: wait a little for a holder.
+    let mut holder = None;
+    for _ in 0..HOLDER_POLLS {
+        holder = newest_holder(&run.dir, None, |what, name| {
+            what == What::Space && names.contains(&name)
+        });
+        if holder.is_some() {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    let writer = holder.or_else(|| {
         let register = run
             .register
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         names
             .iter()
-            .find_map(|n| register.last_writer(&register_name(crate::history::What::Space, n)))
+            .find_map(|n| register.last_writer(&register_name(What::Space, n)))
     });
     let Some((writer, slot)) = writer.and_then(|w| slot_of(&w).map(|s| (w, s))) else {
         return step.await;

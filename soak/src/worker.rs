@@ -37,6 +37,8 @@ const WRITE_EVERY: Duration = Duration::from_millis(100);
 const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 /// In the keep-writing mode, how long a holder goes on writing after its token fired.
 const KEEP_WRITING_FOR: Duration = Duration::from_secs(1);
+/// In the keep-writing mode, the longest a holder holds.
+const KEEP_WRITING_HOLD: Duration = Duration::from_secs(15);
 
 /// The worker's command line (given by the controller).
 #[derive(Debug, Clone, clap::Args)]
@@ -346,12 +348,12 @@ async fn hold_and_write(
             if !ctx.keep_writing {
                 return;
             }
-            end = end.max(Instant::now() + KEEP_WRITING_FOR);
+            end = Instant::now() + KEEP_WRITING_FOR;
         }
         let token = [base[0], base[1], seq];
         seq += 1;
         write(ctx, client, ts, lease, what, &target, Some(token), seq).await;
-        if Instant::now() >= end {
+        if Instant::now() >= end || !ctx.running() {
             return;
         }
         if fired {
@@ -379,8 +381,12 @@ async fn hold_only(
     }
 }
 
-/// How long a holder keeps a fenced lock.
+/// How long a holder keeps a fenced lock. The keep-writing holder holds on until a fault
+/// fires its token (within a bound), so that every such fault finds it at work.
 fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Duration {
+    if ctx.keep_writing {
+        return KEEP_WRITING_HOLD;
+    }
     let ms = rng.random_range(200..1500);
     Duration::from_millis(if ctx.long_holds { ms * 3 } else { ms })
 }
