@@ -3,7 +3,12 @@
 //! A lease's *tenure* runs from its acquire's ok to the first of: its release's invoke, its
 //! token's fire (as the holder saw it), the SIGSTOP, SIGKILL or exit of its process. A
 //! stopped process's tenure ends when it is stopped, because from then on only fencing can
-//! keep its late writes out: the checks below hold the register to that.
+//! keep its late writes out: the checks below hold the register to that. A session the
+//! server expires ends the tenures on its node at the expiry, as the server grants them to
+//! others at once (the holder learns it a message later).
+
+/// The node a lease of the lock node lives on, as histories name it.
+const LOCK_NODE: &str = "locks";
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -124,6 +129,23 @@ struct Tenure {
     start: u64,
     end: u64,
     token: Option<Token>,
+    /// The nodes it is held on: the lock node's name, or the space nodes of its place.
+    nodes: Vec<String>,
+    /// Ended by the server's expiry of its session, which its holder learns a message
+    /// later: a write it made in between is the holder's honest mistake, and only the
+    /// register's ordering of tokens (and `write-after-fired`) judges it.
+    expired: bool,
+}
+
+/// The nodes of a grant: a space lock's from its detail (`epoch 3 on n1+n4`).
+fn nodes_of(e: &Event) -> Vec<String> {
+    match (e.what, e.detail.as_deref()) {
+        (Some(What::Space), Some(detail)) => detail
+            .split_once(" on ")
+            .map(|(_, nodes)| nodes.split('+').map(str::to_string).collect())
+            .unwrap_or_default(),
+        _ => vec![LOCK_NODE.to_string()],
+    }
 }
 
 fn is_worker(process: &str) -> bool {
@@ -205,6 +227,7 @@ fn count(events: &[Event], report: &mut Report) {
 /// token.
 fn tenures(events: &[Event], report: &mut Report) -> Vec<Tenure> {
     let mut invoked: HashSet<(&str, u64)> = HashSet::new();
+    let mut sessions: HashMap<(&str, u64), &str> = HashMap::new();
     let mut open: HashMap<(String, u64), Tenure> = HashMap::new();
     let mut done = Vec::new();
     let close = |open: &mut HashMap<(String, u64), Tenure>,
@@ -249,6 +272,8 @@ fn tenures(events: &[Event], report: &mut Report) -> Vec<Tenure> {
                         start: e.ts,
                         end: u64::MAX,
                         token: e.token,
+                        nodes: nodes_of(e),
+                        expired: false,
                     },
                 );
             }
@@ -261,6 +286,29 @@ fn tenures(events: &[Event], report: &mut Report) -> Vec<Tenure> {
                 let keys: Vec<_> = open.keys().filter(|k| k.0 == p).cloned().collect();
                 for k in keys {
                     close(&mut open, &mut done, &k, e.ts);
+                }
+            }
+            (Kind::Session, _) => {
+                if let (Some(node), Some(id)) = (e.name.as_deref(), e.value) {
+                    sessions.insert((node, id), p);
+                }
+            }
+            (Kind::Expire, _) => {
+                let (Some(node), Some(id)) = (e.name.as_deref(), e.value) else {
+                    continue;
+                };
+                if let Some(owner) = sessions.get(&(node, id)) {
+                    let keys: Vec<_> = open
+                        .iter()
+                        .filter(|(k, t)| k.0 == *owner && t.nodes.iter().any(|n| n == node))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in keys {
+                        if let Some(t) = open.get_mut(&k) {
+                            t.expired = true;
+                        }
+                        close(&mut open, &mut done, &k, e.ts);
+                    }
                 }
             }
             (Kind::Stop | Kind::Kill, _) => {
@@ -435,6 +483,7 @@ fn fenced_writes(events: &[Event], tenures: &[Tenure], report: &mut Report) {
         };
         if let Some(rival) = rivals.iter().find(|r| {
             own.what.exclusive()
+                && !own.expired
                 && (r.process.as_str(), r.lease) != (writer, lease)
                 && own.start < r.start
                 && r.start < at
@@ -806,6 +855,46 @@ mod tests {
         );
         h.release("w1.0", op, 40);
         assert!(h.check().passed());
+    }
+
+    #[test]
+    fn a_server_side_expiry_ends_the_tenures_on_its_node() {
+        let expiry = |h: &mut H, node: &str, t: u64| {
+            let op = h.op();
+            h.push(
+                Event::new("controller", op, Kind::Expire, Phase::Info)
+                    .at(t * MS)
+                    .name(node)
+                    .value(9),
+            );
+        };
+        let mut h = H::default();
+        h.push(
+            Event::new("w0.0", 100, Kind::Session, Phase::Info)
+                .at(MS)
+                .name(LOCK_NODE)
+                .value(9),
+        );
+        let a = h.grant("w0.0", What::Mutex, "m1", 10, 1);
+        expiry(&mut h, LOCK_NODE, 20);
+        h.grant("w1.0", What::Mutex, "m1", 20, 2);
+        h.fired("w0.0", a, 21);
+        let r = h.check();
+        assert!(r.passed(), "{:?}", r.violations);
+
+        // The expired session is on another node: the lock is still held.
+        let mut h = H::default();
+        h.push(
+            Event::new("w0.0", 100, Kind::Session, Phase::Info)
+                .at(MS)
+                .name("n1")
+                .value(9),
+        );
+        let a = h.grant("w0.0", What::Mutex, "m1", 10, 1);
+        expiry(&mut h, "n1", 20);
+        h.grant("w1.0", What::Mutex, "m1", 20, 2);
+        h.fired("w0.0", a, 21);
+        only(&h.check(), Check::Exclusion);
     }
 
     #[test]

@@ -707,6 +707,13 @@ async fn inject(run: &Run, slot: &mut Slot, fault: Fault, rng: &mut StdRng) -> S
                 return format!("no session on {node}");
             }
             let id = ids[rng.random_range(0..ids.len())];
+            // Stamped before the expiry: the session's leases end no later than this.
+            run.rec.record(
+                &run.rec
+                    .event(run.rec.op(), Kind::Expire, Phase::Info)
+                    .name(&crate::worker::last_segment(node))
+                    .value(id),
+            );
             e.expire_session(node, id);
             format!("session {id} on {node}")
         }

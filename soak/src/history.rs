@@ -56,6 +56,12 @@ pub(crate) enum Kind {
     Health,
     /// An owner or waiter left on the server after every worker exited.
     Leftover,
+    /// A worker's session on a node (`name`: the node's last path segment, `value`: the
+    /// session id), when the worker starts using it.
+    Session,
+    /// The server expires the session `value` on the node `name`: its leases on that node
+    /// end at this instant, whatever their holder knows.
+    Expire,
 }
 
 /// Where in its life an operation is.

@@ -162,6 +162,23 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         long_holds: args.long_holds,
         timeout: timeout_,
     });
+    // Which sessions are this process's, so that the checker knows whose leases a
+    // server-side expiry ended.
+    let mut watchers = vec![tokio::spawn(log_sessions(
+        ctx.clone(),
+        last_segment(&args.lock_node),
+        manager.sessions(),
+    ))];
+    for node in &args.space_nodes {
+        let name = node.split_once('=').map_or(node.as_str(), |(n, _)| n);
+        if let Ok(m) = space.manager(name) {
+            watchers.push(tokio::spawn(log_sessions(
+                ctx.clone(),
+                name.to_string(),
+                m.sessions(),
+            )));
+        }
+    }
     let seed = args.seed;
     let tasks = vec![
         tokio::spawn(mutex_loop(ctx.clone(), manager.clone(), seed ^ 1)),
@@ -173,6 +190,9 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
     for task in tasks {
         let _ = task.await;
     }
+    for watcher in watchers {
+        watcher.abort();
+    }
     // Closing asks the server to free everything at once, so that nothing is left for the
     // end-of-run describe.
     let close = async {
@@ -183,6 +203,27 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
     ctx.rec
         .record(&ctx.rec.event(ctx.rec.op(), Kind::Exit, Phase::Info));
     Ok(())
+}
+
+/// The last segment of a node path: how histories name nodes.
+pub(crate) fn last_segment(path: &str) -> String {
+    path.rsplit('/').next().unwrap_or(path).to_string()
+}
+
+async fn log_sessions(
+    ctx: Arc<Ctx>,
+    node: String,
+    mut sessions: futures::stream::BoxStream<'static, ydb_coordination::Session>,
+) {
+    use futures::StreamExt;
+    while let Some(session) = sessions.next().await {
+        ctx.rec.record(
+            &ctx.rec
+                .event(ctx.rec.op(), Kind::Session, Phase::Info)
+                .name(&node)
+                .value(session.id()),
+        );
+    }
 }
 
 /// Records the invoke of an acquire, runs it within the bound, and records a failure; on a
