@@ -1139,7 +1139,7 @@ fn print_summary(
     took: Duration,
 ) {
     let mode = if run.external.is_some() {
-        "a real YDB (client-side faults only)"
+        "the server of YDB_CONNECTION_STRING (client-side faults only)"
     } else {
         "the emulator"
     };
