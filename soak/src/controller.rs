@@ -229,11 +229,18 @@ pub(crate) fn main(args: RunArgs) -> u8 {
             return 2;
         }
     };
-    match runtime.block_on(run(args)) {
-        Ok(true) => 0,
-        Ok(false) => 1,
-        Err(e) => {
+    // Past its duration a run needs its closing, the server's session timeout and the
+    // check: this bound is far above that, so that nothing keeps the command from ending.
+    let bound = args.duration + args.session_timeout * 10 + Duration::from_secs(120);
+    match runtime.block_on(async { tokio::time::timeout(bound, run(args)).await }) {
+        Ok(Ok(true)) => 0,
+        Ok(Ok(false)) => 1,
+        Ok(Err(e)) => {
             eprintln!("soak: the run could not be made: {e}");
+            2
+        }
+        Err(_) => {
+            eprintln!("soak: the run did not end within {bound:?}");
             2
         }
     }
@@ -304,7 +311,9 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
     let options = SessionOptions::new().timeout(args.session_timeout);
     let directory = SpaceDirectory::new(&client, &nodes.directory, SPACE, options.clone())?;
     let first = Layout::new(1, ["n1", "n2", "n3"])?;
-    directory.init(first.clone()).await?;
+    tokio::time::timeout(SpaceDirectory::ADMIN_WAIT, directory.init(first.clone()))
+        .await
+        .map_err(|_| "the directory's layout could not be published in time")??;
     rec.record(
         &rec.event(rec.op(), Kind::Reshard, Phase::Ok)
             .name("init")
@@ -591,7 +600,9 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         }
         let one_at_a_time = run.fault_lock.lock().await;
         run.rec.record(&begin);
-        let note = inject(run, &mut slots[at], fault, &mut rng).await;
+        // The controller's own session is no worker's: the expiry fault spares it.
+        let own = admin.try_current().map(|s| s.id());
+        let note = inject(run, &mut slots[at], fault, own, &mut rng).await;
         run.rec.record(
             &run.rec
                 .event(op, Kind::Fault, Phase::Ok)
@@ -612,7 +623,13 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
 }
 
 /// Injects one fault and heals it; returns a note for the history.
-async fn inject(run: &Run, slot: &mut Slot, fault: Fault, rng: &mut StdRng) -> String {
+async fn inject(
+    run: &Run,
+    slot: &mut Slot,
+    fault: Fault,
+    own: Option<u64>,
+    rng: &mut StdRng,
+) -> String {
     let timeout = run.args.session_timeout;
     let net = run.proxies[slot.index].net();
     match fault {
@@ -702,7 +719,8 @@ async fn inject(run: &Run, slot: &mut Slot, fault: Fault, rng: &mut StdRng) -> S
                 .chain(run.nodes.space.iter().map(|(_, p)| p.as_str()))
                 .collect();
             let node = nodes[rng.random_range(0..nodes.len())];
-            let ids = e.session_ids(node);
+            let mut ids = e.session_ids(node);
+            ids.retain(|id| Some(*id) != own);
             if ids.is_empty() {
                 return format!("no session on {node}");
             }
@@ -744,14 +762,20 @@ async fn health(run: &Run, slots: &mut [Slot], admin: &SessionManager) {
     }
     let bound = run.args.session_timeout * 3;
     let ask = async {
-        let session = admin.current().await?;
-        match session
-            .describe_semaphore(POOL, DescribeOptions::new())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+        // A session that ended under a fault is replaced by the manager: ask again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let session = admin.current().await?;
+            match session
+                .describe_semaphore(POOL, DescribeOptions::new())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::SessionExpired && attempts < 3 => {}
+                Err(e) => return Err(e),
+            }
         }
     };
     let event = |phase| run.rec.event(run.rec.op(), Kind::Health, phase);
