@@ -510,18 +510,22 @@ fn signal(run: &Run, slot: &Slot, sig: Signal, kind: Kind) {
     });
 }
 
-/// The worker that most likely holds a lock now: for a long pause, every other time the
-/// counter's last reader (its holder, between its read and its write: the pause makes it
-/// lose an update); else the running worker that took a fenced lock last and holds it, as
+/// The worker that most likely holds a lock now: for a long pause, the counter's last reader
+/// (its holder, between its read and its write: the pause makes it lose an update) until
+/// the register saw a lost update, then every other time; else the running worker that took a fenced lock last and holds it, as
 /// the histories tell; else the last accepted writer of a random fenced name, if it still
 /// runs; else a random worker.
 fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
-    if fault == Fault::PauseLong && rng.random_bool(0.5) {
-        let reader = run
+    let (lost, reader) = {
+        let register = run
             .register
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .last_reader(&register_name(What::Counter, COUNTER));
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let reader = register.last_reader(&register_name(What::Counter, COUNTER));
+        (register.lost_updates(), reader)
+    };
+    let coin = rng.random_bool(0.5);
+    if fault == Fault::PauseLong && (lost == 0 || coin) {
         if let Some(reader) = reader
             && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
         {
@@ -578,6 +582,9 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     // Every kind once, in a seeded order, then seeded picks.
     let mut first = kinds.clone();
     first.shuffle(&mut rng);
+    // The victims depend on what the workers do; their own generator keeps the schedule of
+    // kinds and durations the same for a seed.
+    let mut picks = StdRng::seed_from_u64(run.seed.rotate_left(17));
     let tail = nanos(timeout * 2 + Duration::from_secs(3));
     let faults_until = run.until.saturating_sub(tail);
     // The workers' start: give them a moment to open their spaces.
@@ -589,7 +596,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         } else {
             kinds[rng.random_range(0..kinds.len())]
         };
-        let at = victim(run, slots, fault, &mut rng);
+        let at = victim(run, slots, fault, &mut picks);
         let op = run.rec.op();
         let mut begin = run
             .rec

@@ -63,6 +63,7 @@ pub(crate) struct Outcome {
 #[derive(Debug, Default)]
 pub(crate) struct Register {
     cells: HashMap<String, Cell>,
+    lost_updates: u64,
 }
 
 impl Register {
@@ -90,6 +91,7 @@ impl Register {
             // overwrote someone's increment.
             None => {
                 if value <= cell.value {
+                    self.lost_updates += 1;
                     cell.value = value;
                     cell.writer = Some(writer.to_string());
                     return Outcome {
@@ -114,6 +116,11 @@ impl Register {
         let cell = self.cells.entry(name.to_string()).or_default();
         cell.reader = Some(reader.to_string());
         cell.value
+    }
+
+    /// How many unfenced writes overwrote an increment so far.
+    pub(crate) fn lost_updates(&self) -> u64 {
+        self.lost_updates
     }
 
     /// The process that read `name` last: for the counter, its holder now.
@@ -300,5 +307,6 @@ mod tests {
         // w0 read 1 before w1's write and writes 2: w1's increment is lost.
         let c = r.write("c", None, 2, "w0");
         assert!(c.accepted && c.lost_update);
+        assert_eq!(r.lost_updates(), 1);
     }
 }
