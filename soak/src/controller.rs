@@ -525,12 +525,12 @@ fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
         (register.lost_updates(), reader)
     };
     let coin = rng.random_bool(0.5);
-    if fault == Fault::PauseLong && (lost == 0 || coin) {
-        if let Some(reader) = reader
-            && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
-        {
-            return slot.index;
-        }
+    if fault == Fault::PauseLong
+        && (lost == 0 || coin)
+        && let Some(reader) = reader
+        && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
+    {
+        return slot.index;
     }
     let alive: Vec<String> = slots
         .iter()
