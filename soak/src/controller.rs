@@ -271,18 +271,18 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
     let external = std::env::var("YDB_CONNECTION_STRING")
         .ok()
         .filter(|s| !s.is_empty());
-    let (emulator, connection, nodes) = match &external {
+    let emulated = Nodes::under("/local/soak");
+    let (emulator, connection) = match &external {
         None => {
-            let nodes = Nodes::under("/local/soak");
             let mut builder = Emulator::builder().database("/local");
-            for node in nodes.all() {
+            for node in emulated.all() {
                 builder = builder.node(node);
             }
             let emulator = builder.start().await?;
             let conn = emulator.connection_string();
-            (Some(emulator), conn, nodes)
+            (Some(emulator), conn)
         }
-        Some(conn) => (None, conn.clone(), Nodes::under("")),
+        Some(conn) => (None, conn.clone()),
     };
     let client = Client::builder(&connection)
         .credentials(Credentials::from_env()?)
@@ -290,7 +290,7 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
         .await?;
     let database = client.database().to_string();
     let (nodes, upstream, tls_domain) = match &emulator {
-        Some(e) => (nodes, e.local_addr(), None),
+        Some(e) => (emulated, e.local_addr(), None),
         None => {
             let root = format!("{database}/soak-{seed}-{}", std::process::id());
             let nodes = Nodes::under(&root);
@@ -801,7 +801,7 @@ async fn operator(run: Arc<Run>, directory: SpaceDirectory, options: SessionOpti
     let duration = nanos(run.args.duration);
     let start = run.until - duration;
     let mut steps = 0;
-    for (at, change) in [(25, "add n4"), (55, "remove n1")] {
+    for (at, change) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))] {
         let when = start + duration / 100 * at;
         sleep(nanos_to(when.saturating_sub(now()))).await;
         steps += if run.args.bite == Some(Bite::SkipTransition) {
@@ -829,16 +829,40 @@ fn published(run: &Run, op: u64, layout: &Layout) {
     );
 }
 
+/// A reshard of the lock space.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Add(&'static str),
+    Remove(&'static str),
+}
+
+impl Change {
+    /// The transition from `current` that makes the change.
+    fn transition(self, current: &Layout) -> ydb_coordination::Result<Layout> {
+        match self {
+            Change::Add(node) => current.add_node(node),
+            Change::Remove(node) => current.remove_node(node),
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Add(node) => write!(f, "add {node}"),
+            Change::Remove(node) => write!(f, "remove {node}"),
+        }
+    }
+}
+
 /// The names of the space that `change` moves to another node.
-async fn moving_names(directory: &SpaceDirectory, change: &str) -> Vec<&'static str> {
+async fn moving_names(directory: &SpaceDirectory, change: Change) -> Vec<&'static str> {
     let Ok(current) = directory.layout().await else {
         return Vec::new();
     };
-    let next = match change {
-        "add n4" => current.add_node("n4").and_then(|l| l.finish()),
-        _ => current.remove_node("n1").and_then(|l| l.finish()),
+    let Ok(next) = change.transition(&current).and_then(|l| l.finish()) else {
+        return Vec::new();
     };
-    let Ok(next) = next else { return Vec::new() };
     SPACE_NAMES
         .into_iter()
         .filter(|name| {
@@ -890,7 +914,7 @@ fn slot_of(process: &str) -> Option<usize> {
 async fn under_partition<T>(
     run: &Run,
     directory: &SpaceDirectory,
-    change: &str,
+    change: Change,
     step: impl Future<Output = T>,
 ) -> T {
     let names = moving_names(directory, change).await;
@@ -947,7 +971,7 @@ async fn under_partition<T>(
 
 /// The two steps of a reshard, each retried while members still run an older layout; the
 /// first under a partition of a holder.
-async fn reshard(run: &Run, directory: &SpaceDirectory, change: &str) -> usize {
+async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize {
     let mut steps = 0;
     for step in ["begin", "finish"] {
         let op = run.rec.op();
@@ -963,8 +987,8 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: &str) -> usize {
             loop {
                 let attempt = async {
                     match (step, change) {
-                        ("begin", "add n4") => directory.begin_add("n4").await,
-                        ("begin", _) => directory.begin_remove("n1").await,
+                        ("begin", Change::Add(node)) => directory.begin_add(node).await,
+                        ("begin", Change::Remove(node)) => directory.begin_remove(node).await,
                         _ => directory.finish().await,
                     }
                 };
@@ -1008,7 +1032,7 @@ async fn skip_transition(
     run: &Run,
     directory: &SpaceDirectory,
     options: &SessionOptions,
-    change: &str,
+    change: Change,
 ) -> usize {
     let op = run.rec.op();
     run.rec.record(
@@ -1018,10 +1042,7 @@ async fn skip_transition(
     );
     let attempt = async {
         let current = directory.layout().await?;
-        let next = match change {
-            "add n4" => current.add_node("n4")?.finish()?,
-            _ => current.remove_node("n1")?.finish()?,
-        };
+        let next = change.transition(&current)?.finish()?;
         // One epoch on instead of two: the stable layout in the transition's place.
         let next = Layout::new(current.epoch() + 1, next.nodes())?;
         let manager = run
