@@ -73,6 +73,46 @@ pub(crate) struct RunArgs {
     pub(crate) keep: bool,
 }
 
+/// The command line of `check`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// The directory of a run's histories.
+    pub(crate) dir: PathBuf,
+    /// The session timeout the run had.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub(crate) session_timeout: Duration,
+}
+
+/// Checks kept histories again; the exit code is as a run's.
+pub(crate) fn recheck(args: &CheckArgs) -> u8 {
+    let (events, unreadable) = match history::load(&args.dir) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("soak: {} cannot be read: {e}", args.dir.display());
+            return 2;
+        }
+    };
+    let report = check::check(
+        &events,
+        Params {
+            liveness_window: nanos(args.session_timeout * 2),
+        },
+    );
+    println!(
+        "{} events ({unreadable} lines unreadable), {} operations",
+        events.len(),
+        report.operations
+    );
+    for check in CHECKS {
+        println!("  {check}: {}", report.count(check));
+    }
+    for v in &report.violations {
+        println!("  [{}] {}", v.check, v.message);
+    }
+    println!("verdict: {}", if report.passed() { "PASS" } else { "FAIL" });
+    if report.passed() { 0 } else { 1 }
+}
+
 /// `150s`, `2m`, `500ms` or plain seconds.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();

@@ -26,11 +26,15 @@ struct Cli {
     run: controller::RunArgs,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Sub {
     /// One worker process (started by the controller).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// Checks the histories a run kept, again, and prints the violations.
+    Check(controller::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Some(Sub::Check(args)) => ExitCode::from(controller::recheck(&args)),
         None => ExitCode::from(controller::main(cli.run)),
     }
 }
