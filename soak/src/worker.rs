@@ -500,7 +500,8 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
                     let cancel = guard.token();
                     if cancel.run_until_cancelled(sleep(think)).await.is_none() {
                         record_fired(&ctx, lease, what, COUNTER);
-                        // The naive holder does not look at its token: it writes anyway.
+                        // The naive holder does not look at its token: it finishes thinking
+                        // and writes anyway.
                         sleep(think).await;
                     }
                     let value = reply.value + 1;
