@@ -99,7 +99,7 @@ pub(crate) fn recheck(args: &CheckArgs) -> u8 {
         },
     );
     println!(
-        "{} events ({unreadable} lines unreadable), {} operations",
+        "{} events ({unreadable} lines damaged), {} operations",
         events.len(),
         report.operations
     );
@@ -109,8 +109,20 @@ pub(crate) fn recheck(args: &CheckArgs) -> u8 {
     for v in &report.violations {
         println!("  [{}] {}", v.check, v.message);
     }
-    println!("verdict: {}", if report.passed() { "PASS" } else { "FAIL" });
-    if report.passed() { 0 } else { 1 }
+    match (unreadable, report.passed()) {
+        (0, true) => {
+            println!("verdict: PASS");
+            0
+        }
+        (0, false) => {
+            println!("verdict: FAIL");
+            1
+        }
+        _ => {
+            println!("verdict: VOID (the histories lost lines)");
+            2
+        }
+    }
 }
 
 /// `150s`, `2m`, `500ms` or plain seconds.
@@ -273,8 +285,9 @@ pub(crate) fn main(args: RunArgs) -> u8 {
     // check: this bound is far above that, so that nothing keeps the command from ending.
     let bound = args.duration + args.session_timeout * 10 + Duration::from_secs(120);
     match runtime.block_on(async { tokio::time::timeout(bound, run(args)).await }) {
-        Ok(Ok(true)) => 0,
-        Ok(Ok(false)) => 1,
+        Ok(Ok(Verdict::Pass)) => 0,
+        Ok(Ok(Verdict::Fail)) => 1,
+        Ok(Ok(Verdict::Void)) => 2,
         Ok(Err(e)) => {
             eprintln!("soak: the run could not be made: {e}");
             2
@@ -286,7 +299,7 @@ pub(crate) fn main(args: RunArgs) -> u8 {
     }
 }
 
-async fn run(args: RunArgs) -> Result<bool, BoxError> {
+async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
     let seed = args.seed.unwrap_or_else(|| now() % 1_000_000);
     let dir = match &args.out {
         Some(dir) => dir.clone(),
@@ -432,7 +445,12 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
         nanos_to(now() - start),
     );
     let passed = report.passed();
-    if passed && !run.args.keep && run.args.out.is_none() {
+    let verdict = match (unreadable, passed) {
+        (0, true) => Verdict::Pass,
+        (0, false) => Verdict::Fail,
+        _ => Verdict::Void,
+    };
+    if verdict == Verdict::Pass && !run.args.keep && run.args.out.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         println!("histories: {}", dir.display());
@@ -440,7 +458,18 @@ async fn run(args: RunArgs) -> Result<bool, BoxError> {
     if let Some(emulator) = Arc::into_inner(run).and_then(|r| r.emulator) {
         emulator.shutdown().await;
     }
-    Ok(passed)
+    Ok(verdict)
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Every check passed.
+    Pass,
+    /// A check failed.
+    Fail,
+    /// The histories are damaged: no verdict.
+    Void,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -1277,7 +1306,7 @@ fn print_summary(
     );
     println!("semaphores described at the end: {described}");
     if unreadable > 0 {
-        println!("history lines unreadable (cut by SIGKILL): {unreadable}");
+        println!("history lines damaged or lost: {unreadable}");
     }
     println!("violations by check:");
     for check in CHECKS {
@@ -1291,7 +1320,11 @@ fn print_summary(
     }
     println!(
         "verdict: {} (replay with --seed {})",
-        if report.passed() { "PASS" } else { "FAIL" },
+        match (unreadable, report.passed()) {
+            (0, true) => "PASS",
+            (0, false) => "FAIL",
+            _ => "VOID: the histories lost lines (a write failed: a full disk?)",
+        },
         run.seed
     );
 }

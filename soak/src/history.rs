@@ -140,6 +140,9 @@ pub(crate) struct Event {
     pub(crate) target_op: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) detail: Option<String>,
+    /// The line's number in its file, from 1: a gap is a line lost (a failed write).
+    #[serde(default)]
+    pub(crate) seq: u64,
 }
 
 impl Event {
@@ -159,6 +162,7 @@ impl Event {
             target: None,
             target_op: None,
             detail: None,
+            seq: 0,
         }
     }
 
@@ -213,7 +217,8 @@ impl Event {
 #[derive(Debug)]
 pub(crate) struct Recorder {
     process: String,
-    file: Mutex<File>,
+    /// The file and the number of lines written to it.
+    file: Mutex<(File, u64)>,
     next_op: AtomicU64,
 }
 
@@ -223,7 +228,7 @@ impl Recorder {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(Self {
             process: process.to_string(),
-            file: Mutex::new(file),
+            file: Mutex::new((file, 0)),
             next_op: AtomicU64::new(1),
         })
     }
@@ -246,17 +251,25 @@ impl Recorder {
     /// Appends one event. A history that cannot be written makes the run unverifiable, but
     /// the process goes on: the checker reports the gap as a missing or truncated file.
     pub(crate) fn record(&self, event: &Event) {
-        let Ok(mut line) = serde_json::to_vec(event) else {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let (file, lines) = &mut *file;
+        *lines += 1;
+        let numbered = Event {
+            seq: *lines,
+            ..event.clone()
+        };
+        let Ok(mut line) = serde_json::to_vec(&numbered) else {
             return;
         };
         line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = file.write_all(&line);
     }
 }
 
-/// Reads every `*.jsonl` history in `dir`, sorted by timestamp (ties keep file order). A
-/// line that does not parse (the last line of a killed process) is counted, not fatal.
+/// Reads every `*.jsonl` history in `dir`, sorted by timestamp (ties keep file order).
+/// Returns the events and the number of lines damaged: lines that do not parse and lines
+/// missing from a file's numbering (a write that failed, as on a full disk). A SIGKILL
+/// damages none: it cannot cut a small write to a file, and a line it prevents is the last.
 pub(crate) fn load(dir: &Path) -> io::Result<(Vec<Event>, usize)> {
     let mut events = Vec::new();
     let mut bad = 0;
@@ -266,17 +279,50 @@ pub(crate) fn load(dir: &Path) -> io::Result<(Vec<Event>, usize)> {
         .collect();
     paths.sort();
     for path in paths {
+        let (mut seen, mut last) = (0_u64, 0_u64);
         for line in BufReader::new(File::open(&path)?).lines() {
             let line = line?;
             if line.trim().is_empty() {
                 continue;
             }
             match serde_json::from_str::<Event>(&line) {
-                Ok(e) => events.push(e),
+                Ok(e) => {
+                    seen += 1;
+                    last = last.max(e.seq);
+                    events.push(e);
+                }
                 Err(_) => bad += 1,
             }
         }
+        bad += usize::try_from(last.saturating_sub(seen)).unwrap_or(usize::MAX);
     }
     events.sort_by_key(|e| e.ts);
     Ok((events, bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_or_cut_line_is_counted() -> io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("soak-history-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let rec = Recorder::create(&dir.join("w0.0.jsonl"), "w0.0")?;
+        for _ in 0..3 {
+            rec.record(&rec.event(rec.op(), Kind::Start, Phase::Info));
+        }
+        let (events, damaged) = load(&dir)?;
+        assert_eq!((events.len(), damaged), (3, 0));
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+
+        // Line 2 lost, and a line cut short.
+        let text = std::fs::read_to_string(dir.join("w0.0.jsonl"))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let damaged_text = format!("{}\n{}\n{{\"ts\":1,\"pro\n", lines[0], lines[2]);
+        std::fs::write(dir.join("w0.0.jsonl"), damaged_text)?;
+        let (events, damaged) = load(&dir)?;
+        assert_eq!((events.len(), damaged), (2, 2));
+        std::fs::remove_dir_all(&dir)
+    }
 }
