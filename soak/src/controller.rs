@@ -1,0 +1,1330 @@
+//! The controller: runs the server (the emulator, or a real YDB given by
+//! `YDB_CONNECTION_STRING`), the register, a fault proxy and a process per worker; injects
+//! the seeded faults one at a time and reshards the lock space meanwhile; at the end checks
+//! that nothing was left on the server, runs the checker and prints the summary.
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use tokio::net::TcpListener;
+use tokio::time::sleep;
+use ydb_coordination::emulator::{Emulator, FaultProxy};
+use ydb_coordination::space::{Layout, SpaceDirectory};
+use ydb_coordination::{
+    Client, Credentials, DescribeOptions, ErrorKind, NodeConfig, SessionManager, SessionOptions,
+};
+
+use crate::check::{self, CHECKS, Params, Report};
+use crate::history::{self, Kind, Phase, Recorder, What, now};
+use crate::register;
+use crate::worker::{COUNTER, LEADER, MUTEX_NAMES, POOL, SPACE_NAMES, register_name};
+
+/// How many times the operator looks for a holder of a moving name before it partitions
+/// the last writer of one instead (100 ms apart).
+const HOLDER_POLLS: usize = 30;
+
+/// The lock space's name on its directory node.
+const SPACE: &str = "soak";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A deliberately broken mode, to show that the checker catches what it is there for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Bite {
+    /// Workers go on writing after their lease's token fired.
+    KeepWriting,
+    /// The operator publishes the new layout at once, without the transition step.
+    SkipTransition,
+}
+
+/// The run's command line.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The seed of the fault schedule and of every worker's choices (default: from the
+    /// clock, printed to replay).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// How long the workers run (`150s`, `2m`, `90`).
+    #[arg(long, default_value = "150s", value_parser = parse_duration)]
+    pub(crate) duration: Duration,
+    /// The number of worker processes.
+    #[arg(long, default_value_t = 6)]
+    pub(crate) workers: usize,
+    /// The session timeout of every session: short, so that faults outlast it often.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub(crate) session_timeout: Duration,
+    /// Break the system on purpose; the verdict must then fail.
+    #[arg(long, value_enum)]
+    pub(crate) bite: Option<Bite>,
+    /// Where to write the histories (default: a fresh directory under the temp dir).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Keep the histories after a passing run too (they are always kept after a failure).
+    #[arg(long)]
+    pub(crate) keep: bool,
+}
+
+/// The command line of `check`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// The directory of a run's histories.
+    pub(crate) dir: PathBuf,
+    /// The session timeout the run had.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub(crate) session_timeout: Duration,
+}
+
+/// Checks kept histories again; the exit code is as a run's.
+pub(crate) fn recheck(args: &CheckArgs) -> u8 {
+    let (events, unreadable) = match history::load(&args.dir) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("soak: {} cannot be read: {e}", args.dir.display());
+            return 2;
+        }
+    };
+    let report = check::check(
+        &events,
+        Params {
+            liveness_window: nanos(args.session_timeout * 2),
+        },
+    );
+    println!(
+        "{} events ({unreadable} lines damaged), {} operations",
+        events.len(),
+        report.operations
+    );
+    for check in CHECKS {
+        println!("  {check}: {}", report.count(check));
+    }
+    for v in &report.violations {
+        println!("  [{}] {}", v.check, v.message);
+    }
+    match (unreadable, report.passed()) {
+        (0, true) => {
+            println!("verdict: PASS");
+            0
+        }
+        (0, false) => {
+            println!("verdict: FAIL");
+            1
+        }
+        _ => {
+            println!("verdict: VOID (the histories lost lines)");
+            2
+        }
+    }
+}
+
+/// `150s`, `2m`, `500ms` or plain seconds.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => s.split_at(at),
+        None => (s, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 150s, 2m or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("{s:?}: the unit is one of ms, s, m")),
+    }
+}
+
+/// The faults, each injected alone and healed before the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGSTOP of a holder for less than the session timeout, then SIGCONT.
+    PauseShort,
+    /// SIGSTOP of a holder for longer than the session timeout, then SIGCONT.
+    PauseLong,
+    /// SIGKILL of a worker, and a new one in its place.
+    Kill,
+    /// The worker's connections break and new ones are dropped for a while.
+    Blackhole,
+    /// The worker's traffic stops without any connection closing.
+    Stall,
+    /// The worker's connections break once.
+    Reset,
+    /// Every chunk of the worker's traffic is delayed for a while.
+    Delay,
+    /// Every coordination node's tablet restarts (state kept).
+    TabletRestart,
+    /// The server expires a session.
+    ExpireSession,
+}
+
+impl Fault {
+    const ALL: [Fault; 9] = [
+        Fault::PauseShort,
+        Fault::PauseLong,
+        Fault::Kill,
+        Fault::Blackhole,
+        Fault::Stall,
+        Fault::Reset,
+        Fault::Delay,
+        Fault::TabletRestart,
+        Fault::ExpireSession,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Fault::PauseShort => "sigstop-short",
+            Fault::PauseLong => "sigstop-long",
+            Fault::Kill => "sigkill",
+            Fault::Blackhole => "proxy-blackhole",
+            Fault::Stall => "proxy-stall",
+            Fault::Reset => "proxy-reset",
+            Fault::Delay => "proxy-delay",
+            Fault::TabletRestart => "tablet-restart",
+            Fault::ExpireSession => "session-expire",
+        }
+    }
+
+    /// Whether it needs the emulator (a real server's tablets and sessions are not ours).
+    fn server_side(self) -> bool {
+        matches!(self, Fault::TabletRestart | Fault::ExpireSession)
+    }
+}
+
+/// Where the coordination nodes live.
+struct Nodes {
+    lock: String,
+    space: Vec<(String, String)>,
+    directory: String,
+}
+
+impl Nodes {
+    fn under(root: &str) -> Self {
+        Self {
+            lock: format!("{root}/locks"),
+            space: (1..=4)
+                .map(|i| (format!("n{i}"), format!("{root}/n{i}")))
+                .collect(),
+            directory: format!("{root}/directory"),
+        }
+    }
+
+    fn all(&self) -> Vec<&str> {
+        let mut all = vec![self.lock.as_str(), self.directory.as_str()];
+        all.extend(self.space.iter().map(|(_, p)| p.as_str()));
+        all
+    }
+}
+
+/// One worker place (its proxy is `Run::proxies[index]`) and the process running there now.
+struct Slot {
+    index: usize,
+    incarnation: u32,
+    child: Option<Child>,
+    /// Set once the process was seen gone, so that it is counted once.
+    gone: bool,
+}
+
+impl Slot {
+    fn process(&self) -> String {
+        format!("w{}.{}", self.index, self.incarnation)
+    }
+
+    fn pid(&self) -> Option<Pid> {
+        let id = self.child.as_ref()?.id();
+        Some(Pid::from_raw(i32::try_from(id).ok()?))
+    }
+}
+
+/// Everything the run shares.
+struct Run {
+    args: RunArgs,
+    seed: u64,
+    dir: PathBuf,
+    rec: Arc<Recorder>,
+    emulator: Option<Emulator>,
+    /// The real server's connection string, when there is one.
+    external: Option<String>,
+    tls_domain: Option<String>,
+    database: String,
+    nodes: Nodes,
+    client: Client,
+    register: register::Shared,
+    register_addr: SocketAddr,
+    until: u64,
+    /// Each worker's proxy, by slot.
+    proxies: Vec<FaultProxy>,
+    /// Held while a fault is in place, so that faults (the operator's partition too) come
+    /// one at a time.
+    fault_lock: tokio::sync::Mutex<()>,
+}
+
+/// Runs the soak; the exit code is 0 on a passing verdict, 1 on a violation, 2 when the run
+/// could not be made.
+pub(crate) fn main(args: RunArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("soak: no runtime: {e}");
+            return 2;
+        }
+    };
+    // Past its duration a run needs its closing, the server's session timeout and the
+    // check: this bound is far above that, so that nothing keeps the command from ending.
+    let bound = args.duration + args.session_timeout * 10 + Duration::from_secs(120);
+    match runtime.block_on(async { tokio::time::timeout(bound, run(args)).await }) {
+        Ok(Ok(Verdict::Pass)) => 0,
+        Ok(Ok(Verdict::Fail)) => 1,
+        Ok(Ok(Verdict::Void)) => 2,
+        Ok(Err(e)) => {
+            eprintln!("soak: the run could not be made: {e}");
+            2
+        }
+        Err(_) => {
+            eprintln!("soak: the run did not end within {bound:?}");
+            2
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
+    let seed = args.seed.unwrap_or_else(|| now() % 1_000_000);
+    let dir = match &args.out {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!(
+            "ydb-coordination-soak-{seed}-{}",
+            std::process::id()
+        )),
+    };
+    std::fs::create_dir_all(&dir)?;
+    println!(
+        "soak: seed {seed}, {} workers, {:?}, histories in {}",
+        args.workers,
+        args.duration,
+        dir.display()
+    );
+    let rec = Arc::new(Recorder::create(
+        &dir.join("controller.jsonl"),
+        "controller",
+    )?);
+    let register_rec = Arc::new(Recorder::create(&dir.join("register.jsonl"), "register")?);
+
+    let external = std::env::var("YDB_CONNECTION_STRING")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let emulated = Nodes::under("/local/soak");
+    let (emulator, connection) = match &external {
+        None => {
+            let mut builder = Emulator::builder().database("/local");
+            for node in emulated.all() {
+                builder = builder.node(node);
+            }
+            let emulator = builder.start().await?;
+            let conn = emulator.connection_string();
+            (Some(emulator), conn)
+        }
+        Some(conn) => (None, conn.clone()),
+    };
+    let client = Client::builder(&connection)
+        .credentials(Credentials::from_env()?)
+        .build()
+        .await?;
+    let database = client.database().to_string();
+    let (nodes, upstream, tls_domain) = match &emulator {
+        Some(e) => (emulated, e.local_addr(), None),
+        None => {
+            let root = format!("{database}/soak-{seed}-{}", std::process::id());
+            let nodes = Nodes::under(&root);
+            for node in nodes.all() {
+                client.create_node(node, NodeConfig::new()).await?;
+            }
+            let (addr, host) = endpoint_of(&connection)?;
+            let tls = connection.starts_with("grpcs://").then_some(host);
+            (nodes, addr, tls)
+        }
+    };
+
+    let register: register::Shared = Arc::default();
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let register_addr = listener.local_addr()?;
+    tokio::spawn(register::serve(listener, register.clone(), register_rec));
+
+    let options = SessionOptions::new().timeout(args.session_timeout);
+    let directory = SpaceDirectory::new(&client, &nodes.directory, SPACE, options.clone())?;
+    let first = Layout::new(1, ["n1", "n2", "n3"])?;
+    tokio::time::timeout(SpaceDirectory::ADMIN_WAIT, directory.init(first.clone()))
+        .await
+        .map_err(|_| "the directory's layout could not be published in time")??;
+    rec.record(
+        &rec.event(rec.op(), Kind::Reshard, Phase::Ok)
+            .name("init")
+            .value(first.epoch())
+            .detail(first.to_string()),
+    );
+
+    let mut proxies = Vec::new();
+    for _ in 0..args.workers {
+        proxies.push(FaultProxy::start(upstream).await?);
+    }
+    let start = now();
+    let until = start + nanos(args.duration);
+    let run = Arc::new(Run {
+        seed,
+        dir: dir.clone(),
+        rec: rec.clone(),
+        emulator,
+        external,
+        tls_domain,
+        database,
+        nodes,
+        client,
+        register,
+        register_addr,
+        until,
+        proxies,
+        fault_lock: tokio::sync::Mutex::new(()),
+        args,
+    });
+
+    let mut slots = Vec::new();
+    for index in 0..run.args.workers {
+        let mut slot = Slot {
+            index,
+            incarnation: 0,
+            child: None,
+            gone: false,
+        };
+        spawn_worker(&run, &mut slot)?;
+        slots.push(slot);
+    }
+
+    let admin = run.client.session_manager(&run.nodes.lock, options.clone());
+    let operator = tokio::spawn(operator(run.clone(), directory.clone(), options.clone()));
+    let faults = inject_faults(&run, &mut slots, &admin).await;
+    let reshards = operator.await.unwrap_or(0);
+
+    // The workers stop by themselves at `until`; give them their closing time.
+    let closing = run.args.session_timeout * 3 + Duration::from_secs(5);
+    wait_for_exit(&run, &mut slots, closing).await;
+    directory.shutdown().await;
+    // A killed worker's sessions end on the server one session timeout after their last
+    // contact: only then must nothing be left.
+    sleep(run.args.session_timeout + Duration::from_millis(1500)).await;
+    let leftovers = describe_leftovers(&run, &admin).await;
+    admin.shutdown().await;
+    if run.external.is_some() {
+        for node in run.nodes.all() {
+            let _ = run.client.drop_node(node).await;
+        }
+    }
+
+    let (events, unreadable) = history::load(&dir)?;
+    let params = Params {
+        liveness_window: nanos(run.args.session_timeout * 2),
+    };
+    let report = check::check(&events, params);
+    print_summary(
+        &run,
+        &report,
+        faults,
+        reshards,
+        leftovers,
+        unreadable,
+        nanos_to(now() - start),
+    );
+    let passed = report.passed();
+    let verdict = match (unreadable, passed) {
+        (0, true) => Verdict::Pass,
+        (0, false) => Verdict::Fail,
+        _ => Verdict::Void,
+    };
+    if verdict == Verdict::Pass && !run.args.keep && run.args.out.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("histories: {}", dir.display());
+    }
+    if let Some(emulator) = Arc::into_inner(run).and_then(|r| r.emulator) {
+        emulator.shutdown().await;
+    }
+    Ok(verdict)
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Every check passed.
+    Pass,
+    /// A check failed.
+    Fail,
+    /// The histories are damaged: no verdict.
+    Void,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn nanos_to(n: u64) -> Duration {
+    Duration::from_nanos(n)
+}
+
+/// The socket address and host of `grpc[s]://host:port/database`.
+fn endpoint_of(connection: &str) -> Result<(SocketAddr, String), BoxError> {
+    let rest = connection
+        .split_once("://")
+        .map_or(connection, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, _)| h)
+        .to_string();
+    let addr = authority
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| format!("{authority} resolves to no address"))?;
+    Ok((addr, host))
+}
+
+fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
+    let process = slot.process();
+    let exe = std::env::current_exe()?;
+    let stderr = std::fs::File::create(run.dir.join(format!("{process}.log")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("worker")
+        .arg("--process")
+        .arg(&process)
+        .arg("--history")
+        .arg(run.dir.join(format!("{process}.jsonl")))
+        .arg("--connection")
+        .arg(
+            run.proxies[slot.index]
+                .connection_string(&run.database)
+                .replace(
+                    "grpc://",
+                    if run.tls_domain.is_some() {
+                        "grpcs://"
+                    } else {
+                        "grpc://"
+                    },
+                ),
+        )
+        .arg("--register")
+        .arg(run.register_addr.to_string())
+        .arg("--lock-node")
+        .arg(&run.nodes.lock)
+        .arg("--directory")
+        .arg(&run.nodes.directory)
+        .arg("--space")
+        .arg(SPACE)
+        .arg("--session-timeout-ms")
+        .arg(run.args.session_timeout.as_millis().to_string())
+        .arg("--until")
+        .arg(run.until.to_string())
+        .arg("--seed")
+        .arg(
+            (run.seed.wrapping_mul(1000) + slot.index as u64 * 10 + u64::from(slot.incarnation))
+                .to_string(),
+        );
+    for (name, path) in &run.nodes.space {
+        cmd.arg("--space-node").arg(format!("{name}={path}"));
+    }
+    if let Some(domain) = &run.tls_domain {
+        cmd.arg("--tls-domain").arg(domain);
+    }
+    if run.args.bite == Some(Bite::KeepWriting) {
+        cmd.arg("--keep-writing");
+    }
+    if run.args.bite.is_some() {
+        cmd.arg("--long-holds");
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()?;
+    run.rec.record(
+        &run.rec
+            .event(run.rec.op(), Kind::Start, Phase::Info)
+            .target(&process)
+            .detail(format!("pid {}", child.id())),
+    );
+    slot.child = Some(child);
+    slot.gone = false;
+    Ok(())
+}
+
+fn signal(run: &Run, slot: &Slot, sig: Signal, kind: Kind) {
+    let Some(pid) = slot.pid() else { return };
+    // Stamped before the signal: a stopped process does nothing after this instant.
+    let event = run
+        .rec
+        .event(run.rec.op(), kind, Phase::Info)
+        .target(&slot.process());
+    let sent = kill(pid, sig);
+    run.rec.record(&match sent {
+        Ok(()) => event,
+        Err(e) => event.detail(format!("not sent: {e}")),
+    });
+}
+
+/// The worker that most likely holds a lock now: for a long pause, the counter's last reader
+/// (its holder, between its read and its write: the pause makes it lose an update) until
+/// the register saw a lost update, then every other time; else the running worker that took a fenced lock last and holds it, as
+/// the histories tell; else the last accepted writer of a random fenced name, if it still
+/// runs; else a random worker.
+fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
+    let (lost, reader) = {
+        let register = run
+            .register
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let reader = register.last_reader(&register_name(What::Counter, COUNTER));
+        (register.lost_updates(), reader)
+    };
+    let coin = rng.random_bool(0.5);
+    if fault == Fault::PauseLong
+        && (lost == 0 || coin)
+        && let Some(reader) = reader
+        && let Some(slot) = slots.iter().find(|s| s.process() == reader && !s.gone)
+    {
+        return slot.index;
+    }
+    let alive: Vec<String> = slots
+        .iter()
+        .filter(|s| !s.gone)
+        .map(Slot::process)
+        .collect();
+    let fenced = |what, _: &str| matches!(what, What::Mutex | What::Election | What::Space);
+    if let Some(holder) = newest_holder(&run.dir, Some(&alive), fenced)
+        && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+    {
+        return slot.index;
+    }
+    let mut names: Vec<String> = MUTEX_NAMES
+        .iter()
+        .map(|n| register_name(What::Mutex, n))
+        .chain(SPACE_NAMES.iter().map(|n| register_name(What::Space, n)))
+        .chain([register_name(What::Election, LEADER)])
+        .collect();
+    names.shuffle(rng);
+    let register = run
+        .register
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for name in names {
+        if let Some(writer) = register.last_writer(&name)
+            && let Some(slot) = slots.iter().find(|s| s.process() == writer && !s.gone)
+        {
+            return slot.index;
+        }
+    }
+    rng.random_range(0..slots.len())
+}
+
+fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+    Duration::from_millis(rng.random_range(lo..=hi.max(lo)))
+}
+
+/// The fault loop: one fault at a time from the seeded schedule, each healed and followed
+/// by a health check, until the quiet tail before the end (in which the checker expects
+/// every worker to make progress). Returns the number of faults.
+async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) -> usize {
+    let mut rng = StdRng::seed_from_u64(run.seed);
+    let timeout = run.args.session_timeout;
+    let kinds: Vec<Fault> = Fault::ALL
+        .into_iter()
+        .filter(|f| run.emulator.is_some() || !f.server_side())
+        .collect();
+    // Every kind once, in a seeded order, then seeded picks.
+    let mut first = kinds.clone();
+    first.shuffle(&mut rng);
+    // The victims depend on what the workers do; their own generator keeps the schedule of
+    // kinds and durations the same for a seed.
+    let mut picks = StdRng::seed_from_u64(run.seed.rotate_left(17));
+    let tail = nanos(timeout * 2 + Duration::from_secs(3));
+    let faults_until = run.until.saturating_sub(tail);
+    // The workers' start: give them a moment to open their spaces.
+    sleep(Duration::from_secs(2)).await;
+    let mut n = 0;
+    while now() < faults_until {
+        let fault = if n < first.len() {
+            first[n]
+        } else {
+            kinds[rng.random_range(0..kinds.len())]
+        };
+        let at = victim(run, slots, fault, &mut picks);
+        let op = run.rec.op();
+        let mut begin = run
+            .rec
+            .event(op, Kind::Fault, Phase::Invoke)
+            .detail(fault.name());
+        if !fault.server_side() {
+            begin = begin.target(&slots[at].process());
+        }
+        let one_at_a_time = run.fault_lock.lock().await;
+        run.rec.record(&begin);
+        // The controller's own session is no worker's: the expiry fault spares it.
+        let own = admin.try_current().map(|s| s.id());
+        let note = inject(run, &mut slots[at], fault, own, &mut rng).await;
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Fault, Phase::Ok)
+                .detail(fault.name())
+                .name(&note),
+        );
+        n += 1;
+        health(run, slots, admin).await;
+        drop(one_at_a_time);
+        sleep(between(
+            &mut rng,
+            Duration::from_millis(200),
+            Duration::from_millis(700),
+        ))
+        .await;
+    }
+    n
+}
+
+/// Injects one fault and heals it; returns a note for the history.
+async fn inject(
+    run: &Run,
+    slot: &mut Slot,
+    fault: Fault,
+    own: Option<u64>,
+    rng: &mut StdRng,
+) -> String {
+    let timeout = run.args.session_timeout;
+    let net = run.proxies[slot.index].net();
+    match fault {
+        Fault::PauseShort | Fault::PauseLong => {
+            let long = fault == Fault::PauseLong;
+            let pause = if long {
+                timeout + between(rng, Duration::from_millis(1500), Duration::from_secs(3))
+            } else {
+                between(rng, timeout / 5, timeout / 2)
+            };
+            signal(run, slot, Signal::SIGSTOP, Kind::Stop);
+            // A server keeps an attached session while its connection lives, however quiet;
+            // a long pause is one the network notices (as a load balancer's idle timeout or
+            // a keepalive would): the connections break, the session's timeout runs, and
+            // another holder is granted while this one sleeps.
+            if long {
+                net.cut();
+            }
+            sleep(pause).await;
+            signal(run, slot, Signal::SIGCONT, Kind::Cont);
+            if long {
+                format!("paused {pause:?}, connections broken at the stop")
+            } else {
+                format!("paused {pause:?}")
+            }
+        }
+        Fault::Kill => {
+            signal(run, slot, Signal::SIGKILL, Kind::Kill);
+            if let Some(mut child) = slot.child.take() {
+                let _ = child.wait();
+            }
+            slot.incarnation += 1;
+            match spawn_worker(run, slot) {
+                Ok(()) => format!("restarted as {}", slot.process()),
+                Err(e) => {
+                    slot.gone = true;
+                    format!("not restarted: {e}")
+                }
+            }
+        }
+        Fault::Blackhole => {
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(1),
+            );
+            net.refuse_for(d);
+            net.cut();
+            sleep(d).await;
+            format!("for {d:?}")
+        }
+        Fault::Stall => {
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(2),
+            );
+            net.stall();
+            sleep(d).await;
+            net.resume();
+            format!("for {d:?}")
+        }
+        Fault::Reset => {
+            net.cut();
+            "once".to_string()
+        }
+        Fault::Delay => {
+            let delay = between(rng, Duration::from_millis(50), Duration::from_millis(400));
+            let d = between(rng, Duration::from_secs(1), Duration::from_secs(3));
+            net.delay(delay);
+            sleep(d).await;
+            net.delay(Duration::ZERO);
+            format!("{delay:?} for {d:?}")
+        }
+        Fault::TabletRestart => {
+            if let Some(e) = &run.emulator {
+                e.restart();
+            }
+            "every node".to_string()
+        }
+        Fault::ExpireSession => {
+            let Some(e) = &run.emulator else {
+                return "no emulator".to_string();
+            };
+            // A session of the lock node or of a space node, at random.
+            let nodes: Vec<&str> = std::iter::once(run.nodes.lock.as_str())
+                .chain(run.nodes.space.iter().map(|(_, p)| p.as_str()))
+                .collect();
+            let node = nodes[rng.random_range(0..nodes.len())];
+            let mut ids = e.session_ids(node);
+            ids.retain(|id| Some(*id) != own);
+            if ids.is_empty() {
+                return format!("no session on {node}");
+            }
+            let id = ids[rng.random_range(0..ids.len())];
+            // Stamped before the expiry: the session's leases end no later than this.
+            run.rec.record(
+                &run.rec
+                    .event(run.rec.op(), Kind::Expire, Phase::Info)
+                    .name(&crate::worker::last_segment(node))
+                    .value(id),
+            );
+            e.expire_session(node, id);
+            format!("session {id} on {node}")
+        }
+    }
+}
+
+/// After a fault: every worker still runs (a worker that died is noted and replaced) and
+/// the server answers.
+async fn health(run: &Run, slots: &mut [Slot], admin: &SessionManager) {
+    for slot in slots.iter_mut() {
+        let exited = slot
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        if let Some(status) = exited {
+            run.rec.record(
+                &run.rec
+                    .event(run.rec.op(), Kind::Health, Phase::Fail)
+                    .target(&slot.process())
+                    .detail(format!("the worker exited early: {status}")),
+            );
+            slot.child = None;
+            slot.incarnation += 1;
+            if spawn_worker(run, slot).is_err() {
+                slot.gone = true;
+            }
+        }
+    }
+    let bound = run.args.session_timeout * 3;
+    let ask = async {
+        // A session that ended under a fault is replaced by the manager: ask again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let session = admin.current().await?;
+            match session
+                .describe_semaphore(POOL, DescribeOptions::new())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::SessionExpired && attempts < 3 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let event = |phase| run.rec.event(run.rec.op(), Kind::Health, phase);
+    match tokio::time::timeout(bound, ask).await {
+        Ok(Ok(())) => run.rec.record(&event(Phase::Ok)),
+        Ok(Err(e)) => run.rec.record(&event(Phase::Fail).detail(e.to_string())),
+        Err(_) => run
+            .rec
+            .record(&event(Phase::Fail).detail(format!("the server did not answer in {bound:?}"))),
+    }
+}
+
+/// Reshards the lock space twice while the workers run: adds `n4` at a quarter of the run,
+/// removes `n1` past the half. Returns the steps published.
+async fn operator(run: Arc<Run>, directory: SpaceDirectory, options: SessionOptions) -> usize {
+    let duration = nanos(run.args.duration);
+    let start = run.until - duration;
+    let mut steps = 0;
+    for (at, change) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))] {
+        let when = start + duration / 100 * at;
+        sleep(nanos_to(when.saturating_sub(now()))).await;
+        steps += if run.args.bite == Some(Bite::SkipTransition) {
+            skip_transition(&run, &directory, &options, change).await
+        } else {
+            reshard(&run, &directory, change).await
+        };
+    }
+    steps
+}
+
+/// Publishes `layout` as a step in the history.
+fn published(run: &Run, op: u64, layout: &Layout) {
+    let kind = if layout.is_transition() {
+        "transition"
+    } else {
+        "stable"
+    };
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Reshard, Phase::Ok)
+            .name(kind)
+            .value(layout.epoch())
+            .detail(layout.to_string()),
+    );
+}
+
+/// A reshard of the lock space.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Add(&'static str),
+    Remove(&'static str),
+}
+
+impl Change {
+    /// The transition from `current` that makes the change.
+    fn transition(self, current: &Layout) -> ydb_coordination::Result<Layout> {
+        match self {
+            Change::Add(node) => current.add_node(node),
+            Change::Remove(node) => current.remove_node(node),
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Add(node) => write!(f, "add {node}"),
+            Change::Remove(node) => write!(f, "remove {node}"),
+        }
+    }
+}
+
+/// The names of the space that `change` moves to another node.
+async fn moving_names(directory: &SpaceDirectory, change: Change) -> Vec<&'static str> {
+    let Ok(current) = directory.layout().await else {
+        return Vec::new();
+    };
+    let Ok(next) = change.transition(&current).and_then(|l| l.finish()) else {
+        return Vec::new();
+    };
+    SPACE_NAMES
+        .into_iter()
+        .filter(|name| {
+            let from = current.parts(name).first().map(|p| p.node.clone());
+            let to = next.parts(name).first().map(|p| p.node.clone());
+            from != to
+        })
+        .collect()
+}
+
+/// Among the `alive` processes, the one that took a `wanted` lock last and holds it still,
+/// as the workers' histories tell so far.
+fn newest_holder(
+    dir: &std::path::Path,
+    alive: Option<&[String]>,
+    wanted: impl Fn(What, &str) -> bool,
+) -> Option<String> {
+    let (events, _) = history::load(dir).ok()?;
+    let mut open: std::collections::HashMap<(String, u64), u64> = Default::default();
+    for e in &events {
+        match (e.kind, e.phase, e.what, e.name.as_deref()) {
+            (Kind::Acquire, Phase::Ok, Some(what), Some(name))
+                if wanted(what, name) && alive.is_none_or(|a| a.contains(&e.process)) =>
+            {
+                open.insert((e.process.clone(), e.op), e.ts);
+            }
+            (Kind::Release, Phase::Invoke, _, _) | (Kind::Fired, _, _, _) => {
+                if let Some(lease) = e.lease {
+                    open.remove(&(e.process.clone(), lease));
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .max_by_key(|(_, ts)| *ts)
+        .map(|((process, _), _)| process)
+}
+
+/// The worker slot of a process name `w{slot}.{incarnation}`.
+fn slot_of(process: &str) -> Option<usize> {
+    process.strip_prefix('w')?.split('.').next()?.parse().ok()
+}
+
+/// A reshard's first step, published while the last writer of a moving name (most likely
+/// its holder) is cut off by a stall of its proxy: the holder keeps its lock on the old node
+/// and sees no new layout until the stall ends or its lease expires, the case the two-step
+/// reshard is made for. The stall is a fault like the others, one at a time with them.
+async fn under_partition<T>(
+    run: &Run,
+    directory: &SpaceDirectory,
+    change: Change,
+    step: impl Future<Output = T>,
+) -> T {
+    let names = moving_names(directory, change).await;
+    // A moving name is held about half the time: wait a little for a holder.
+    let mut holder = None;
+    for _ in 0..HOLDER_POLLS {
+        holder = newest_holder(&run.dir, None, |what, name| {
+            what == What::Space && names.contains(&name)
+        });
+        if holder.is_some() {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    let writer = holder.or_else(|| {
+        let register = run
+            .register
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        names
+            .iter()
+            .find_map(|n| register.last_writer(&register_name(What::Space, n)))
+    });
+    let Some((writer, slot)) = writer.and_then(|w| slot_of(&w).map(|s| (w, s))) else {
+        return step.await;
+    };
+    let Some(proxy) = run.proxies.get(slot) else {
+        return step.await;
+    };
+    let _one_at_a_time = run.fault_lock.lock().await;
+    let op = run.rec.op();
+    let name = "proxy-stall-during-reshard";
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Invoke)
+            .detail(name)
+            .target(&writer),
+    );
+    proxy.net().stall();
+    let started = now();
+    let result = step.await;
+    // Long enough for the holder's lease to lapse.
+    let hold = nanos(run.args.session_timeout + Duration::from_secs(1));
+    sleep(nanos_to((started + hold).saturating_sub(now()))).await;
+    proxy.net().resume();
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Ok)
+            .detail(name)
+            .name(&format!("{change}, holder of {}", names.join(","))),
+    );
+    result
+}
+
+/// The two steps of a reshard, each retried while members still run an older layout; the
+/// first under a partition of a holder.
+async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize {
+    let mut steps = 0;
+    for step in ["begin", "finish"] {
+        let op = run.rec.op();
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Reshard, Phase::Invoke)
+                .detail(format!("{step} {change}")),
+        );
+        // Members paused or cut off hold a step back until they catch up or their
+        // membership expires: a few session timeouts.
+        let deadline = now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10));
+        let attempts = async {
+            loop {
+                let attempt = async {
+                    match (step, change) {
+                        ("begin", Change::Add(node)) => directory.begin_add(node).await,
+                        ("begin", Change::Remove(node)) => directory.begin_remove(node).await,
+                        _ => directory.finish().await,
+                    }
+                };
+                let bound = SpaceDirectory::ADMIN_WAIT + Duration::from_secs(5);
+                match tokio::time::timeout(bound, attempt).await {
+                    Ok(Ok(layout)) => {
+                        published(run, op, &layout);
+                        break Ok(layout);
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::PreconditionFailed && now() < deadline => {
+                        sleep(Duration::from_millis(200)).await;
+                    }
+                    Ok(Err(e)) => break Err(e.to_string()),
+                    Err(_) => break Err(format!("no answer in {bound:?}")),
+                }
+            }
+        };
+        let result = if step == "begin" {
+            under_partition(run, directory, change, attempts).await
+        } else {
+            attempts.await
+        };
+        match result {
+            Ok(_) => steps += 1,
+            Err(e) => {
+                run.rec.record(
+                    &run.rec
+                        .event(op, Kind::Reshard, Phase::Fail)
+                        .detail(format!("{step} {change}: {e}")),
+                );
+                return steps;
+            }
+        }
+    }
+    steps
+}
+
+/// The broken operator: publishes the new stable layout straight over the old one, with
+/// neither the transition nor the wait for the members.
+async fn skip_transition(
+    run: &Run,
+    directory: &SpaceDirectory,
+    options: &SessionOptions,
+    change: Change,
+) -> usize {
+    let op = run.rec.op();
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Reshard, Phase::Invoke)
+            .detail(format!("publish {change} at once")),
+    );
+    let attempt = async {
+        let current = directory.layout().await?;
+        let next = change.transition(&current)?.finish()?;
+        // One epoch on instead of two: the stable layout in the transition's place.
+        let next = Layout::new(current.epoch() + 1, next.nodes())?;
+        let manager = run
+            .client
+            .session_manager(&run.nodes.directory, options.clone());
+        let result = manager
+            .published(&format!("{SPACE}/layout"))
+            .publish(&next.to_bytes())
+            .await;
+        manager.shutdown().await;
+        if result.is_ok() {
+            published(run, op, &next);
+        }
+        result.map(|()| next)
+    };
+    let attempt = under_partition(run, directory, change, attempt);
+    match tokio::time::timeout(run.args.session_timeout * 5, attempt).await {
+        Ok(Ok(_)) => 1,
+        Ok(Err(e)) => {
+            run.rec.record(
+                &run.rec
+                    .event(op, Kind::Reshard, Phase::Fail)
+                    .detail(e.to_string()),
+            );
+            0
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Waits for every worker to exit by itself, then kills what is left (noted in the
+/// history: its tenures end there).
+async fn wait_for_exit(run: &Run, slots: &mut [Slot], closing: Duration) {
+    let deadline = run.until + nanos(closing);
+    loop {
+        let running = slots.iter_mut().any(|s| {
+            s.child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        });
+        if !running || now() >= deadline {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    for slot in slots.iter_mut() {
+        let still = slot
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if still {
+            signal(run, slot, Signal::SIGKILL, Kind::Kill);
+            run.rec.record(
+                &run.rec
+                    .event(run.rec.op(), Kind::Health, Phase::Fail)
+                    .target(&slot.process())
+                    .detail("did not exit by its deadline"),
+            );
+        }
+        if let Some(mut child) = slot.child.take() {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Describes every semaphore of every node after the workers are gone: any owner or waiter
+/// is a leftover. Returns the number of semaphores described.
+async fn describe_leftovers(run: &Run, admin: &SessionManager) -> usize {
+    let mut described = 0;
+    for node in run.nodes.all() {
+        let names = match &run.emulator {
+            Some(e) => e.semaphore_names(node),
+            None => known_names(run, node),
+        };
+        if names.is_empty() {
+            continue;
+        }
+        let manager;
+        let source = if node == run.nodes.lock {
+            admin
+        } else {
+            manager = run.client.session_manager(node, SessionOptions::new());
+            &manager
+        };
+        let Ok(Ok(session)) =
+            tokio::time::timeout(run.args.session_timeout * 3, source.current()).await
+        else {
+            run.rec.record(
+                &run.rec
+                    .event(run.rec.op(), Kind::Leftover, Phase::Info)
+                    .name(node)
+                    .detail("no session to describe the node"),
+            );
+            continue;
+        };
+        for name in names {
+            let options = DescribeOptions::new().owners(true).waiters(true);
+            let Ok(Ok(d)) = tokio::time::timeout(
+                Duration::from_secs(5),
+                session.describe_semaphore(&name, options),
+            )
+            .await
+            else {
+                continue;
+            };
+            described += 1;
+            for (role, list) in [("owner", &d.owners), ("waiter", &d.waiters)] {
+                for s in list {
+                    run.rec.record(
+                        &run.rec
+                            .event(run.rec.op(), Kind::Leftover, Phase::Info)
+                            .name(&format!("{node}:{name}"))
+                            .target(&format!("session {}", s.session_id))
+                            .detail(role),
+                    );
+                }
+            }
+        }
+        if node != run.nodes.lock {
+            source.shutdown().await;
+        }
+    }
+    described
+}
+
+/// The semaphore names the soak uses on `node` (a real server cannot list them).
+fn known_names(run: &Run, node: &str) -> Vec<String> {
+    if node == run.nodes.lock {
+        let mut names: Vec<String> = MUTEX_NAMES.iter().map(|s| s.to_string()).collect();
+        names.extend([COUNTER, POOL, LEADER].map(String::from));
+        names
+    } else if node == run.nodes.directory {
+        Vec::new()
+    } else {
+        SPACE_NAMES.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+fn print_summary(
+    run: &Run,
+    report: &Report,
+    faults: usize,
+    reshards: usize,
+    described: usize,
+    unreadable: usize,
+    took: Duration,
+) {
+    let mode = if run.external.is_some() {
+        "the server of YDB_CONNECTION_STRING (client-side faults only)"
+    } else {
+        "the emulator"
+    };
+    println!("---- soak summary (seed {}) ----", run.seed);
+    println!(
+        "server: {mode}; network faults through per-worker TCP proxies (no network namespaces)"
+    );
+    if let Some(bite) = run.args.bite {
+        println!("bite mode: {bite:?} (the verdict must fail)");
+    }
+    println!(
+        "took: {:.1}s (workers ran {:?})",
+        took.as_secs_f64(),
+        run.args.duration
+    );
+    println!(
+        "processes: {} (controller, register, worker incarnations)",
+        report.processes
+    );
+    println!("operations invoked by workers: {}", report.operations);
+    let grants: Vec<String> = report
+        .grants
+        .iter()
+        .map(|(w, n)| format!("{w:?} {n}"))
+        .collect();
+    println!("grants: {}", grants.join(", "));
+    let total: usize = report.faults.values().sum();
+    println!("faults: {total} ({faults} from the schedule, the rest the operator's)");
+    for (kind, n) in &report.faults {
+        println!("  {kind}: {n}");
+    }
+    println!(
+        "register writes: {} accepted, {} refused",
+        report.writes_accepted, report.writes_refused
+    );
+    println!(
+        "unfenced counter: {} lost updates (what fencing prevents; reported, not a violation)",
+        report.lost_updates
+    );
+    println!(
+        "reshard steps published: {reshards} (history: {})",
+        report.reshard_steps
+    );
+    println!("semaphores described at the end: {described}");
+    if unreadable > 0 {
+        println!("history lines damaged or lost: {unreadable}");
+    }
+    println!("violations by check:");
+    for check in CHECKS {
+        println!("  {check}: {}", report.count(check));
+    }
+    for v in report.violations.iter().take(20) {
+        println!("  [{}] {}", v.check, v.message);
+    }
+    if report.violations.len() > 20 {
+        println!("  ... {} more", report.violations.len() - 20);
+    }
+    println!(
+        "verdict: {} (replay with --seed {})",
+        match (unreadable, report.passed()) {
+            (0, true) => "PASS",
+            (0, false) => "FAIL",
+            _ => "VOID: the histories lost lines (a write failed: a full disk?)",
+        },
+        run.seed
+    );
+}

@@ -1,0 +1,56 @@
+//! The checker bites: each deliberately broken mode must fail the verdict (exit code 1) on
+//! the check it breaks. Each runs a real soak of about a minute, so they are ignored by
+//! default; CI runs them one at a time with
+//! `cargo test -p ydb-coordination-soak --release -- --ignored --test-threads=1`.
+
+use std::process::Command;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Runs a soak of `duration` in `bite` mode; returns the exit code and the summary.
+fn soak(bite: &str, seed: &str, duration: &str) -> Result<(Option<i32>, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ydb-coordination-soak"))
+        .args([
+            "--seed",
+            seed,
+            "--duration",
+            duration,
+            "--workers",
+            "6",
+            "--bite",
+            bite,
+        ])
+        .output()?;
+    let summary = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{summary}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code(), summary))
+}
+
+/// The number of violations the summary lists for `check`.
+fn violations(summary: &str, check: &str) -> usize {
+    let prefix = format!("  {check}: ");
+    summary
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "a real soak of about a minute"]
+fn writing_after_the_token_fired_fails_the_verdict() -> Result<()> {
+    let (code, summary) = soak("keep-writing", "11", "60s")?;
+    assert_eq!(code, Some(1), "the verdict must fail");
+    assert!(violations(&summary, "write-after-fired") > 0, "{summary}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "a real soak of about a minute"]
+fn skipping_the_transition_fails_the_verdict() -> Result<()> {
+    let (code, summary) = soak("skip-transition", "12", "60s")?;
+    assert_eq!(code, Some(1), "the verdict must fail");
+    assert!(violations(&summary, "reshard-steps") > 0, "{summary}");
+    Ok(())
+}
