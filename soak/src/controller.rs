@@ -20,7 +20,8 @@ use tokio::time::sleep;
 use ydb_coordination::emulator::{Emulator, FaultProxy};
 use ydb_coordination::space::{Layout, SpaceDirectory};
 use ydb_coordination::{
-    Client, Credentials, DescribeOptions, ErrorKind, NodeConfig, SessionManager, SessionOptions,
+    Client, ErrorKind, SessionManager, SessionOptions, auth::Credentials, config::DescribeOptions,
+    config::NodeConfig,
 };
 
 use crate::check::{self, CHECKS, Params, Report};

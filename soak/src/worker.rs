@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 use ydb_coordination::space::LockSpace;
-use ydb_coordination::{Client, Credentials, SessionManager, SessionOptions};
+use ydb_coordination::{Client, SessionManager, SessionOptions, auth::Credentials};
 
 use crate::history::{Kind, Phase, Recorder, Token, What, now};
 use crate::register::{self, Request};
@@ -446,7 +446,7 @@ async fn mutex_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         if let Some((lease, guard)) =
             acquire(&ctx, what, name, mutex.lock_timeout(ACQUIRE_WAIT)).await
         {
-            let base = [0, guard.fencing_token()];
+            let base = [0, guard.fencing_token().order];
             record_granted(&ctx, lease, what, name, [base[0], base[1], 0]);
             let hold = hold_time(&ctx, &mut rng);
             hold_and_write(
@@ -478,7 +478,13 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         if let Some((lease, guard)) =
             acquire(&ctx, what, COUNTER, mutex.lock_timeout(ACQUIRE_WAIT)).await
         {
-            record_granted(&ctx, lease, what, COUNTER, [0, guard.fencing_token(), 0]);
+            record_granted(
+                &ctx,
+                lease,
+                what,
+                COUNTER,
+                [0, guard.fencing_token().order, 0],
+            );
             let rec = &ctx.rec;
             let op = rec.op();
             let read = |phase| {
@@ -523,7 +529,13 @@ async fn semaphore_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         if let Some((lease, permit)) =
             acquire(&ctx, what, POOL, pool.acquire_timeout(1, ACQUIRE_WAIT)).await
         {
-            record_granted(&ctx, lease, what, POOL, [0, permit.fencing_token(), 0]);
+            record_granted(
+                &ctx,
+                lease,
+                what,
+                POOL,
+                [0, permit.fencing_token().order, 0],
+            );
             let hold = Duration::from_millis(rng.random_range(100..800));
             hold_only(&ctx, lease, what, POOL, &permit.token(), hold).await;
             release(&ctx, lease, what, POOL, permit.release()).await;
@@ -547,7 +559,7 @@ async fn election_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         )
         .await
         {
-            let base = [0, leadership.fencing_token()];
+            let base = [0, leadership.fencing_token().order];
             record_granted(&ctx, lease, what, LEADER, [base[0], base[1], 0]);
             let term = hold_time(&ctx, &mut rng);
             let cancel = leadership.token();
@@ -594,7 +606,7 @@ async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
                 hold,
             )
             .await;
-            release(&ctx, lease, what, name, guard.unlock()).await;
+            release(&ctx, lease, what, name, guard.release()).await;
         }
         pause(&mut rng).await;
     }
