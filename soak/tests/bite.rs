@@ -1,7 +1,7 @@
 //! The checker bites: each deliberately broken mode must fail the verdict (exit code 1) on
 //! the check it breaks. Each runs a real soak of about a minute, so they are ignored by
 //! default; CI runs them one at a time with
-//! `cargo test -p ydb-coordination-soak --release -- --ignored --test-threads=1`.
+//! `cargo test -p ydb-coordination-soak -- --ignored --test-threads=2`.
 
 use std::process::Command;
 
