@@ -294,10 +294,7 @@ impl Membership {
             .map(|s| s.clone());
         match ended {
             Ok(MembershipState::Ended(Some(e))) => e,
-            _ => Error::new(
-                ErrorKind::Cancelled,
-                "the membership has ended; join the group again",
-            ),
+            _ => left(),
         }
     }
 
@@ -321,10 +318,7 @@ impl Membership {
         match state {
             MembershipState::Joined { session_id, .. } => Ok(session_id),
             MembershipState::Ended(Some(e)) => Err(e),
-            _ => Err(Error::new(
-                ErrorKind::Cancelled,
-                "the membership has ended; join the group again",
-            )),
+            _ => Err(left()),
         }
     }
 
@@ -346,6 +340,14 @@ impl Membership {
         }
         answer.await.unwrap_or(Ok(false))
     }
+}
+
+/// The error of a membership that ended without one of its own: it was left.
+fn left() -> Error {
+    Error::new(
+        ErrorKind::Cancelled,
+        "the membership has ended; join the group again",
+    )
 }
 
 impl Group {

@@ -53,8 +53,10 @@ pub trait Guard: Send + 'static {
     fn fencing_token(&self) -> FencingToken;
 
     /// A cancellation token that fires when the hold is lost or ends (released, dropped,
-    /// past its deadline). Cancelling a clone of it stops only the holder's own work, for
-    /// the guards of one node's recipes.
+    /// past its deadline). Watch it; do not cancel it to let go: what cancelling does differs
+    /// between guards (a node's lease keeps the lock and only tells its watchers, a
+    /// [`Bounded`](super::Bounded) guard's token is its holder's own, a lock space's guard
+    /// releases the lock), so release with [`Guard::release`].
     fn token(&self) -> CancellationToken;
 
     /// Whether the hold is lost (or ended).
