@@ -504,11 +504,24 @@ impl Client {
         let (handle, inbox) =
             crate::session::inbox::inbox(session_id, terminal.clone(), token.clone());
         let (state_tx, state_rx) = watch::channel(SessionState::Attached { session_id });
+        let changed = cfg
+            .options
+            .announce
+            .then(|| Arc::new(tokio::sync::Notify::new()));
+        if let Some(changed) = &changed {
+            tokio::spawn(crate::session::announce::run(
+                handle.weak(),
+                changed.clone(),
+                cfg.options.description.clone(),
+                crate::session::announce::ANNOUNCE_INTERVAL,
+            ));
+        }
         let io = DriverIo {
             inbox,
             state: state_tx,
             token: token.clone(),
             terminal: terminal.clone(),
+            changed,
         };
         let core = SessionCore::new(
             cfg,

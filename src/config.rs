@@ -45,6 +45,7 @@ pub struct SessionOptions {
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) protection_key: Option<Vec<u8>>,
     pub(crate) semaphore_labels: bool,
+    pub(crate) announce: bool,
 }
 
 impl Default for SessionOptions {
@@ -59,6 +60,7 @@ impl Default for SessionOptions {
             connect_timeout: None,
             protection_key: None,
             semaphore_labels: false,
+            announce: false,
         }
     }
 }
@@ -120,6 +122,30 @@ impl SessionOptions {
     /// default: names can be unbounded, and every distinct label value is a new time series).
     pub fn semaphore_labels(mut self, on: bool) -> Self {
         self.semaphore_labels = on;
+        self
+    }
+
+    /// Announces what the session uses, so that `ydb-coord top` can find the names (off by
+    /// default).
+    ///
+    /// The session holds one unit of the ephemeral semaphore
+    /// [`ANNOUNCE_SEMAPHORE`](crate::session::ANNOUNCE_SEMAPHORE), whose owner data is an
+    /// [`Announcement`](crate::session::Announcement): the session's description and the names
+    /// it holds or waits for, at most [`ANNOUNCE_LIMIT`](crate::session::ANNOUNCE_LIMIT)
+    /// bytes. The cost is one acquire when the session starts, then one request each time the
+    /// set of names changed, at most one a second however busy the session: a lock taken and
+    /// given back within the second costs nothing more. The server drops the unit with the
+    /// session, so a crashed process leaves nothing behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ydb_coordination::SessionOptions;
+    ///
+    /// let options = SessionOptions::new().description("billing worker 7").announce(true);
+    /// ```
+    pub fn announce(mut self, on: bool) -> Self {
+        self.announce = on;
         self
     }
 

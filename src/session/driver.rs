@@ -32,6 +32,9 @@ pub(crate) struct DriverIo {
     pub(crate) state: watch::Sender<SessionState>,
     pub(crate) token: CancellationToken,
     pub(crate) terminal: Arc<Terminal>,
+    /// Told after every event that can change what the session holds or waits for, when
+    /// the session announces itself.
+    pub(crate) changed: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// How many messages already on the stream one turn of the task reads after the one that
@@ -69,6 +72,8 @@ pub(crate) struct Driver {
     state: watch::Sender<SessionState>,
     /// The buffer the core's effects are carried out from (kept, with its capacity).
     effects: Vec<Effect>,
+    /// See [`DriverIo::changed`].
+    changed: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// The capacity of the effects buffer kept between events.
@@ -107,6 +112,7 @@ impl Driver {
             replies: Replies::default(),
             state: io.state.clone(),
             effects: Vec::new(),
+            changed: io.changed,
         }
     }
 
@@ -136,6 +142,13 @@ impl Driver {
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
+            if let Some(changed) = &self.changed
+                && !matches!(event, Event::Timer | Event::Dialed(_))
+            {
+                // One stored permit, however many events: the announcer reads the tables
+                // when it is ready.
+                changed.notify_one();
+            }
             match event {
                 Event::Mail(Mailed::Mail) => {
                     // Notices first: they free what the commands may wait for.

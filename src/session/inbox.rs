@@ -98,6 +98,27 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Mail> {
     shared.mail.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Queues `item` for the session task, unless it is done (or, for a `weak` sender, nobody
+/// holds a handle any more).
+fn push<T>(
+    shared: &Shared,
+    item: T,
+    queue: fn(&mut Mail) -> &mut VecDeque<T>,
+    weak: bool,
+) -> Result<(), Closed> {
+    let mut mail = lock(shared);
+    if mail.closed || (weak && mail.handles == 0) {
+        drop(mail);
+        drop(item);
+        return Err(Closed);
+    }
+    queue(&mut mail).push_back(item);
+    let waker = mail.waker.take();
+    drop(mail);
+    wake(waker);
+    Ok(())
+}
+
 /// Wakes `waker` (taken out of the lock, so the woken task does not wait for it).
 fn wake(waker: Option<Waker>) {
     if let Some(waker) = waker {
@@ -142,17 +163,45 @@ impl Handle {
     }
 
     fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), Closed> {
-        let mut mail = lock(&self.0);
-        if mail.closed {
-            drop(mail);
-            drop(item);
-            return Err(Closed);
-        }
-        queue(&mut mail).push_back(item);
-        let waker = mail.waker.take();
-        drop(mail);
-        wake(waker);
-        Ok(())
+        push(&self.0, item, queue, false)
+    }
+}
+
+/// A sender that does not keep the session open: its messages are refused once the last
+/// [`Handle`] is gone.
+#[derive(Debug)]
+pub(crate) struct WeakHandle(Arc<Shared>);
+
+impl Handle {
+    /// A sender of this session that does not count as a handle.
+    pub(crate) fn weak(&self) -> WeakHandle {
+        WeakHandle(self.0.clone())
+    }
+}
+
+impl WeakHandle {
+    /// A caller id, unique in the session.
+    pub(crate) fn next_id(&self) -> CallerId {
+        self.0.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The session's token, cancelled when the session is lost or closed.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.0.token
+    }
+
+    /// Queues a command, unless the session task is done or nobody holds a handle.
+    pub(crate) fn command(&self, request: Request) -> Result<(), Closed> {
+        self.push(request, |mail| &mut mail.commands)
+    }
+
+    /// Queues a notice, unless the session task is done or nobody holds a handle.
+    pub(crate) fn notice(&self, notice: Notice) -> Result<(), Closed> {
+        self.push(notice, |mail| &mut mail.notices)
+    }
+
+    fn push<T>(&self, item: T, queue: fn(&mut Mail) -> &mut VecDeque<T>) -> Result<(), Closed> {
+        push(&self.0, item, queue, true)
     }
 }
 

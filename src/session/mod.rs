@@ -1,6 +1,7 @@
 //! A coordination session: the handle, its leases and watches.
 
 mod acquiring;
+pub(crate) mod announce;
 pub(crate) mod core;
 pub(crate) mod driver;
 mod fencing;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::acquiring::Acquiring;
 pub(crate) use self::acquiring::{Compose, optional};
+pub use self::announce::{ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announcement};
 use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
 pub use self::fencing::FencingToken;
 pub use self::lease::Lease;

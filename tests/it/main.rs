@@ -17,6 +17,7 @@ mod raw;
 #[path = "../common/unary.rs"]
 mod unary;
 
+mod announce;
 mod auth;
 mod bounded_and_multi;
 mod chaos;

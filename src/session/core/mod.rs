@@ -539,11 +539,13 @@ impl SessionCore {
         self.release(now, name, lease, None);
     }
 
-    /// What the session holds and waits for, from its own tables.
+    /// What the session holds and waits for, from its own tables (without its
+    /// announcement, which is the session's own business).
     pub(crate) fn snapshot(&self) -> SessionSnapshot {
         let mut held = Vec::new();
         let mut waiting = Vec::new();
-        for (name, state) in &self.names {
+        let own = |name: &str| name == super::announce::ANNOUNCE_SEMAPHORE;
+        for (name, state) in self.names.iter().filter(|(name, _)| !own(name)) {
             if let Some(h) = &state.holding {
                 held.push(HeldLease {
                     name: name.to_string(),

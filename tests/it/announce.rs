@@ -1,0 +1,209 @@
+//! A session's announcement: the names it holds and waits for, as owner data of the ephemeral
+//! semaphore `ANNOUNCE_SEMAPHORE`, kept current at one request per change (at most one a
+//! second), and gone with the session.
+#![allow(clippy::unwrap_used)]
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Env, within};
+use futures::StreamExt;
+use ydb_coordination::config::{DescribeOptions, WatchOptions};
+use ydb_coordination::session::{ANNOUNCE_SEMAPHORE, Announcement, WatchStream};
+use ydb_coordination::{AcquireOptions, ErrorKind, Session, SessionOptions};
+
+fn announcing(description: &str) -> SessionOptions {
+    SessionOptions::new()
+        .description(description)
+        .announce(true)
+}
+
+/// What `session` announces, read by `observer`.
+async fn announced(observer: &Session, session: &Session) -> Option<Announcement> {
+    let d = observer
+        .describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new().owners(true))
+        .await
+        .ok()?;
+    let owner = d.owners.iter().find(|o| o.session_id == session.id())?;
+    Announcement::parse(&owner.data)
+}
+
+/// Follows the announcement semaphore until `session` announces `names`.
+async fn until_announced(
+    observer: &Session,
+    watch: &mut WatchStream,
+    session: &Session,
+    names: &[&str],
+) {
+    within(async {
+        // Read now, then again after each change: one update may carry several sessions'.
+        while announced(observer, session).await.map(|a| a.names) != Some(to_vec(names)) {
+            watch.next().await.unwrap().unwrap();
+        }
+    })
+    .await;
+}
+
+fn to_vec(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Waits until the announcement semaphore exists (the first announcing session made it).
+async fn watch_announcements(observer: &Session) -> WatchStream {
+    within(async {
+        loop {
+            let probe = observer
+                .describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new())
+                .await;
+            if probe.is_ok() {
+                return observer
+                    .watch_semaphore(ANNOUNCE_SEMAPHORE, WatchOptions::owners_changes())
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_announces_what_it_holds_and_waits_for_and_follows_changes() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session_with(announcing("worker a")).await;
+    let b = env.session().await;
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &[]).await;
+    let first = within(announced(&observer, &a)).await.unwrap();
+    assert_eq!(first.description, "worker a");
+
+    let held = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    let blocker = within(b.acquire("pool", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    let mut waiting = a.acquire("pool", AcquireOptions::exclusive().ephemeral(true));
+    assert!(within(waiting.queued()).await);
+    until_announced(&observer, &mut watch, &a, &["job", "pool"]).await;
+
+    within(held.release()).await.unwrap();
+    until_announced(&observer, &mut watch, &a, &["pool"]).await;
+    drop(blocker);
+    let pool = within(waiting).await.unwrap();
+    within(pool.release()).await.unwrap();
+    until_announced(&observer, &mut watch, &a, &[]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_announcement_is_hidden_from_the_sessions_own_snapshot() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session_with(announcing("a")).await;
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &[]).await;
+    let snapshot = within(a.snapshot()).await;
+    assert!(snapshot.held.is_empty(), "{snapshot:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_announcement_ends_with_the_session_and_never_keeps_it_open() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session_with(announcing("a")).await;
+    let lease = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &["job"]).await;
+    let token = a.token();
+    // Every handle and lease dropped: the session ends, the announcer does not keep it.
+    drop(a);
+    drop(lease);
+    within(token.cancelled()).await;
+    // The ephemeral semaphore went with its last owner.
+    let gone = within(async {
+        loop {
+            let r = observer
+                .describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new())
+                .await;
+            match r {
+                Err(e) => return e.kind(),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(gone, ErrorKind::NotFound);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_session_takes_its_announcement_with_it() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session_with(announcing("a")).await;
+    let b = env.session_with(announcing("b")).await;
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &[]).await;
+    until_announced(&observer, &mut watch, &b, &[]).await;
+    within(a.close()).await;
+    let d = within(
+        observer.describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new().owners(true)),
+    )
+    .await
+    .unwrap();
+    let ids: Vec<u64> = d.owners.iter().map(|o| o.session_id).collect();
+    assert_eq!(ids, [b.id()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_option_nothing_is_announced() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session().await;
+    let _lease = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r = within(observer.describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new())).await;
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::NotFound);
+}
+
+/// Requests `cycles` locks and unlocks of "job" cost on the server, one a tenth of a second.
+async fn cycles_cost(env: &Env, s: &Session, cycles: u32) -> u64 {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = env.emulator.traffic();
+    for _ in 0..cycles {
+        let lease = within(s.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        within(lease.release()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.emulator.traffic().since(&before).requests
+}
+
+#[tokio::test(start_paused = true)]
+async fn announcing_costs_at_most_one_request_a_second() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let plain = env.session().await;
+    let loud = env.session_with(announcing("loud")).await;
+    // 20 locks in about 2 s: the plain session's requests, and at most one write a second
+    // (plus the one after the last change) for the announcing one.
+    let quiet_cost = cycles_cost(&env, &plain, 20).await;
+    let loud_cost = cycles_cost(&env, &loud, 20).await;
+    assert!(
+        loud_cost > quiet_cost && loud_cost <= quiet_cost + 4,
+        "plain {quiet_cost}, announcing {loud_cost}"
+    );
+    // An idle announcing session costs nothing but its pings.
+    let before = env.emulator.traffic();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(env.emulator.traffic().since(&before).requests, 0);
+}
