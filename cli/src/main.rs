@@ -11,6 +11,7 @@ mod output;
 mod ratelimit;
 mod signals;
 mod space;
+mod top;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -40,6 +41,7 @@ Examples:
   ydb-coord elect /local/app scheduler --data \"$(hostname)\" -- ./scheduler
   ydb-coord semaphore describe /local/app nightly-report --owners --waiters
   ydb-coord --json watch /local/app pool
+  ydb-coord top /local/app
   ydb-coord group join /local/app web --data \"$(hostname):8080\"
   ydb-coord publish /local/app config 'replicas=3'
   ydb-coord ratelimit create /local/app payments --rate 20
@@ -225,6 +227,10 @@ enum Command {
         #[command(subcommand)]
         action: space::Action,
     },
+    /// A live view of a node or a lock space: semaphores in use, owners, queues, sessions,
+    /// rate-limiter resources.
+    #[command(after_help = top::TOP_HELP)]
+    Top(top::TopArgs),
     /// Run a command while holding a lock; release it when the command exits.
     #[command(after_help = LOCK_HELP)]
     Lock(LockArgs),
@@ -617,11 +623,13 @@ impl Conn {
         }
     }
 
+    /// The options of the tool's sessions: they announce what they use, for `top`.
     fn options(&self, description: String) -> SessionOptions {
         SessionOptions::new()
             .timeout(self.args.session_timeout)
             .connect_timeout(self.args.timeout)
             .description(session_description(description))
+            .announce(true)
     }
 
     /// A session manager on `path`, its first session open (or the node's error).
@@ -842,6 +850,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         )),
         Command::Ratelimit { action } => ratelimit::run(&conn, action, out).await,
         Command::Space { action } => space::run(&conn, action, out).await,
+        Command::Top(args) => top::run(&conn, args, out).await,
         Command::Node { action } => {
             let client = conn.client().await?;
             let (path, op) = match action {

@@ -123,9 +123,11 @@ impl Snapshot {
 }
 
 impl SemaphoreRow {
-    /// Units asked for by the queue.
+    /// Units asked for by the queue (at most `u64::MAX`: exclusive waiters ask for all).
     pub(crate) fn queued_units(&self) -> u64 {
-        self.waiters.iter().map(|w| w.count).sum()
+        self.waiters
+            .iter()
+            .fold(0u64, |sum, w| sum.saturating_add(w.count))
     }
 
     fn to_json(&self) -> Value {

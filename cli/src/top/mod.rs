@@ -1,0 +1,381 @@
+//! `top`: a live view of a coordination node or a lock space: the semaphores in use, their
+//! owners and queues, the sessions, the rate-limiter resources.
+//!
+//! The protocol lists neither a node's semaphores nor its sessions. The names come from the
+//! sessions that announce what they use (`SessionOptions::announce`) and from the command
+//! line. Owners and data are followed by watches; the queues, which no watch reports, and
+//! the resources, which have none, are read each `--interval`.
+
+mod follow;
+pub(crate) mod model;
+mod track;
+mod view;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
+use tokio::sync::mpsc;
+use ydb_coordination::Client;
+use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
+use ydb_coordination::space::SpaceDirectory;
+
+use self::follow::{Event, NodeTasks};
+use self::model::Snapshot;
+use self::track::{Described, Selection, Tracker};
+use self::view::{Action, ViewState};
+use super::fail::{self, Failure};
+use super::output::Out;
+use super::signals::{Signals, interrupted};
+use super::{Conn, duration};
+
+pub(crate) const TOP_HELP: &str = "\
+Examples:
+  ydb-coord top /local/app
+  ydb-coord top /local/app 'job-*' config
+  ydb-coord top /local/app --once
+  ydb-coord --json top /local/app --once | jq '.semaphores[] | {name, queue}'
+  ydb-coord top /local/dir --space billing
+
+Keys: q quit, p or space pause, s sort, r reverse, / filter, Tab or 1-3 switch tables,
+up/down select, Esc clear the filter.
+
+Names: the protocol cannot list a node's semaphores, so top shows those that sessions
+announce (SessionOptions::announce(true) in the library; every session of this tool
+announces) and the names given here, exact or with * and ?. With names given, only
+those are shown. Held-for and waiting-for times count from when top first saw the owner or
+waiter; a time shown with >= started before top did. Consumed units of a rate-limiter
+resource are not reported by the protocol and show as -.
+
+With --space the path is the lock space's directory; its layout's nodes are watched, each
+taken as a node of that name in the database unless --node-path maps it.";
+
+/// `ydb-coord top`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// Coordination node path; with --space, the space's directory node.
+    path: String,
+    /// Semaphore names or patterns (`*`, `?`) to show; none: every announced name.
+    names: Vec<String>,
+    /// Watch the lock space of this name, whose layout is published on PATH.
+    #[arg(long)]
+    space: Option<String>,
+    /// Where a lock-space node lives, as NAME=PATH (repeatable; default: the node of that
+    /// name in the database).
+    #[arg(long = "node-path", value_name = "NAME=PATH", value_parser = parse_node_path)]
+    node_paths: Vec<(String, String)>,
+    /// How often the queues, the resources and a space's layout are read.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    interval: Duration,
+    /// Print one snapshot and exit, once everything was read (within --timeout).
+    #[arg(long)]
+    once: bool,
+}
+
+fn parse_node_path(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), path.to_string()))
+        }
+        _ => Err("expected NAME=PATH, both not empty".to_string()),
+    }
+}
+
+/// The nodes a run watches: one, or a space's, read from its directory.
+enum Scope {
+    Node(String),
+    Space {
+        directory: SpaceDirectory,
+        paths: BTreeMap<String, String>,
+    },
+}
+
+/// Everything a run holds: the tracker, the nodes' tasks, and where their news arrives.
+struct Top {
+    client: Client,
+    conn_options: ydb_coordination::SessionOptions,
+    interval: Duration,
+    tracker: Tracker,
+    tasks: BTreeMap<String, NodeTasks>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedReceiver<Event>,
+    scope: Scope,
+    /// Why the space's layout could not be read, if it could not.
+    layout_note: Option<String>,
+}
+
+impl Top {
+    /// The nodes to watch now: the one node, or the published layout's (both sides of a
+    /// transition).
+    async fn nodes(&mut self) -> Vec<String> {
+        let (directory, paths) = match &self.scope {
+            Scope::Node(path) => return vec![path.clone()],
+            Scope::Space { directory, paths } => (directory, paths),
+        };
+        let layout = tokio::time::timeout(
+            self.interval.max(Duration::from_secs(1)),
+            directory.layout(),
+        )
+        .await;
+        match layout {
+            Ok(Ok(layout)) => {
+                self.layout_note = None;
+                let mut names: Vec<&String> = layout.nodes().iter().collect();
+                names.extend(layout.next().into_iter().flatten());
+                let mut out: Vec<String> = names
+                    .into_iter()
+                    .map(|n| {
+                        paths
+                            .get(n)
+                            .cloned()
+                            .unwrap_or_else(|| Conn::node(&self.client, n))
+                    })
+                    .collect();
+                out.sort();
+                out.dedup();
+                out
+            }
+            Ok(Err(e)) => {
+                self.layout_note = Some(format!(
+                    "the layout could not be read: {}",
+                    fail::describe(&e)
+                ));
+                self.tasks.keys().cloned().collect()
+            }
+            Err(_) => {
+                self.layout_note = Some("the layout could not be read in time".to_string());
+                self.tasks.keys().cloned().collect()
+            }
+        }
+    }
+
+    /// Follows the nodes of the scope now: new ones start, gone ones stop.
+    async fn refresh_nodes(&mut self) {
+        let nodes = self.nodes().await;
+        self.tracker.set_nodes(&nodes);
+        self.tasks.retain(|path, _| nodes.contains(path));
+        for path in nodes {
+            if !self.tasks.contains_key(&path) {
+                let tasks = NodeTasks::start(
+                    &self.client,
+                    &path,
+                    self.conn_options.clone(),
+                    self.interval,
+                    self.events_tx.clone(),
+                );
+                self.tasks.insert(path, tasks);
+            }
+        }
+        self.want();
+    }
+
+    /// Tells each node's tasks which names to follow.
+    fn want(&mut self) {
+        for (path, tasks) in &self.tasks {
+            self.tracker.prune(path);
+            tasks.want(self.tracker.wanted(path));
+        }
+    }
+
+    /// Takes in one piece of news.
+    fn apply(&mut self, event: Event) {
+        let now = Instant::now();
+        match event {
+            Event::Described {
+                node,
+                name,
+                described,
+            } if name == ANNOUNCE_SEMAPHORE => {
+                let owners = match described {
+                    Described::Found(d) => Ok(d.owners),
+                    Described::Missing => Ok(Vec::new()),
+                    Described::Failed(why) => Err(why),
+                };
+                self.tracker.announced(&node, owners);
+                self.want();
+            }
+            Event::Described {
+                node,
+                name,
+                described,
+            } => {
+                self.tracker.described(now, &node, &name, described);
+            }
+            Event::Resources { node, rows } => self.tracker.resources(&node, rows),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut s = self.tracker.snapshot(Instant::now());
+        s.notes.extend(self.layout_note.clone());
+        s
+    }
+}
+
+/// Runs `top`; returns the exit code.
+pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Failure> {
+    let mut signals = Signals::install()?;
+    let client = signals.interruptible(conn.client()).await?;
+    let path = Conn::node(&client, &args.path);
+    // The view's own sessions do not announce: it would list itself.
+    let options = conn.options("ydb-coord top".to_string()).announce(false);
+    let (scope, target) = match &args.space {
+        None => (Scope::Node(path.clone()), path.clone()),
+        Some(space) => {
+            let directory = SpaceDirectory::new(&client, &path, space, options.clone())
+                .map_err(|e| Failure::with_code(fail::USAGE, fail::describe(&e)))?;
+            let paths = args
+                .node_paths
+                .iter()
+                .map(|(name, p)| (name.clone(), Conn::node(&client, p)))
+                .collect();
+            (
+                Scope::Space { directory, paths },
+                format!("space {space} in {path}"),
+            )
+        }
+    };
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let mut top = Top {
+        tracker: Tracker::new(target, Selection::new(&args.names), &[]),
+        client,
+        conn_options: options,
+        interval: args.interval,
+        tasks: BTreeMap::new(),
+        events_tx,
+        events,
+        scope,
+        layout_note: None,
+    };
+    top.refresh_nodes().await;
+    if args.once {
+        return once(&mut top, conn, out, &mut signals).await;
+    }
+    if out.json || !std::io::stdout().is_terminal() {
+        return stream(&mut top, out, &mut signals).await;
+    }
+    live(&mut top, &mut signals).await
+}
+
+/// `--once`: everything read once (or `--timeout` passed), then one snapshot.
+async fn once(top: &mut Top, conn: &Conn, out: Out, signals: &mut Signals) -> Result<u8, Failure> {
+    let deadline = tokio::time::sleep(conn.budget.left());
+    tokio::pin!(deadline);
+    let settled = loop {
+        if top.tracker.settled() {
+            break true;
+        }
+        tokio::select! {
+            e = top.events.recv() => match e {
+                Some(e) => top.apply(e),
+                None => break false,
+            },
+            () = &mut deadline => break false,
+            sig = signals.recv() => return Err(interrupted(sig)),
+        }
+    };
+    let snapshot = top.snapshot();
+    out.print(snapshot.to_json(), || view::text(&snapshot));
+    let unreachable = top.tracker.unreachable();
+    if !unreachable.is_empty() {
+        Err(Failure::new(format!(
+            "{} could not be read (see the notes above): the snapshot above is partial",
+            unreachable.join(", ")
+        )))
+    } else if settled {
+        Ok(0)
+    } else {
+        Err(Failure::new(format!(
+            "not everything could be read within {:?} (--timeout): the snapshot above is partial",
+            conn.budget.total
+        )))
+    }
+}
+
+/// Not a terminal, or `--json`: a snapshot each interval until interrupted.
+async fn stream(top: &mut Top, out: Out, signals: &mut Signals) -> Result<u8, Failure> {
+    let mut tick = tokio::time::interval(top.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.reset();
+    loop {
+        tokio::select! {
+            e = top.events.recv() => if let Some(e) = e { top.apply(e) },
+            _ = tick.tick() => {
+                if matches!(top.scope, Scope::Space { .. }) {
+                    top.refresh_nodes().await;
+                }
+                let snapshot = top.snapshot();
+                out.print(snapshot.to_json(), || view::text(&snapshot));
+            }
+            _ = signals.recv() => return Ok(0),
+        }
+    }
+}
+
+/// How often the live view redraws without news: the held and waited times move on.
+const REDRAW: Duration = Duration::from_secs(1);
+
+/// The live view on the terminal until `q`.
+async fn live(top: &mut Top, signals: &mut Signals) -> Result<u8, Failure> {
+    let (keys_tx, mut keys) = mpsc::unbounded_channel();
+    // Terminal input blocks: one thread reads it for the whole run.
+    std::thread::spawn(move || {
+        while let Ok(e) = event::read() {
+            if keys_tx.send(e).is_err() {
+                break;
+            }
+        }
+    });
+    let mut terminal = ratatui::try_init()
+        .map_err(|e| Failure::new(format!("cannot set up the terminal: {e}")))?;
+    let result = live_loop(top, &mut terminal, &mut keys, signals).await;
+    ratatui::restore();
+    result
+}
+
+async fn live_loop(
+    top: &mut Top,
+    terminal: &mut ratatui::DefaultTerminal,
+    keys: &mut mpsc::UnboundedReceiver<TermEvent>,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let mut state = ViewState::default();
+    let mut shown = top.snapshot();
+    let mut redraw = tokio::time::interval(REDRAW);
+    redraw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut layout = tokio::time::interval(top.interval);
+    layout.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    layout.reset();
+    let draw =
+        |terminal: &mut ratatui::DefaultTerminal, shown: &Snapshot, state: &mut ViewState| {
+            terminal
+                .draw(|frame| view::draw(frame, shown, state))
+                .map(drop)
+                .map_err(|e| Failure::new(format!("cannot draw on the terminal: {e}")))
+        };
+    loop {
+        if !state.paused {
+            shown = top.snapshot();
+        }
+        draw(terminal, &shown, &mut state)?;
+        tokio::select! {
+            e = top.events.recv() => {
+                if let Some(e) = e { top.apply(e) }
+                // Take what else is there before drawing again.
+                while let Ok(e) = top.events.try_recv() { top.apply(e) }
+            }
+            key = keys.recv() => match key {
+                Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => {
+                    if matches!(state.on_key(k), Action::Quit) { return Ok(0) }
+                }
+                Some(_) => {}
+                None => return Ok(0),
+            },
+            _ = redraw.tick() => {}
+            _ = layout.tick(), if matches!(top.scope, Scope::Space { .. }) => top.refresh_nodes().await,
+            sig = signals.recv() => return Err(interrupted(sig)),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+use super::*;
+
+const NODE: &str = "/local/app";
+
+fn entry(session_id: u64, order_id: u64, count: u64, data: &[u8]) -> SemaphoreSession {
+    let mut s = SemaphoreSession::default();
+    s.session_id = session_id;
+    s.order_id = order_id;
+    s.count = count;
+    s.data = data.to_vec();
+    s
+}
+
+fn found(
+    name: &str,
+    limit: u64,
+    owners: Vec<SemaphoreSession>,
+    waiters: Vec<SemaphoreSession>,
+) -> Described {
+    let mut d = SemaphoreDescription::default();
+    d.name = name.to_string();
+    d.limit = limit;
+    d.count = owners.iter().map(|o| o.count).sum();
+    d.owners = owners;
+    d.waiters = waiters;
+    Described::Found(d)
+}
+
+fn announcing(session_id: u64, description: &str, names: &[&str]) -> SemaphoreSession {
+    let data = Announcement::new(description, names.iter().copied()).encode();
+    entry(session_id, session_id, 1, &data)
+}
+
+fn tracker(names: &[&str]) -> Tracker {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    Tracker::new(NODE, Selection::new(&names), &[NODE.to_string()])
+}
+
+fn sec(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[test]
+fn globs_match_as_a_shell_does() {
+    assert!(matches("job-*", "job-7"));
+    assert!(matches("job-*", "job-"));
+    assert!(!matches("job-*", "jobs"));
+    assert!(matches("*-7", "job-7"));
+    assert!(matches("j?b*7", "job-17"));
+    assert!(matches("*a*b*", "xxaxxbxx"));
+    assert!(!matches("*a*b*", "xxbxxaxx"));
+    assert!(matches("*", ""));
+    assert!(!matches("?", ""));
+    assert!(matches("é?", "éà"));
+}
+
+#[test]
+fn announced_names_are_wanted_and_exact_names_always() {
+    let mut t = tracker(&[]);
+    assert!(t.wanted(NODE).is_empty());
+    t.announced(
+        NODE,
+        Ok(vec![
+            announcing(1, "a", &["job", "pool"]),
+            announcing(2, "b", &["pool", "x"]),
+        ]),
+    );
+    let all: Vec<_> = t.wanted(NODE).into_iter().collect();
+    assert_eq!(all, ["job", "pool", "x"]);
+
+    let mut t = tracker(&["p*", "cfg"]);
+    t.announced(NODE, Ok(vec![announcing(1, "a", &["job", "pool"])]));
+    let picked: Vec<_> = t.wanted(NODE).into_iter().collect();
+    assert_eq!(picked, ["cfg", "pool"]);
+}
+
+#[test]
+fn durations_are_exact_only_for_what_was_seen_arriving() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["job"]);
+    t.described(
+        t0,
+        NODE,
+        "job",
+        found("job", 1, vec![entry(1, 10, 1, b"")], vec![]),
+    );
+    let later = t0 + sec(5);
+    t.described(
+        later,
+        NODE,
+        "job",
+        found(
+            "job",
+            1,
+            vec![entry(1, 10, 1, b"")],
+            vec![entry(2, 11, 1, b""), entry(3, 12, 1, b"")],
+        ),
+    );
+    let s = t.snapshot(t0 + sec(9));
+    let row = &s.semaphores[0];
+    assert_eq!(row.owners[0].held_for, sec(9));
+    assert!(!row.owners[0].exact, "found holding when the view started");
+    let waits: Vec<_> = row
+        .waiters
+        .iter()
+        .map(|w| (w.session_id, w.waiting_for, w.exact))
+        .collect();
+    assert_eq!(waits, [(2, sec(4), true), (3, sec(4), true)]);
+}
+
+#[test]
+fn grants_per_minute_count_new_owners_within_the_minute() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["job"]);
+    t.described(
+        t0,
+        NODE,
+        "job",
+        found("job", 1, vec![entry(1, 1, 1, b"")], vec![]),
+    );
+    // Three hand-overs, one every 20 s: 2 → 3 → 4.
+    for (i, order) in [2u64, 3, 4].into_iter().enumerate() {
+        let now = t0 + sec(20 * (i as u64 + 1));
+        t.described(
+            now,
+            NODE,
+            "job",
+            found("job", 1, vec![entry(order, order, 1, b"")], vec![]),
+        );
+    }
+    assert_eq!(t.snapshot(t0 + sec(60)).semaphores[0].grants_per_minute, 3);
+    // 90 s later only the last two are within the minute of the next describe.
+    t.described(
+        t0 + sec(90),
+        NODE,
+        "job",
+        found("job", 1, vec![entry(4, 4, 1, b"")], vec![]),
+    );
+    assert_eq!(t.snapshot(t0 + sec(90)).semaphores[0].grants_per_minute, 2);
+}
+
+#[test]
+fn sessions_come_from_announcements_and_from_owners_and_waiters() {
+    let t0 = Instant::now();
+    let mut t = tracker(&[]);
+    t.announced(NODE, Ok(vec![announcing(7, "worker 7", &["job"])]));
+    t.described(
+        t0,
+        NODE,
+        "job",
+        found(
+            "job",
+            1,
+            vec![entry(7, 1, 1, b"")],
+            vec![entry(9, 2, 1, b"")],
+        ),
+    );
+    let s = t.snapshot(t0);
+    let rows: Vec<_> = s
+        .sessions
+        .iter()
+        .map(|r| {
+            (
+                r.session_id,
+                r.description.as_str(),
+                r.holds,
+                r.waits,
+                r.announced,
+            )
+        })
+        .collect();
+    assert_eq!(rows, [(7, "worker 7", 1, 0, true), (9, "", 0, 1, false)]);
+}
+
+#[test]
+fn a_name_no_longer_announced_is_forgotten_and_a_missing_exact_name_is_noted() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["*", "cfg"]);
+    t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
+    t.described(
+        t0,
+        NODE,
+        "job",
+        found("job", 1, vec![entry(1, 1, 1, b"")], vec![]),
+    );
+    t.described(t0, NODE, "cfg", Described::Missing);
+    assert_eq!(t.snapshot(t0).semaphores.len(), 1);
+    assert_eq!(t.snapshot(t0).notes.len(), 1);
+    t.announced(NODE, Ok(vec![announcing(1, "", &[])]));
+    t.prune(NODE);
+    assert!(t.snapshot(t0).semaphores.is_empty());
+    // A late answer for a name no longer wanted is dropped.
+    t.described(t0, NODE, "job", found("job", 1, vec![], vec![]));
+    assert!(t.snapshot(t0).semaphores.is_empty());
+}
+
+#[test]
+fn settled_once_everything_was_read_once() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["cfg", "j*"]);
+    assert!(!t.settled());
+    t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
+    t.resources(NODE, Ok(vec![]));
+    assert!(!t.settled());
+    t.described(t0, NODE, "cfg", Described::Missing);
+    assert!(!t.settled(), "job was not described yet");
+    t.described(t0, NODE, "job", Described::Failed("refused".into()));
+    assert!(t.settled());
+}
+
+#[test]
+fn nodes_come_and_go_with_the_layout() {
+    let mut t = tracker(&[]);
+    let new = t.set_nodes(&[NODE.to_string(), "/local/n2".to_string()]);
+    assert_eq!(new, ["/local/n2"]);
+    t.announced("/local/n2", Ok(vec![announcing(3, "", &["a"])]));
+    t.described(
+        Instant::now(),
+        "/local/n2",
+        "a",
+        found("a", 1, vec![], vec![]),
+    );
+    assert_eq!(t.snapshot(Instant::now()).semaphores[0].node, "/local/n2");
+    assert!(t.set_nodes(&["/local/n2".to_string()]).is_empty());
+    t.announced(NODE, Ok(vec![announcing(1, "", &["b"])]));
+    assert!(
+        t.wanted(NODE).is_empty(),
+        "a node no longer watched wants nothing"
+    );
+}
+
+#[test]
+fn data_is_cut_to_one_line() {
+    assert_eq!(text(b"a\nb"), "a b");
+    let long = text(&[b'x'; 200]);
+    assert_eq!(long.chars().count(), DATA_SHOWN + 1);
+    assert_eq!(text(&[0xff, b'a']), "\u{fffd}a");
+}
