@@ -336,3 +336,124 @@ fn an_unreachable_node_fails_once_within_the_timeout() {
     let out = env.run(&["top", "/local/nope", "--once", "--timeout", "2s"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+/// A lock space of `n1` and `n2` (coordination nodes `/local/n1`, `/local/n2`) whose layout
+/// is published on the test node, with names held on both nodes by announcing sessions.
+#[test]
+fn a_lock_space_is_shown_across_its_nodes_and_follows_a_reshard() {
+    use ydb_coordination::space::LockSpace;
+    let env = Env::new("top-space");
+    for n in ["n1", "n2", "n3"] {
+        common::ok(&env, &["node", "create", &format!("/local/{n}")]);
+    }
+    common::ok(
+        &env,
+        &[
+            "space",
+            "init",
+            "--directory",
+            NODE,
+            "--space",
+            "s",
+            "--node",
+            "n1",
+            "--node",
+            "n2",
+        ],
+    );
+    let (space, guards) = env._rt.block_on(async {
+        let client = ydb_coordination::Client::connect(&env.cs).await.unwrap();
+        let mut builder = LockSpace::builder().session_options(announcing(0));
+        for n in ["n1", "n2", "n3"] {
+            builder = builder.node(n, &client, &format!("/local/{n}"));
+        }
+        let space = builder.directory(&client, NODE, "s").open().await.unwrap();
+        // Four names placed on each node.
+        let mut guards = Vec::new();
+        let mut on = [0, 0];
+        for i in 0.. {
+            let name = format!("job-{i}");
+            let n = usize::from(space.node_of(&name) == "n2");
+            if on[n] < 4 {
+                on[n] += 1;
+                guards.push(space.mutex(&name).lock().await.unwrap());
+            }
+            if on == [4, 4] {
+                break;
+            }
+        }
+        (space, guards)
+    });
+    let snapshot = |env: &Env| -> Value {
+        let out = env.run(&["--json", "top", NODE, "--space", "s", "--once"]);
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let nodes_of = |v: &Value| -> Vec<String> {
+        let mut nodes: Vec<String> = v["semaphores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().unwrap().starts_with("job-"))
+            .map(|s| s["node"].as_str().unwrap().to_string())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    };
+    wait_until("the eight names on both nodes", || {
+        let v = snapshot(&env);
+        let jobs = v["semaphores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().unwrap().starts_with("job-"))
+            .count();
+        jobs == 8 && nodes_of(&v) == ["/local/n1", "/local/n2"]
+    });
+    // The first step of a reshard to n3: top watches the transition's nodes too, and a name
+    // taken now is held on its new node as well.
+    common::ok(
+        &env,
+        &[
+            "space",
+            "reshard",
+            "--directory",
+            NODE,
+            "--space",
+            "s",
+            "--add",
+            "n3",
+        ],
+    );
+    let moved = env._rt.block_on(async {
+        let mut changes = space.layout_changes();
+        tokio::time::timeout(common::LIMIT, async {
+            while !changes.borrow_and_update().is_transition() {
+                changes.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        let name = (0..)
+            .map(|i| format!("moved-{i}"))
+            .find(|n| space.node_of(n) == "n3")
+            .unwrap();
+        let guard = space.mutex(&name).lock().await.unwrap();
+        (name, guard)
+    });
+    wait_until("the moved name on n3", || {
+        let v = snapshot(&env);
+        v["semaphores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == moved.0.as_str() && s["node"] == "/local/n3")
+    });
+    let v = snapshot(&env);
+    assert!(v["target"].as_str().unwrap().contains("space s"), "{v}");
+    assert!(v["notes"].as_array().unwrap().is_empty(), "{v}");
+    drop(moved);
+    drop(guards);
+    drop(space);
+}
