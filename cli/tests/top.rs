@@ -457,3 +457,33 @@ fn a_lock_space_is_shown_across_its_nodes_and_follows_a_reshard() {
     drop(guards);
     drop(space);
 }
+
+#[test]
+fn json_without_once_prints_a_snapshot_each_interval_that_follows_changes() {
+    let env = Env::new("top-stream");
+    let mut child = env.spawn(&["--json", "top", NODE, "--interval", "200ms", "late"]);
+    let lines = common::lines(&mut child);
+    let first = common::next_json(&lines);
+    assert_eq!(first["semaphores"].as_array().unwrap().len(), 0, "{first}");
+    // A semaphore created and held now shows up in a later snapshot.
+    let _held = env._rt.block_on(async {
+        let client = ydb_coordination::Client::connect(&env.cs).await.unwrap();
+        let s = client.session(NODE, SessionOptions::new()).await.unwrap();
+        s.create_semaphore("late", 2, b"").await.unwrap();
+        let lease = s.acquire("late", AcquireOptions::new().count(2)).await.unwrap();
+        (s, lease)
+    });
+    loop {
+        let v = common::next_json(&lines);
+        let held = v["semaphores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "late" && s["count"] == 2);
+        if held {
+            break;
+        }
+    }
+    common::signal(&child, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut child).success());
+}
