@@ -470,12 +470,18 @@ fn json_without_once_prints_a_snapshot_each_interval_that_follows_changes() {
         let client = ydb_coordination::Client::connect(&env.cs).await.unwrap();
         let s = client.session(NODE, SessionOptions::new()).await.unwrap();
         s.create_semaphore("late", 2, b"").await.unwrap();
-        let lease = s.acquire("late", AcquireOptions::new().count(2)).await.unwrap();
+        let lease = s
+            .acquire("late", AcquireOptions::new().count(2))
+            .await
+            .unwrap();
         (s, lease)
     });
     let deadline = std::time::Instant::now() + common::LIMIT;
     loop {
-        assert!(std::time::Instant::now() < deadline, "the held semaphore never showed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held semaphore never showed"
+        );
         let v = common::next_json(&lines);
         let held = v["semaphores"]
             .as_array()

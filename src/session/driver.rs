@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Effect, SessionCore, Terminal};
+use super::core::{Control, Effect, SessionCore, Terminal};
 use super::inbox::{Inbox, Mailed};
 use super::replies::Replies;
 pub(crate) use super::replies::{Notice, ReplyTx, Request};
@@ -142,21 +142,24 @@ impl Driver {
                 () = &mut timer => Event::Timer,
             };
             let now = Instant::now();
-            if let Some(changed) = &self.changed
-                && !matches!(event, Event::Timer | Event::Dialed(_))
-            {
-                // One stored permit, however many events: the announcer reads the tables
-                // when it is ready.
-                changed.notify_one();
-            }
             match event {
                 Event::Mail(Mailed::Mail) => {
                     // Notices first: they free what the commands may wait for.
                     let (commands, notices) = self.inbox.take();
+                    // A snapshot alone (the announcer's own read) changes nothing.
+                    let snapshot = |n: &Notice| matches!(n.control, Control::Snapshot { .. });
+                    if !commands.is_empty() || !notices.iter().all(snapshot) {
+                        self.names_may_have_changed();
+                    }
                     self.hand_over(now, notices, commands);
                 }
                 Event::Mail(Mailed::Ended) => open = false,
                 Event::Inbound(item) => {
+                    if let Some(Ok(msg)) = &item
+                        && changes_names(msg)
+                    {
+                        self.names_may_have_changed();
+                    }
                     if self.inbound(now, item) {
                         self.read_ready(now);
                     }
@@ -181,6 +184,14 @@ impl Driver {
         self.hand_over(Instant::now(), notices, commands);
         self.apply(Instant::now());
         self.linger().await;
+    }
+
+    /// Tells the announcer, if the session has one, to read the session's names again. One
+    /// stored permit, however many events: it reads the tables when it is ready.
+    fn names_may_have_changed(&self) {
+        if let Some(changed) = &self.changed {
+            changed.notify_one();
+        }
     }
 
     /// Hands the core the mail taken from the inbox, keeping where each answer goes.
@@ -347,4 +358,19 @@ async fn next_link_event(
         return Event::Dialed(Box::new(result));
     }
     std::future::pending().await
+}
+
+/// Whether a message from the server can change what the session holds or waits for (pings,
+/// describes and watches cannot).
+fn changes_names(msg: &SessionResponse) -> bool {
+    matches!(
+        msg.response,
+        Some(
+            rs::Response::AcquireSemaphorePending(_)
+                | rs::Response::AcquireSemaphoreResult(_)
+                | rs::Response::ReleaseSemaphoreResult(_)
+                | rs::Response::SessionStarted(_)
+                | rs::Response::Failure(_)
+        )
+    )
 }
