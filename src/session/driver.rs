@@ -155,11 +155,6 @@ impl Driver {
                 }
                 Event::Mail(Mailed::Ended) => open = false,
                 Event::Inbound(item) => {
-                    if let Some(Ok(msg)) = &item
-                        && changes_names(msg)
-                    {
-                        self.names_may_have_changed();
-                    }
                     if self.inbound(now, item) {
                         self.read_ready(now);
                     }
@@ -216,6 +211,9 @@ impl Driver {
     fn inbound(&mut self, now: Instant, item: Inbound) -> bool {
         let cause = match item {
             Some(Ok(msg)) => {
+                if changes_names(&msg) {
+                    self.names_may_have_changed();
+                }
                 self.core.inbound(now, msg);
                 return true;
             }
