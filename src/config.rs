@@ -143,6 +143,7 @@ impl SessionOptions {
     /// use ydb_coordination::SessionOptions;
     ///
     /// let options = SessionOptions::new().description("billing worker 7").announce(true);
+    /// # let _ = options;
     /// ```
     pub fn announce(mut self, on: bool) -> Self {
         self.announce = on;
