@@ -19,11 +19,9 @@ use tokio::sync::{Notify, oneshot};
 use super::core::{AcquireCmd, Command, Control, Grant};
 use super::inbox::WeakHandle;
 use super::replies::{Notice, ReplyTx, Request};
+pub use super::types::ANNOUNCE_SEMAPHORE;
 use super::types::SessionSnapshot;
 use crate::config::AcquireOptions;
-
-/// The ephemeral semaphore whose owners are the announcing sessions of a node.
-pub const ANNOUNCE_SEMAPHORE: &str = "ydb-coordination:sessions";
 
 /// The most bytes an announcement takes; names that do not fit are counted, not listed.
 pub const ANNOUNCE_LIMIT: usize = 1024;

@@ -2,6 +2,16 @@
 
 use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto};
 
+/// The ephemeral semaphore whose owners are the announcing sessions of a node (see
+/// [`Announcement`](crate::session::Announcement)).
+///
+/// ```
+/// use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
+///
+/// assert_eq!(ANNOUNCE_SEMAPHORE, "ydb-coordination:sessions");
+/// ```
+pub const ANNOUNCE_SEMAPHORE: &str = "ydb-coordination:sessions";
+
 /// A semaphore as the server describes it.
 ///
 /// # Examples

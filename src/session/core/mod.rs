@@ -544,7 +544,7 @@ impl SessionCore {
     pub(crate) fn snapshot(&self) -> SessionSnapshot {
         let mut held = Vec::new();
         let mut waiting = Vec::new();
-        let own = |name: &str| name == super::announce::ANNOUNCE_SEMAPHORE;
+        let own = |name: &str| name == super::types::ANNOUNCE_SEMAPHORE;
         for (name, state) in self.names.iter().filter(|(name, _)| !own(name)) {
             if let Some(h) = &state.holding {
                 held.push(HeldLease {
