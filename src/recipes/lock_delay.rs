@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::AfterGrant;
 use crate::error::Result;
 use crate::session::Lease;
@@ -67,55 +69,107 @@ pub(crate) fn released(order: u64) -> Vec<u8> {
     format!("{RELEASED}{order}").into_bytes()
 }
 
-/// The step after a lock-delay mutex's grant: reads the marker, writes its own `held` one,
-/// then, if the last tenure did not end cleanly, waits until `delay` after the grant. Ends
-/// with the lease's loss if its token fires first.
+/// The step after a lock-delay mutex's grant: its one place settled (see [`settle`]); a
+/// semaphore nobody has held yet is clean, as on one node nothing else could have held it.
 pub(crate) fn after_grant(delay: Duration) -> AfterGrant {
-    Arc::new(move |lease: Lease| Box::pin(settle(lease, delay)))
+    Arc::new(move |lease: Lease| {
+        Box::pin(async move {
+            settle(std::slice::from_ref(&lease), delay, None).await?;
+            Ok(lease)
+        })
+    })
 }
 
-async fn settle(lease: Lease, delay: Duration) -> Result<Lease> {
-    // The semaphore is persistent: a forced delete must end the tenure, as an election's.
-    lease.guard();
-    let lost = lease.token();
-    let own = lease.fencing_token().order;
-    let until = lease.granted_at().checked_add(delay);
+/// Settles the places of one lock-delay lock, all granted (one on a node, one or two in a
+/// lock space): reads each place's marker, writes its own `held` one there, then waits
+/// while any place asks for it: a place whose last tenure did not end cleanly until
+/// `delay` after its own grant, a place whose semaphore nobody has held yet until `delay`
+/// after `empty_since` (`None`: not at all). Ends with the loss of the lease whose token
+/// fires first.
+pub(crate) async fn settle(
+    places: &[Lease],
+    delay: Duration,
+    empty_since: Option<Instant>,
+) -> Result<()> {
+    if places.is_empty() {
+        return Ok(());
+    }
+    for lease in places {
+        // The semaphore is persistent: a forced delete must end the tenure, as an election's.
+        lease.guard();
+    }
+    let lost = futures::future::select_all(places.iter().map(|lease| {
+        Box::pin(async move {
+            lease.token().cancelled().await;
+            lease.lost_error()
+        })
+    }));
     let step = async {
-        let data = lease.semaphore_data().await?;
-        // The marker is written before the guard is handed over: a holder lost from now on
-        // leaves `held` behind for the next one to see.
-        lease.set_semaphore_data(&held(own)).await?;
-        if must_wait(&data, own) {
-            match until {
-                Some(until) => tokio::time::sleep_until(until).await,
-                None => std::future::pending().await,
-            }
+        let mut hold = Hold::No;
+        for lease in places {
+            let own = lease.fencing_token().order;
+            let data = lease.semaphore_data().await?;
+            // The marker is written before the guard is handed over: a holder lost from now
+            // on leaves `held` behind for the next one to see.
+            lease.set_semaphore_data(&held(own)).await?;
+            let place = match parse(&data) {
+                Marker::Empty => empty_since.map_or(Hold::No, |since| Hold::after(since, delay)),
+                _ if must_wait(&data, own) => Hold::after(lease.granted_at(), delay),
+                _ => Hold::No,
+            };
+            hold = hold.max(place);
+        }
+        match hold {
+            Hold::No => {}
+            Hold::Until(until) => tokio::time::sleep_until(until).await,
+            Hold::Forever => std::future::pending().await,
         }
         Ok(())
     };
-    let settled = tokio::select! {
+    tokio::select! {
         biased;
-        () = lost.cancelled() => Err(lease.lost_error()),
+        (e, _, _) = lost => Err(e),
         settled = step => settled,
-    };
-    settled.map(|()| lease)
+    }
 }
 
-/// A clean release: `released <order id>` is written, then the lease released. A lease
-/// already lost writes nothing; a marker that could not be written leaves `held` behind, so
-/// the next holder waits, which is the safe side.
-pub(crate) async fn release_clean(lease: Lease) -> Result<bool> {
-    if !lease.is_lost() {
-        let order = lease.fencing_token().order;
-        if let Err(e) = lease.set_semaphore_data(&released(order)).await {
-            tracing::debug!(
-                semaphore = lease.name(),
-                error = %e,
-                "lock-delay marker not written; the next holder waits the delay"
-            );
-        }
+/// How long a place holds its new holder back: the longest of the places' wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hold {
+    No,
+    Until(Instant),
+    /// A deadline past the clock's range.
+    Forever,
+}
+
+impl Hold {
+    fn after(start: Instant, delay: Duration) -> Self {
+        start.checked_add(delay).map_or(Self::Forever, Self::Until)
     }
+}
+
+/// A clean release: `released <order id>` is written, then the lease released (see
+/// [`mark_released`]).
+pub(crate) async fn release_clean(lease: Lease) -> Result<bool> {
+    mark_released(&lease).await;
     lease.release().await
+}
+
+/// Writes `released <order id>` on a lease about to be released cleanly. A lease already
+/// lost writes nothing; a marker that could not be written leaves `held` behind, so the
+/// next holder waits, which is the safe side.
+pub(crate) async fn mark_released(lease: &Lease) {
+    if lease.is_lost() {
+        return;
+    }
+    let order = lease.fencing_token().order;
+    if let Err(e) = lease.set_semaphore_data(&released(order)).await {
+        tracing::debug!(
+            semaphore = lease.name(),
+            error = %e,
+            "lock-delay marker not written; the next holder waits the delay"
+        );
+    }
 }
 
 #[cfg(test)]
