@@ -189,7 +189,10 @@ impl GuardState {
             return Ok(false);
         }
         if clean {
-            futures::future::join_all(leases.iter().map(lock_delay::mark_released)).await;
+            let marks = leases
+                .iter()
+                .map(|l| lock_delay::mark_released(l, Some(self.epoch)));
+            futures::future::join_all(marks).await;
         }
         let released = release_all(leases).await;
         self.ticket
@@ -479,10 +482,11 @@ async fn take(
             return outcome;
         }
         if let Some(delay) = spec.lock_delay {
-            // A place nobody has held yet: any tenure of the name before it was in an older
-            // layout, ended before this process began to run its layout.
-            let since = shared.running_since();
-            let settling = lock_delay::settle(&leases, delay, Some(since));
+            let runs = lock_delay::Running {
+                epoch: layout.epoch(),
+                since: shared.running_since(),
+            };
+            let settling = lock_delay::settle(&leases, delay, Some(runs));
             match while_member(member.as_ref(), settling).await {
                 None => {
                     let _ = release_all(leases).await;
@@ -749,18 +753,22 @@ impl SpaceMutex {
     /// A reshard moves a name to a node where nobody has held it, so the place starts
     /// without a marker: the history of the name is on its old node. In the transition a
     /// holder takes both places, so it reads the old place's marker (and waits after an
-    /// unclean end there) and writes its own on the new one; every later holder finds the
-    /// new place's marker. Nobody may hold the name in the transition, though, and then the
-    /// first holder in the next layout has only a place without a marker. So a place
-    /// without one holds its holder back until `delay` after the process began to run the
-    /// layout the lock is taken in (opened the space with it, or followed it): any tenure
-    /// on another place ended in an older layout, and ended before the one run now was
-    /// published (with a directory, a step is published only once no member runs an older
-    /// layout or holds a lock taken in it; a member cut off from it has lost its locks by
-    /// then) or before the process was started with it (with fixed layouts, as the
-    /// [reshard rule](super#resharding) asks of the operator). The cost: a name taken for
-    /// the first time on its node within `delay` of the process's start (or of its move to
-    /// a new layout) waits out the rest of that `delay`; later first uses do not wait.
+    /// unclean end there) and writes its own on the new one. That is not enough on its
+    /// own: nobody may hold the name in the transition, and a holder of the old layout may
+    /// be lost on the old place after a holder of the transition released cleanly on both;
+    /// either way the first holder in the next layout finds no marker, or a clean one, on
+    /// its only place. So every marker names the epoch of the layout it was written in, and
+    /// a place whose marker is not of the layout the lock is taken in (none, or an older
+    /// one: also a name that a reshard moved away and back) holds its holder until `delay`
+    /// after the process began to run that layout (opened the space with it, or followed
+    /// it). That is safe: a tenure such a marker does not show belongs to an older layout,
+    /// and had ended before the layout run was published (with a directory, a step is
+    /// published only once no member runs an older layout or holds a lock taken in it; a
+    /// member cut off from it has lost its locks by then) or before the process was
+    /// started with it (with fixed layouts, as the [reshard rule](super#resharding) asks of
+    /// the operator). The cost: a name first taken within `delay` of the process's start
+    /// (or of its move to a new layout) waits out the rest of that `delay`; later locks
+    /// find the markers of their layout and do not.
     ///
     /// Every process using the name must set a lock delay: a space mutex or multi-lock
     /// without one on the same name is refused with
@@ -770,7 +778,7 @@ impl SpaceMutex {
     /// # Cost
     ///
     /// Per place, as on one node: six requests more per lock, two per release. Without a
-    /// lock delay, none of this.
+    /// lock delay, none of this: a space mutex costs what a node's mutex costs.
     ///
     /// # Bounded forms
     ///

@@ -1,8 +1,8 @@
 //! A lock space mutex's lock delay: after a holder lost the lock without releasing it, the
 //! next holder gets its guard only once the delay has passed since its grant; after a clean
 //! release at once. Each place of a name carries its own marker, so the delay holds across a
-//! reshard, also when nobody held the name during the transition. Without the option, a
-//! space mutex costs what it did.
+//! reshard, also when nobody held the name during the transition or its marker there is of an
+//! older layout. Without the option, a space mutex costs what it did.
 //!
 //! One [`LockSpace`] is one process; the tests need several coordination nodes and the
 //! emulator's session expiry, so they run on the emulator only.
@@ -235,34 +235,56 @@ async fn a_holder_of_the_old_layout_lost_uncleanly_makes_a_holder_in_the_transit
     // process has run the transition longer than the delay.
     waited_the_delay_from(grant(&pt, &old, &name).await, returned);
     assert!(guard.is_lost());
-    // The transition's holder wrote the new place's marker: its clean release lets a
-    // process of the next layout, just started, in at once.
-    release(next).await;
-    let pb = c.process(&b).await;
-    let started = Instant::now();
-    let after = within(mutex(&pb, &name).lock()).await.unwrap();
+    // The transition's holder wrote its marker on the new place too: when it goes without
+    // a clean release, a process of the next layout waits on that place.
+    let pb = c.settled_process(&b).await;
+    let mut waiting = mutex(&pb, &name).lock();
+    assert!(within(waiting.queued()).await);
+    drop(next);
+    let after = within(waiting).await.unwrap();
+    let returned = Instant::now();
     assert_eq!(after.nodes(), ["n3".to_string()]);
-    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    waited_the_delay_from(grant(&pb, "n3", &name).await, returned);
     release(after).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_holder_of_the_next_layout_waits_after_an_unclean_end_nobody_held_the_name_since() {
+/// A holder of `A` is lost on the old place (after a holder of the transition released
+/// cleanly on both places, if `transition_first`); the first holder of `B`, started after
+/// the loss, finds on its only place no marker, or a clean one of an older layout, and
+/// waits out the delay since the loss all the same.
+async fn lost_in_the_old_layout_then_taken_in_the_next(transition_first: bool) {
     let Move {
-        c, a, b, name, old, ..
+        c,
+        a,
+        t,
+        b,
+        name,
+        old,
     } = Move::start().await;
     let pa = c.settled_process(&a).await;
+    if transition_first {
+        let pt = c.process(&t).await;
+        release(within(mutex(&pt, &name).lock()).await.unwrap()).await;
+    }
     let guard = within(mutex(&pa, &name).lock()).await.unwrap();
     c.expire(&pa, &old).await;
     within(guard.cancelled()).await;
     let lost = Instant::now();
-    // Nobody holds the name in the transition: the first holder in B finds its place on n3
-    // without a marker, and the old place out of its layout.
     let pb = c.process(&b).await;
     let taken = within(mutex(&pb, &name).lock()).await.unwrap();
     assert_eq!(taken.nodes(), ["n3".to_string()]);
     assert!(lost.elapsed() >= DELAY, "{:?}", lost.elapsed());
     release(taken).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_of_the_next_layout_waits_after_an_unclean_end_nobody_held_the_name_since() {
+    lost_in_the_old_layout_then_taken_in_the_next(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_release_in_the_transition_does_not_hide_a_later_unclean_end_in_the_old_layout() {
+    lost_in_the_old_layout_then_taken_in_the_next(true).await;
 }
 
 #[tokio::test(start_paused = true)]
