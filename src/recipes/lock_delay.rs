@@ -6,9 +6,15 @@
 //! write it: `held <order id>` from the grant on, `released <order id>` just before a clean
 //! release. A new holder that finds a `held` marker of another tenure (or anything it cannot
 //! read) knows the last tenure ended without a clean release, and waits.
+//!
+//! In a lock space a marker also names the epoch of the layout it was written in
+//! (`held <order id> epoch <epoch>`), and one of an older layout than the one run is not
+//! taken at its word (see [`Running`]).
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::AfterGrant;
 use crate::error::Result;
@@ -16,6 +22,7 @@ use crate::session::Lease;
 
 const HELD: &str = "held ";
 const RELEASED: &str = "released ";
+const EPOCH: &str = " epoch ";
 
 /// What the semaphore's data says of the last tenure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,20 +38,42 @@ enum Marker {
 }
 
 fn parse(data: &[u8]) -> Marker {
+    parse_in(data).0
+}
+
+/// The marker, and the epoch of the layout it was written in (`None`: written on one node,
+/// or nothing to read).
+fn parse_in(data: &[u8]) -> (Marker, Option<u64>) {
     if data.is_empty() {
-        return Marker::Empty;
+        return (Marker::Empty, None);
     }
     let Ok(text) = std::str::from_utf8(data) else {
-        return Marker::Unknown;
+        return (Marker::Unknown, None);
+    };
+    let (text, epoch) = match text.split_once(EPOCH) {
+        Some((marker, epoch)) => match epoch.parse::<u64>() {
+            Ok(epoch) => (marker, Some(epoch)),
+            Err(_) => return (Marker::Unknown, None),
+        },
+        None => (text, None),
     };
     let order = |rest: &str| rest.parse::<u64>().ok();
     if let Some(id) = text.strip_prefix(HELD).and_then(order) {
-        return Marker::Held(id);
+        return (Marker::Held(id), epoch);
     }
     if let Some(id) = text.strip_prefix(RELEASED).and_then(order) {
-        return Marker::Released(id);
+        return (Marker::Released(id), epoch);
     }
-    Marker::Unknown
+    (Marker::Unknown, None)
+}
+
+/// A marker: `what` by the tenure `order`, in the layout of `epoch` of a lock space.
+fn marker(what: &str, order: u64, epoch: Option<u64>) -> Vec<u8> {
+    match epoch {
+        Some(epoch) => format!("{what}{order}{EPOCH}{epoch}"),
+        None => format!("{what}{order}"),
+    }
+    .into_bytes()
 }
 
 /// Whether the holder with order id `own` must wait the delay after reading `data`: unless
@@ -57,65 +86,139 @@ pub(crate) fn must_wait(data: &[u8], own: u64) -> bool {
     }
 }
 
-/// The marker of a tenure from its grant on.
+/// The marker of a tenure from its grant on, on one node (the simulation's and the tests').
+#[cfg(test)]
 pub(crate) fn held(order: u64) -> Vec<u8> {
-    format!("{HELD}{order}").into_bytes()
+    marker(HELD, order, None)
 }
 
-/// The marker of a clean release.
+/// The marker of a clean release, on one node (the simulation's and the tests').
+#[cfg(test)]
 pub(crate) fn released(order: u64) -> Vec<u8> {
-    format!("{RELEASED}{order}").into_bytes()
+    marker(RELEASED, order, None)
 }
 
-/// The step after a lock-delay mutex's grant: reads the marker, writes its own `held` one,
-/// then, if the last tenure did not end cleanly, waits until `delay` after the grant. Ends
-/// with the lease's loss if its token fires first.
+/// The layout a lock space's lock is taken in, for its markers: the epoch they are written
+/// with, and when the process began to run it.
+///
+/// A marker written in that layout (or a newer one) tells the last tenure of the name,
+/// since every holder of those layouts takes this place and writes it. One of an older
+/// layout, or none (a name new to its node), may not: the name may have been held on
+/// another node since (moved away by a reshard and back, or held in the old layout of a
+/// transition after the marker was written). Every such tenure belongs to a layout older
+/// than the one run, so it had ended before that layout was published and the process
+/// began to run it: the holder waits until `delay` after `since`, and only a marker of the
+/// layout run is taken at its word.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Running {
+    pub(crate) epoch: u64,
+    pub(crate) since: Instant,
+}
+
+/// The step after a lock-delay mutex's grant: its one place settled (see [`settle`]); on
+/// one node the marker tells the last tenure of the name, as nothing else could hold it.
 pub(crate) fn after_grant(delay: Duration) -> AfterGrant {
-    Arc::new(move |lease: Lease| Box::pin(settle(lease, delay)))
+    Arc::new(move |lease: Lease| {
+        Box::pin(async move {
+            settle(std::slice::from_ref(&lease), delay, None).await?;
+            Ok(lease)
+        })
+    })
 }
 
-async fn settle(lease: Lease, delay: Duration) -> Result<Lease> {
-    // The semaphore is persistent: a forced delete must end the tenure, as an election's.
-    lease.guard();
-    let lost = lease.token();
-    let own = lease.fencing_token().order;
-    let until = lease.granted_at().checked_add(delay);
+/// Settles the places of one lock-delay lock, all granted (one on a node, one or two in a
+/// lock space, which passes the layout it `runs`): reads each place's marker, writes its
+/// own `held` one there, then waits while any place asks for it: a place whose last tenure
+/// did not end cleanly until `delay` after its own grant; in a lock space, a place whose
+/// marker is not of the layout run until `delay` after the process began to run it
+/// ([`Running`]). Ends with the loss of the lease whose token fires first.
+pub(crate) async fn settle(places: &[Lease], delay: Duration, runs: Option<Running>) -> Result<()> {
+    if places.is_empty() {
+        return Ok(());
+    }
+    for lease in places {
+        // The semaphore is persistent: a forced delete must end the tenure, as an election's.
+        lease.guard();
+    }
+    let lost = futures::future::select_all(places.iter().map(|lease| {
+        Box::pin(async move {
+            lease.token().cancelled().await;
+            lease.lost_error()
+        })
+    }));
     let step = async {
-        let data = lease.semaphore_data().await?;
-        // The marker is written before the guard is handed over: a holder lost from now on
-        // leaves `held` behind for the next one to see.
-        lease.set_semaphore_data(&held(own)).await?;
-        if must_wait(&data, own) {
-            match until {
-                Some(until) => tokio::time::sleep_until(until).await,
-                None => std::future::pending().await,
+        let mut hold = Hold::No;
+        for lease in places {
+            let own = lease.fencing_token().order;
+            let data = lease.semaphore_data().await?;
+            // The marker is written before the guard is handed over: a holder lost from now
+            // on leaves `held` behind for the next one to see.
+            let epoch = runs.map(|r| r.epoch);
+            lease.set_semaphore_data(&marker(HELD, own, epoch)).await?;
+            if must_wait(&data, own) {
+                hold = hold.max(Hold::after(lease.granted_at(), delay));
             }
+            if let Some(runs) = runs
+                && parse_in(&data).1.is_none_or(|written| written < runs.epoch)
+            {
+                hold = hold.max(Hold::after(runs.since, delay));
+            }
+        }
+        match hold {
+            Hold::No => {}
+            Hold::Until(until) => tokio::time::sleep_until(until).await,
+            Hold::Forever => std::future::pending().await,
         }
         Ok(())
     };
-    let settled = tokio::select! {
+    tokio::select! {
         biased;
-        () = lost.cancelled() => Err(lease.lost_error()),
+        (e, _, _) = lost => Err(e),
         settled = step => settled,
-    };
-    settled.map(|()| lease)
+    }
 }
 
-/// A clean release: `released <order id>` is written, then the lease released. A lease
-/// already lost writes nothing; a marker that could not be written leaves `held` behind, so
-/// the next holder waits, which is the safe side.
-pub(crate) async fn release_clean(lease: Lease) -> Result<bool> {
-    if !lease.is_lost() {
-        let order = lease.fencing_token().order;
-        if let Err(e) = lease.set_semaphore_data(&released(order)).await {
-            tracing::debug!(
-                semaphore = lease.name(),
-                error = %e,
-                "lock-delay marker not written; the next holder waits the delay"
-            );
-        }
+/// How long a place holds its new holder back: the longest of the places' wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hold {
+    No,
+    Until(Instant),
+    /// A deadline past the clock's range.
+    Forever,
+}
+
+impl Hold {
+    fn after(start: Instant, delay: Duration) -> Self {
+        start.checked_add(delay).map_or(Self::Forever, Self::Until)
     }
+}
+
+/// A clean release: `released <order id>` is written, then the lease released (see
+/// [`mark_released`]).
+pub(crate) async fn release_clean(lease: Lease) -> Result<bool> {
+    mark_released(&lease, None).await;
     lease.release().await
+}
+
+/// Writes `released <order id>` (in a lock space, with the `epoch` of the lock's layout)
+/// on a lease about to be released cleanly. A lease already lost writes nothing; a marker
+/// that could not be written leaves `held` behind, so the next holder waits, which is the
+/// safe side.
+pub(crate) async fn mark_released(lease: &Lease, epoch: Option<u64>) {
+    if lease.is_lost() {
+        return;
+    }
+    let order = lease.fencing_token().order;
+    if let Err(e) = lease
+        .set_semaphore_data(&marker(RELEASED, order, epoch))
+        .await
+    {
+        tracing::debug!(
+            semaphore = lease.name(),
+            error = %e,
+            "lock-delay marker not written; the next holder waits the delay"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -139,5 +242,21 @@ mod tests {
         assert_eq!(parse(&held(u64::MAX)), Marker::Held(u64::MAX));
         assert_eq!(parse(&released(0)), Marker::Released(0));
         assert_eq!(parse(b""), Marker::Empty);
+        let in_space = marker(RELEASED, 4, Some(u64::MAX));
+        assert_eq!(parse_in(&in_space), (Marker::Released(4), Some(u64::MAX)));
+        assert_eq!(
+            parse_in(&marker(HELD, 4, Some(2))),
+            (Marker::Held(4), Some(2))
+        );
+        assert_eq!(parse_in(&held(4)), (Marker::Held(4), None));
+    }
+
+    #[test]
+    fn a_marker_of_a_lock_space_is_judged_as_on_one_node_and_a_bad_epoch_is_unknown() {
+        assert!(!must_wait(&marker(RELEASED, 3, Some(2)), 7));
+        assert!(must_wait(&marker(HELD, 3, Some(2)), 7));
+        assert!(!must_wait(&marker(HELD, 7, Some(2)), 7));
+        assert!(must_wait(b"released 3 epoch x", 7));
+        assert!(must_wait(b"released 3 epoch ", 7));
     }
 }

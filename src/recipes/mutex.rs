@@ -175,6 +175,12 @@ impl Mutex {
     /// release of one says nothing about another that was lost, and one marker cannot tell
     /// which permit was lost.
     ///
+    /// This covers one node's mutex. A [`LockSpace`](crate::LockSpace)'s mutex has the same
+    /// option, [`SpaceMutex::lock_delay`](crate::space::SpaceMutex::lock_delay): each place
+    /// of the name is this mutex on its node, with its own marker, and the guard waits if
+    /// any place's last tenure ended uncleanly; it also covers a name that a reshard moves
+    /// to a node where it has no semaphore yet.
+    ///
     /// # Cost
     ///
     /// Six requests more per lock, two per unlock. Each lock makes sure of the semaphore (a

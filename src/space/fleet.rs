@@ -93,6 +93,7 @@ impl SpaceElection {
             options: AcquireOptions::new().count(1).data(data.to_vec()),
             prepare: Prepare::Semaphore { limit: 1 },
             guard: true,
+            lock_delay: None,
         }
     }
 

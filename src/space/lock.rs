@@ -16,7 +16,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Guard, Prepare, Source, acquiring};
+use crate::recipes::{Guard, Prepare, Source, acquiring, lock_delay};
 use crate::session::FencingToken;
 use crate::session::Lease;
 use crate::session::{Acquiring, Compose, optional};
@@ -38,6 +38,22 @@ pub(super) struct Spec {
     pub(super) prepare: Prepare,
     /// A persistent semaphore: the lease must end if it is force-deleted.
     pub(super) guard: bool,
+    /// A mutex's lock delay (see [`SpaceMutex::lock_delay`]).
+    pub(super) lock_delay: Option<Duration>,
+}
+
+impl Spec {
+    /// A plain mutex's: the whole of an ephemeral semaphore.
+    fn mutex(data: &[u8]) -> Self {
+        Self {
+            options: AcquireOptions::exclusive()
+                .ephemeral(true)
+                .data(data.to_vec()),
+            prepare: Prepare::Nothing,
+            guard: false,
+            lock_delay: None,
+        }
+    }
 }
 
 /// How long an acquire waits.
@@ -151,6 +167,8 @@ struct GuardState {
     lost: CancellationToken,
     deadline: Option<Instant>,
     ticket: StdMutex<Option<Ticket>>,
+    /// Whether the holder's release records a clean one (a lock-delay mutex, unbounded).
+    clean: bool,
 }
 
 impl GuardState {
@@ -160,12 +178,21 @@ impl GuardState {
 
     /// Releases every part, waits for the answers, then gives up the epoch's claim.
     /// (`false` at once when they were taken already: the lock had ended.) The claim is
-    /// given up only by whoever released the parts, once the servers answered.
-    async fn release(&self) -> Result<bool> {
+    /// given up only by whoever released the parts, once the servers answered. The
+    /// holder's own release (`by_holder`) of a lock-delay mutex not lost yet first writes
+    /// the marker of a clean release on every part.
+    async fn release(&self, by_holder: bool) -> Result<bool> {
         let leases = self.take_leases();
+        let clean = by_holder && self.clean && !self.lost.is_cancelled();
         self.lost.cancel();
         if leases.is_empty() {
             return Ok(false);
+        }
+        if clean {
+            let marks = leases
+                .iter()
+                .map(|l| lock_delay::mark_released(l, Some(self.epoch)));
+            futures::future::join_all(marks).await;
         }
         let released = release_all(leases).await;
         self.ticket
@@ -177,7 +204,7 @@ impl GuardState {
 }
 
 impl SpaceGuard {
-    fn start(taken: Taken, deadline: Option<Instant>) -> Self {
+    fn start(taken: Taken, deadline: Option<Instant>, clean: bool) -> Self {
         let mut part_tokens: Vec<CancellationToken> =
             taken.leases.iter().map(Lease::token).collect();
         // The membership in the directory: the lock is lost when it may be.
@@ -191,6 +218,7 @@ impl SpaceGuard {
             lost: CancellationToken::new(),
             deadline,
             ticket: StdMutex::new(Some(taken.ticket)),
+            clean,
         });
         let dropped = CancellationToken::new();
         tokio::spawn(watch_guard(
@@ -288,15 +316,24 @@ impl SpaceGuard {
     /// Releases every part and waits for the servers' answers (`false`: a part was already
     /// lost).
     ///
+    /// Of a mutex with a [lock delay](SpaceMutex::lock_delay), first records on every part
+    /// that the release is clean (one more request per part), so the next holder does not
+    /// wait; a part whose record cannot be written is released all the same, and the next
+    /// holder waits. A lock already lost, a [bounded](SpaceMutex::lock_for) one and a
+    /// dropped guard release without the record.
+    ///
     /// # Errors
     ///
     /// A session ended first (its server then releases what it held).
     ///
     /// # Cancel safety
     ///
-    /// The releases are requested at once; dropping the future only skips the wait.
+    /// Without a lock delay, the releases are requested at once; dropping the future only
+    /// skips the wait. With one, dropping the future before the records are written
+    /// releases the parts at once, as a dropped guard does (a part without its record is
+    /// not released cleanly: the next holder waits).
     pub async fn release(self) -> Result<bool> {
-        self.state.release().await
+        self.state.release(true).await
     }
 }
 
@@ -349,7 +386,7 @@ async fn watch_guard(
         () = dropped.cancelled() => {}
         () = state.lost.cancelled() => {}
     }
-    let _ = state.release().await;
+    let _ = state.release(false).await;
 }
 
 /// Releases `leases` (the last taken first), waiting at most [`RELEASE_WAIT`] in all.
@@ -443,6 +480,26 @@ async fn take(
         if let Some(outcome) = failed {
             let _ = release_all(leases).await;
             return outcome;
+        }
+        if let Some(delay) = spec.lock_delay {
+            let runs = lock_delay::Running {
+                epoch: layout.epoch(),
+                since: shared.running_since(),
+            };
+            let settling = lock_delay::settle(&leases, delay, Some(runs));
+            match while_member(member.as_ref(), settling).await {
+                None => {
+                    let _ = release_all(leases).await;
+                    continue;
+                }
+                // A part lost during the delay: as below.
+                Some(Err(_)) if leases.iter().any(Lease::is_lost) => {}
+                Some(Err(e)) => {
+                    let _ = release_all(leases).await;
+                    return Err(e);
+                }
+                Some(Ok(())) => {}
+            }
         }
         if leases.iter().any(Lease::is_lost) {
             // A part was lost while the next was awaited: none of it is worth holding.
@@ -579,13 +636,15 @@ async fn taking(
     bound: Option<Duration>,
     queued: watch::Sender<bool>,
 ) -> Result<Option<SpaceGuard>> {
+    // A hold ended at its bound is no clean release: its holder may not have stopped.
+    let clean = spec.lock_delay.is_some() && bound.is_none();
     let taken = take(shared, names, spec, wait?, queued).await?;
     Ok(taken.map(|t| {
         let deadline = bound.and_then(|b| {
             let first = t.leases.iter().map(Lease::granted_at).min();
             first.and_then(|f| f.checked_add(b))
         });
-        SpaceGuard::start(t, deadline)
+        SpaceGuard::start(t, deadline, clean)
     }))
 }
 
@@ -650,6 +709,7 @@ pub struct SpaceMutex {
     space: LockSpace,
     name: String,
     data: Vec<u8>,
+    lock_delay: Option<Duration>,
 }
 
 impl SpaceMutex {
@@ -666,13 +726,114 @@ impl SpaceMutex {
         self
     }
 
+    /// After a holder lost the lock without releasing it (its session expired, its lease
+    /// was lost, it dropped the guard, a bound ended it), the next holder's guard is handed
+    /// over only once `delay` has passed since its grant, counted on its own monotonic
+    /// clock; after a clean release ([`SpaceGuard::release`]) at once. A zero delay turns
+    /// it off. The same mitigation as [`Mutex::lock_delay`](crate::Mutex::lock_delay), for
+    /// protected resources that cannot check [fencing tokens](crate::FencingToken), and
+    /// never a substitute for them.
+    ///
+    /// # How it works
+    ///
+    /// Each place of the name is the node's own lock-delay mutex: a persistent semaphore
+    /// with one unit, whose data records how its last tenure ended. Once every place is
+    /// granted, the holder reads each place's marker and writes its own `held` one there;
+    /// the guard is handed over after the delay if any place says its last tenure there
+    /// ended without a clean release, counted from that place's grant. A release writes
+    /// `released` on every place before it releases; anything unsure counts as unclean (a
+    /// drop, a part or a membership lost, a bounded hold's end, a write that failed), and
+    /// the next holder waits. A grant whose markers cannot be read or written is given
+    /// back and the lock asked for again (after a lost session) or ended with that error;
+    /// a part lost during the delay is given back and the lock asked for again (a bounded
+    /// form past its bound ends with [`ErrorKind::Unavailable`]).
+    ///
+    /// # A name on a node where it has no semaphore yet
+    ///
+    /// A reshard moves a name to a node where nobody has held it, so the place starts
+    /// without a marker: the history of the name is on its old node. In the transition a
+    /// holder takes both places, so it reads the old place's marker (and waits after an
+    /// unclean end there) and writes its own on the new one. That is not enough on its
+    /// own: nobody may hold the name in the transition, and a holder of the old layout may
+    /// be lost on the old place after a holder of the transition released cleanly on both;
+    /// either way the first holder in the next layout finds no marker, or a clean one, on
+    /// its only place. So every marker names the epoch of the layout it was written in, and
+    /// a place whose marker is not of the layout the lock is taken in (none, or an older
+    /// one: also a name that a reshard moved away and back) holds its holder until `delay`
+    /// after the process began to run that layout (opened the space with it, or followed
+    /// it). That is safe: a tenure such a marker does not show belongs to an older layout,
+    /// and had ended before the layout run was published (with a directory, a step is
+    /// published only once no member runs an older layout or holds a lock taken in it; a
+    /// member cut off from it has lost its locks by then) or before the process was
+    /// started with it (with fixed layouts, as the [reshard rule](super#resharding) asks of
+    /// the operator). The cost: a name first taken within `delay` of the process's start
+    /// (or of its move to a new layout) waits out the rest of that `delay`; later locks
+    /// find the markers of their layout and do not.
+    ///
+    /// Every process using the name must set a lock delay: a space mutex or multi-lock
+    /// without one on the same name is refused with
+    /// [`ErrorKind::PreconditionFailed`] while the other kind of semaphore exists on the
+    /// node. Do not write the semaphores' data yourself.
+    ///
+    /// # Cost
+    ///
+    /// Per place, as on one node: six requests more per lock, two per release. Without a
+    /// lock delay, none of this: a space mutex costs what a node's mutex costs.
+    ///
+    /// # Bounded forms
+    ///
+    /// The delay is not part of a `try_` or `_timeout` form's bound: a grant made in time
+    /// is held through the delay. A [`SpaceMutex::lock_for`] bound counts from the first
+    /// grant, so the delay takes its share, and never ends with a clean release.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let open = || LockSpace::builder().node("n1", &client, "/local/n1")
+    /// #     .node("n2", &client, "/local/n2").layout(Layout::new(1, ["n1", "n2"]).unwrap()).open();
+    /// let delay = Duration::from_millis(300);
+    /// let (p1, p2) = (open().await?, open().await?);
+    ///
+    /// // A clean release: the next holder starts at once.
+    /// let guard = p1.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// guard.release().await?;
+    /// let start = Instant::now();
+    /// let guard = p2.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// assert!(start.elapsed() < delay);
+    ///
+    /// // A holder gone without releasing (here: its guard dropped): the next one waits.
+    /// drop(guard);
+    /// let start = Instant::now();
+    /// let next = p1.mutex("nightly-cleanup").lock_delay(delay).lock().await?;
+    /// assert!(start.elapsed() >= delay);
+    /// next.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
     fn spec(&self) -> Spec {
-        Spec {
-            options: AcquireOptions::exclusive()
-                .ephemeral(true)
-                .data(self.data.clone()),
-            prepare: Prepare::Nothing,
-            guard: false,
+        match self.lock_delay {
+            Some(delay) => Spec {
+                options: AcquireOptions::new().count(1).data(self.data.clone()),
+                prepare: Prepare::Semaphore { limit: 1 },
+                // The delay's step guards each part against a forced delete.
+                guard: false,
+                lock_delay: Some(delay),
+            },
+            None => Spec::mutex(&self.data),
         }
     }
 
@@ -687,11 +848,14 @@ impl SpaceMutex {
     /// once it stopped; in a transition, the directory's errors reading the layout (the
     /// lock is released). Without a bound, it waits while the process is not a confirmed
     /// member of its directory, and takes the lock again after a read of the layout that
-    /// went unanswered.
+    /// went unanswered. With a [lock delay](SpaceMutex::lock_delay),
+    /// [`ErrorKind::PreconditionFailed`] when a node has the name as a mutex without one.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future withdraws the request; parts already taken are released.
+    /// Dropping the future withdraws the request; parts already taken are released. With a
+    /// [lock delay](SpaceMutex::lock_delay), dropping it during the delay releases the
+    /// parts, not cleanly: the next holder waits the delay too.
     pub fn lock(&self) -> Acquiring<SpaceGuard> {
         start_plain(&self.space, vec![self.name.clone()], self.spec(), None)
     }
@@ -827,6 +991,7 @@ impl SpaceSemaphore {
             options: AcquireOptions::new().count(n).data(self.data.clone()),
             prepare: Prepare::Semaphore { limit: self.limit },
             guard: true,
+            lock_delay: None,
         })
     }
 
@@ -966,6 +1131,7 @@ impl SpaceRwLock {
             options: options.ephemeral(true).data(self.data.clone()),
             prepare: Prepare::Nothing,
             guard: false,
+            lock_delay: None,
         }
     }
 
@@ -1136,13 +1302,7 @@ impl SpaceMultiLock {
     }
 
     fn spec(&self) -> Spec {
-        Spec {
-            options: AcquireOptions::exclusive()
-                .ephemeral(true)
-                .data(self.data.clone()),
-            prepare: Prepare::Nothing,
-            guard: false,
-        }
+        Spec::mutex(&self.data)
     }
 
     /// Waits for all the locks.
@@ -1214,6 +1374,7 @@ impl LockSpace {
             space: self.clone(),
             name: name.to_string(),
             data: Vec::new(),
+            lock_delay: None,
         }
     }
 

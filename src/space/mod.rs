@@ -133,6 +133,9 @@ pub(crate) struct Shared {
     nodes: BTreeMap<String, Node>,
     options: SessionOptions,
     layout: watch::Sender<Arc<Layout>>,
+    /// When the process began to run its layout (opened, or followed it): every tenure of a
+    /// name in an older layout had ended by then (see [`SpaceMutex::lock_delay`]).
+    running_since: StdMutex<Instant>,
     /// The greatest epoch seen published (0: none, or no directory).
     published: AtomicU64,
     /// Set by [`LockSpace::shutdown`]: no session is opened any more.
@@ -330,6 +333,15 @@ impl Shared {
         });
     }
 
+    /// When the process began to run its layout: read after the layout, it is that
+    /// layout's start or a later one's.
+    pub(crate) fn running_since(&self) -> Instant {
+        *self
+            .running_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The session manager of the node `name`, opened on first use.
     pub(crate) fn manager(&self, name: &str) -> Result<&SessionManager> {
         let node = self.nodes.get(name).ok_or_else(|| {
@@ -495,6 +507,11 @@ impl Shared {
         }
         tracing::info!(layout = %layout, "lock space follows a new layout");
         self.contradiction(None);
+        // Set before the layout is sent: a lock that sees the new layout sees this too.
+        *self
+            .running_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
         self.layout.send_replace(Arc::new(layout));
         self.report();
     }
@@ -672,6 +689,7 @@ impl LockSpaceBuilder {
             nodes,
             options: self.options,
             layout: watch::Sender::new(Arc::new(layout)),
+            running_since: StdMutex::new(Instant::now()),
             published: AtomicU64::new(if link.is_some() { epoch } else { 0 }),
             stopped: AtomicBool::new(false),
             layout_error: StdMutex::new(None),

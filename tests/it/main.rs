@@ -42,6 +42,7 @@ mod session;
 mod shutdown;
 mod smoke;
 mod space;
+mod space_lock_delay;
 mod tls;
 mod tower_layer;
 mod transport;
