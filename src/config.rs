@@ -134,8 +134,9 @@ impl SessionOptions {
     /// it holds or waits for, at most [`ANNOUNCE_LIMIT`](crate::session::ANNOUNCE_LIMIT)
     /// bytes. The cost is one acquire when the session starts, then one request each time the
     /// set of names changed, at most one a second however busy the session: a lock taken and
-    /// given back within the second costs nothing more. The server drops the unit with the
-    /// session, so a crashed process leaves nothing behind.
+    /// given back within the second costs nothing more. No write reads the other sessions'
+    /// records, so the cost does not grow with their number. The server drops the unit with
+    /// the session, so a crashed process leaves nothing behind.
     ///
     /// # Examples
     ///
@@ -308,6 +309,9 @@ pub struct AcquireOptions {
     pub(crate) ephemeral: bool,
     pub(crate) data: Vec<u8>,
     pub(crate) timeout: Option<Duration>,
+    /// Read the grant's order id (the fencing token) with a describe behind the acquire;
+    /// off only for the session's announcement, whose semaphore has every session as owner.
+    pub(crate) fenced: bool,
 }
 
 impl Default for AcquireOptions {
@@ -317,11 +321,19 @@ impl Default for AcquireOptions {
             ephemeral: false,
             data: Vec::new(),
             timeout: None,
+            fenced: true,
         }
     }
 }
 
 impl AcquireOptions {
+    /// Without reading the grant's order id: the lease's fencing token is 0, and its owner
+    /// data is replaced without checking the ownership (the session's announcement).
+    pub(crate) fn unfenced(mut self) -> Self {
+        self.fenced = false;
+        self
+    }
+
     /// Count 1, wait forever.
     pub fn new() -> Self {
         Self::default()

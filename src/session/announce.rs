@@ -206,11 +206,24 @@ pub(crate) async fn run(
             match outcome {
                 Ok(()) => written = Some(record),
                 Err(Stop::Ended) => return,
-                Err(Stop::Refused(err)) => {
-                    // A semaphore of that name that is not ephemeral, or a server that
-                    // refuses: the session goes on without announcing.
-                    tracing::warn!(error = %err, "the session could not announce itself; it goes on unannounced");
+                Err(Stop::Refused(err)) if for_good(&err) => {
+                    // A semaphore of that name that is not ephemeral: the session goes on
+                    // without announcing.
+                    tracing::warn!(error = %err, "the session cannot announce itself; it goes on unannounced");
                     return;
+                }
+                Err(Stop::Refused(err)) => {
+                    // Anything else (the record lost with its semaphore, a server that
+                    // could not answer): written again after the interval.
+                    tracing::debug!(error = %err, "the session's announcement could not be written; trying again");
+                    if held
+                        .as_ref()
+                        .is_some_and(|g| g.held.is_lost(session.token()))
+                    {
+                        held = None;
+                    }
+                    tokio::time::sleep(interval).await;
+                    continue;
                 }
             }
         }
@@ -220,6 +233,14 @@ pub(crate) async fn run(
         }
         tokio::time::sleep(interval).await;
     }
+}
+
+/// Whether an announcement refused with `err` can never be written in this session.
+fn for_good(err: &crate::Error) -> bool {
+    matches!(
+        err.kind(),
+        crate::ErrorKind::PreconditionFailed | crate::ErrorKind::InvalidArgument
+    )
 }
 
 enum Stop {
@@ -244,10 +265,13 @@ async fn acquire(session: &WeakHandle, record: &[u8]) -> Result<Grant, Stop> {
     let (tx, rx) = oneshot::channel();
     let caller = session.next_id();
     let name: Arc<str> = Arc::from(ANNOUNCE_SEMAPHORE);
+    // Unfenced: the semaphore's owners are every announcing session of the node, so the
+    // describe that reads a grant's order id would carry all their records.
     let opts = AcquireOptions::new()
         .ephemeral(true)
         .timeout(Duration::ZERO)
-        .data(record.to_vec());
+        .data(record.to_vec())
+        .unfenced();
     let request = Request {
         command: Command::Acquire(AcquireCmd {
             caller,

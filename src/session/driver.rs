@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::core::{Control, Effect, SessionCore, Terminal};
+use super::core::{Effect, SessionCore, Terminal};
 use super::inbox::{Inbox, Mailed};
 use super::replies::Replies;
 pub(crate) use super::replies::{Notice, ReplyTx, Request};
@@ -72,8 +72,8 @@ pub(crate) struct Driver {
     state: watch::Sender<SessionState>,
     /// The buffer the core's effects are carried out from (kept, with its capacity).
     effects: Vec<Effect>,
-    /// See [`DriverIo::changed`].
-    changed: Option<Arc<tokio::sync::Notify>>,
+    /// See [`DriverIo::changed`], and the version of the core's names last told of.
+    changed: Option<(Arc<tokio::sync::Notify>, u64)>,
 }
 
 /// The capacity of the effects buffer kept between events.
@@ -112,7 +112,7 @@ impl Driver {
             replies: Replies::default(),
             state: io.state.clone(),
             effects: Vec::new(),
-            changed: io.changed,
+            changed: io.changed.map(|n| (n, 0)),
         }
     }
 
@@ -146,11 +146,6 @@ impl Driver {
                 Event::Mail(Mailed::Mail) => {
                     // Notices first: they free what the commands may wait for.
                     let (commands, notices) = self.inbox.take();
-                    // A snapshot alone (the announcer's own read) changes nothing.
-                    let snapshot = |n: &Notice| matches!(n.control, Control::Snapshot { .. });
-                    if !commands.is_empty() || !notices.iter().all(snapshot) {
-                        self.names_may_have_changed();
-                    }
                     self.hand_over(now, notices, commands);
                 }
                 Event::Mail(Mailed::Ended) => open = false,
@@ -172,6 +167,7 @@ impl Driver {
                 self.core.handles_gone(now);
             }
             self.apply(now);
+            self.tell_announcer();
         }
         self.sentinel.armed = false;
         // Whatever is still queued gets the cause.
@@ -181,11 +177,16 @@ impl Driver {
         self.linger().await;
     }
 
-    /// Tells the announcer, if the session has one, to read the session's names again. One
-    /// stored permit, however many events: it reads the tables when it is ready.
-    fn names_may_have_changed(&self) {
-        if let Some(changed) = &self.changed {
-            changed.notify_one();
+    /// Tells the announcer, if the session has one, to read the session's names again when
+    /// the core's table of names was open to a change. One stored permit, however many
+    /// events: it reads the tables when it is ready.
+    fn tell_announcer(&mut self) {
+        if let Some((changed, seen)) = &mut self.changed {
+            let version = self.core.names_version();
+            if version != *seen {
+                *seen = version;
+                changed.notify_one();
+            }
         }
     }
 
@@ -211,9 +212,6 @@ impl Driver {
     fn inbound(&mut self, now: Instant, item: Inbound) -> bool {
         let cause = match item {
             Some(Ok(msg)) => {
-                if changes_names(&msg) {
-                    self.names_may_have_changed();
-                }
                 self.core.inbound(now, msg);
                 return true;
             }
@@ -356,19 +354,4 @@ async fn next_link_event(
         return Event::Dialed(Box::new(result));
     }
     std::future::pending().await
-}
-
-/// Whether a message from the server can change what the session holds or waits for (pings,
-/// describes and watches cannot).
-fn changes_names(msg: &SessionResponse) -> bool {
-    matches!(
-        msg.response,
-        Some(
-            rs::Response::AcquireSemaphorePending(_)
-                | rs::Response::AcquireSemaphoreResult(_)
-                | rs::Response::ReleaseSemaphoreResult(_)
-                | rs::Response::SessionStarted(_)
-                | rs::Response::Failure(_)
-        )
-    )
 }

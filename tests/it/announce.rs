@@ -209,3 +209,28 @@ async fn announcing_costs_at_most_one_request_a_second() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(env.emulator.traffic().since(&before).requests, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_announcement_write_does_not_read_the_other_announcements() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let mut crowd = Vec::new();
+    for i in 0..30 {
+        crowd.push(env.session_with(announcing(&format!("worker {i}"))).await);
+    }
+    let a = &crowd[0];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = env.emulator.traffic();
+    let lease = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = env.emulator.traffic().since(&before);
+    // The lock (its acquire and the describe that reads its fencing token, one owner) and
+    // one write of the announcement: nothing of the 29 other records.
+    assert_eq!(used.requests, 3, "{used:?}");
+    assert!(used.described_entries <= 1, "{used:?}");
+    drop(lease);
+}

@@ -205,14 +205,19 @@ impl SessionCore {
         // Pipelined right behind the acquire: for an immediate grant it shows our order_id
         // (the fencing token) at no extra round trip. Where the name's queue was short
         // lately (and the acquire may wait), it reads the waiters too: a queued acquire
-        // then finds its order id in the same answer, and sends nothing more for it.
+        // then finds its order id in the same answer, and sends nothing more for it. An
+        // unfenced acquire reads nothing: the grant alone completes it.
         let may_wait = cmd.opts.get_timeout() != Some(Duration::ZERO);
         let waiters = may_wait && self.hints.reads_waiters(&name, now);
-        let describe_req = self.submit_owners_describe(now, &name, caller, waiters);
-        let (describe_req, waiter_req) = if waiters {
-            (None, Some(describe_req))
+        let (describe_req, waiter_req, order_id) = if !cmd.opts.fenced {
+            (None, None, Some(0))
         } else {
-            (Some(describe_req), None)
+            let describe_req = self.submit_owners_describe(now, &name, caller, waiters);
+            if waiters {
+                (None, Some(describe_req), None)
+            } else {
+                (Some(describe_req), None, None)
+            }
         };
         let active = Active {
             cmd,
@@ -221,7 +226,7 @@ impl SessionCore {
             describe_req,
             waiter_req,
             granted: None,
-            order_id: None,
+            order_id,
             confirming: false,
             queued: false,
             floor: None,
@@ -412,14 +417,19 @@ impl SessionCore {
         let granted_at = active.granted.unwrap_or(now);
         let lease = self.next_lease;
         self.next_lease += 1;
-        let held = Arc::new(Held::new(
+        let held = Held::new(
             lease,
             active.cmd.name.clone(),
             active.cmd.opts.count,
             order_id,
             granted_at,
             active.cmd.opts.ephemeral,
-        ));
+        );
+        let held = Arc::new(if active.cmd.opts.fenced {
+            held
+        } else {
+            held.unfenced()
+        });
         let state = self.names.entry(active.cmd.name.clone()).or_default();
         state.holding = Some(held.clone());
         let waited = granted_at.saturating_duration_since(active.cmd.requested_at);
@@ -731,7 +741,7 @@ impl SessionCore {
             let Some(active) = self.active_mut(&name, caller) else {
                 continue;
             };
-            if active.granted.is_some() {
+            if active.granted.is_some() || !active.cmd.opts.fenced {
                 continue;
             }
             active.order_id = None;

@@ -21,8 +21,11 @@ const EPHEMERAL: u64 = 1 << 63;
 const RELEASED: u64 = 1 << 62;
 /// The core ended the lease, or the handle released it. Set under the token's lock.
 const ENDED: u64 = 1 << 61;
+/// Granted without reading its order id: it has no fencing token, and its owner data is
+/// replaced without checking the ownership (the session's announcement).
+const UNFENCED: u64 = 1 << 60;
 /// Lease ids stay below this (a session would need millennia to reach it).
-const ID: u64 = ENDED - 1;
+const ID: u64 = UNFENCED - 1;
 
 /// A lease the core granted.
 #[derive(Debug)]
@@ -69,6 +72,17 @@ impl Held {
     /// Whether the semaphore is ephemeral.
     pub(crate) fn ephemeral(&self) -> bool {
         self.word.load(Ordering::Relaxed) & EPHEMERAL != 0
+    }
+
+    /// The same lease, granted without reading its order id.
+    pub(crate) fn unfenced(self) -> Self {
+        self.word.fetch_or(UNFENCED, Ordering::Relaxed);
+        self
+    }
+
+    /// Whether it was granted without reading its order id.
+    pub(crate) fn is_unfenced(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & UNFENCED != 0
     }
 
     fn slot(&self) -> MutexGuard<'_, Option<CancellationToken>> {

@@ -182,7 +182,7 @@ pub(crate) struct SessionCore {
     pending: PendingTable<Kind>,
     // Ordered maps throughout: the order of effects never depends on a hash seed, so a
     // simulated run replays exactly from its seed.
-    names: BTreeMap<Arc<str>, NameState>,
+    names: Names,
     /// Local-queue deadlines: (deadline, caller) -> name.
     queue_deadlines: BTreeMap<(Instant, CallerId), Arc<str>>,
     /// When to arm again the lease guards left unarmed (a failed describe, a watch the
@@ -209,6 +209,30 @@ pub(crate) struct SessionCore {
     /// A deliberately broken core for the simulator's self-test: tokens fire this late.
     #[cfg(test)]
     fire_late: Duration,
+}
+
+/// The per-name table, with a count of the times it was lent out for a change: what the
+/// session holds and waits for can only have changed when the count moved, which is how
+/// the driver knows when to tell the announcer (`SessionCore::names_version`).
+#[derive(Debug, Default)]
+struct Names {
+    map: BTreeMap<Arc<str>, NameState>,
+    version: u64,
+}
+
+impl std::ops::Deref for Names {
+    type Target = BTreeMap<Arc<str>, NameState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Names {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.version = self.version.wrapping_add(1);
+        &mut self.map
+    }
 }
 
 impl SessionCore {
@@ -246,7 +270,7 @@ impl SessionCore {
             link: Link::Up,
             live,
             pending: PendingTable::default(),
-            names: BTreeMap::new(),
+            names: Names::default(),
             queue_deadlines: BTreeMap::new(),
             guard_rearm_at: None,
             active_deadlines: BTreeMap::new(),
@@ -537,6 +561,12 @@ impl SessionCore {
     /// give the semaphore back.
     pub(crate) fn grant_refused(&mut self, now: Instant, name: Arc<str>, lease: u64) {
         self.release(now, name, lease, None);
+    }
+
+    /// Moves whenever the table of names was open to a change (more often than it changed,
+    /// never less).
+    pub(crate) fn names_version(&self) -> u64 {
+        self.names.version
     }
 
     /// What the session holds and waits for, from its own tables (without its
@@ -895,7 +925,7 @@ impl SessionCore {
         } else {
             tracing::debug!(session_id = self.session_id(), "session closed");
         }
-        for (name, state) in &self.names {
+        for (name, state) in self.names.iter() {
             if let Some(h) = &state.holding {
                 let held_for = now.saturating_duration_since(h.since);
                 self.metrics.lease_ended(name, held_for, Some(cause));
@@ -919,7 +949,7 @@ impl SessionCore {
                 kind => self.fail_kind(now, kind, err.clone()),
             }
         }
-        let names: Vec<NameState> = std::mem::take(&mut self.names).into_values().collect();
+        let names: Vec<NameState> = std::mem::take(&mut *self.names).into_values().collect();
         for state in names {
             let (active, waiters) = state.into_acquires();
             if let Some(active) = active {

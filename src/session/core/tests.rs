@@ -279,6 +279,36 @@ fn an_immediate_grant_carries_the_order_id_of_the_pipelined_describe() {
     assert!(!grant.held.is_lost(&h.token));
 }
 
+#[test]
+fn an_unfenced_acquire_and_its_data_updates_read_nobody_else() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(Duration::ZERO).unfenced());
+    h.run(now);
+    let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
+    assert_eq!(sent, vec![("acquire", 1)], "no describe behind it");
+    h.server(now, acquired(1, true));
+    h.run(now);
+    let grant = h.grant(1).expect("granted on the grant alone");
+    assert_eq!(grant.held.order_id, 0);
+    let lease = grant.held.lease();
+    h.core.control(
+        now,
+        Control::SetData {
+            name: "job".into(),
+            lease,
+            data: b"new".to_vec(),
+            caller: 2,
+        },
+    );
+    h.run(now);
+    let sent: Vec<_> = h.sent().iter().map(|r| (kind_of(r), req_id(r))).collect();
+    assert_eq!(sent, vec![("acquire", 2)], "the update alone, no check");
+    h.server(now, acquired(2, true));
+    h.run(now);
+    assert_eq!(h.done(2), Some(Ok(())));
+}
+
 /// The describes `h` sent last, as (req_id, include_waiters).
 fn describes(h: &Harness) -> Vec<(u64, bool)> {
     h.sent()
