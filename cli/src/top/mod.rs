@@ -67,7 +67,8 @@ pub(crate) struct TopArgs {
     /// name in the database).
     #[arg(long = "node-path", value_name = "NAME=PATH", value_parser = parse_node_path)]
     node_paths: Vec<(String, String)>,
-    /// How often the queues, the resources and a space's layout are read.
+    /// How often the queues, the announcements, the resources and a space's layout are read
+    /// (at least 100ms).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_interval)]
     interval: Duration,
     /// Print one snapshot and exit, once everything was read (within --timeout).
