@@ -20,15 +20,25 @@ pub(crate) struct Out {
 impl Out {
     /// Prints a JSON object (with `--json`) or the human text on stdout.
     pub(crate) fn print(&self, value: Value, human: impl FnOnce() -> String) {
+        // A closed pipe (e.g. `| head -1`) is not an error worth a panic.
+        let _ = self.try_print(value, human);
+    }
+
+    /// [`Out::print`], telling whether the text could be written: a loop that prints until
+    /// stopped ends when its reader is gone.
+    pub(crate) fn try_print(
+        &self,
+        value: Value,
+        human: impl FnOnce() -> String,
+    ) -> std::io::Result<()> {
         let text = if self.json {
             value.to_string()
         } else {
             human()
         };
         let mut stdout = std::io::stdout().lock();
-        // A closed pipe (e.g. `| head -1`) is not an error worth a panic.
-        let _ = writeln!(stdout, "{text}");
-        let _ = stdout.flush();
+        writeln!(stdout, "{text}")?;
+        stdout.flush()
     }
 
     /// Prints an event on stderr: a JSON object with `--json`, otherwise the human text when

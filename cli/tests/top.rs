@@ -495,3 +495,48 @@ fn json_without_once_prints_a_snapshot_each_interval_that_follows_changes() {
     common::signal(&child, nix::sys::signal::Signal::SIGTERM);
     assert!(wait_exit(&mut child).success());
 }
+
+#[test]
+fn once_on_a_space_whose_layout_cannot_be_read_prints_the_snapshot_and_fails() {
+    let env = Env::new("top-no-layout");
+    let out = env.run(&[
+        "--json",
+        "top",
+        NODE,
+        "--space",
+        "s",
+        "--once",
+        "--timeout",
+        "10s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["semaphores"].as_array().unwrap().len(), 0);
+    assert!(!v["notes"].as_array().unwrap().is_empty(), "{v}");
+}
+
+#[test]
+fn an_interval_under_a_tenth_of_a_second_is_a_usage_error() {
+    let env = Env::new("top-interval");
+    for interval in ["0", "1ms", "99ms"] {
+        let out = env.run(&["top", NODE, "--once", "--interval", interval]);
+        assert_eq!(out.status.code(), Some(2), "{interval}: {out:?}");
+    }
+}
+
+#[test]
+fn the_stream_ends_cleanly_when_its_reader_closes_the_pipe() {
+    let env = Env::new("top-pipe");
+    let mut child = env.spawn(&["--json", "top", NODE, "--interval", "100ms"]);
+    let stdout = child.stdout.take().unwrap();
+    // `| head -1`: one line read, then the pipe closed.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(read.map(|_| line));
+    });
+    let line = rx.recv_timeout(common::LIMIT).unwrap().unwrap();
+    assert!(serde_json::from_str::<Value>(&line).is_ok(), "{line:?}");
+    assert!(wait_exit(&mut child).success());
+}

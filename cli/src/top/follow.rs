@@ -1,6 +1,11 @@
-//! The tasks that keep `top` informed: per node, a watch of its announcements, a watch of
-//! each wanted name (owners and data changes; the queue, which no watch reports, polled),
-//! and a poll of its rate-limiter resources. Everything they learn goes to one channel.
+//! The tasks that keep `top` informed: per node, a poll of its announcements, a watch of
+//! each wanted name (owners and data changes, owners only; the queue, which no watch
+//! reports, polled), and a poll of its rate-limiter resources. Everything they learn goes to
+//! one channel.
+//!
+//! The announcements are polled, not watched: a watch is re-armed, and so re-read in full,
+//! after every change of any session's announcement, while a poll reads them once an
+//! interval however busy the node is.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -9,6 +14,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{MissedTickBehavior, interval};
 use tokio_util::sync::CancellationToken;
+use ydb_coordination::Session;
 use ydb_coordination::config::{DescribeOptions, WatchOptions};
 use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
 use ydb_coordination::{Client, ErrorKind, SessionManager, SessionOptions};
@@ -20,12 +26,16 @@ use crate::fail;
 /// What a task learnt.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// A description of `name` on `node` (the announcement semaphore's included).
+    /// A description of `name` on `node` (the announcement semaphore's included); with
+    /// `queue` it carries the waiters, otherwise the owners only.
     Described {
         node: String,
         name: String,
         described: Described,
+        queue: bool,
     },
+    /// The nodes of a space's layout, or why it could not be read.
+    Layout(Result<Vec<String>, String>),
     /// The rate-limiter resources of `node`.
     Resources {
         node: String,
@@ -91,14 +101,7 @@ struct Node {
 
 impl Node {
     async fn run(self, mut wanted: watch::Receiver<BTreeSet<String>>, stop: CancellationToken) {
-        let announcements =
-            WatchOptions::owners_changes().describe(DescribeOptions::new().owners(true));
-        tokio::spawn(self.clone().follow(
-            ANNOUNCE_SEMAPHORE.to_string(),
-            announcements,
-            false,
-            stop.child_token(),
-        ));
+        tokio::spawn(self.clone().announcements(stop.child_token()));
         tokio::spawn(self.clone().resources(stop.child_token()));
         let mut names: HashMap<String, CancellationToken> = HashMap::new();
         loop {
@@ -115,12 +118,7 @@ impl Node {
                     continue;
                 }
                 let token = stop.child_token();
-                let options =
-                    WatchOptions::new().describe(DescribeOptions::new().owners(true).waiters(true));
-                tokio::spawn(
-                    self.clone()
-                        .follow(name.clone(), options, true, token.clone()),
-                );
+                tokio::spawn(self.clone().follow(name.clone(), token.clone()));
                 names.insert(name, token);
             }
             tokio::select! {
@@ -132,74 +130,137 @@ impl Node {
         self.manager.shutdown().await;
     }
 
-    fn send(&self, name: &str, described: Described) {
+    fn send(&self, name: &str, described: Described, queue: bool) {
         let _ = self.events.send(Event::Described {
             node: self.path.clone(),
             name: name.to_string(),
             described,
+            queue,
         });
     }
 
-    /// Watches `name` until `stop`: every description the watch gives, and with `queue` a
-    /// describe each poll interval for the waiters, which no watch reports. A watch that
-    /// ends (the semaphore is gone, the session was lost) is made again a poll interval later.
-    async fn follow(
-        self,
-        name: String,
-        options: WatchOptions,
-        queue: bool,
-        stop: CancellationToken,
-    ) {
-        let describe = DescribeOptions::new().owners(true).waiters(true);
+    /// The longest a read may take before it counts as failed.
+    fn patience(&self) -> Duration {
+        self.poll.max(Duration::from_secs(1))
+    }
+
+    /// The node's session, or why there is none (the node, not a name, is at fault); `None`
+    /// once `stop` fires.
+    async fn session(&self, stop: &CancellationToken) -> Option<Result<Session, Described>> {
+        let session = tokio::select! {
+            () = stop.cancelled() => return None,
+            s = tokio::time::timeout(self.patience() * 5, self.manager.current()) => s,
+        };
+        Some(match session {
+            Ok(Ok(session)) => Ok(session),
+            Ok(Err(e)) => Err(Described::Failed(fail::describe(&e))),
+            Err(_) => Err(Described::Failed(
+                "no session on the node in time".to_string(),
+            )),
+        })
+    }
+
+    /// Describes `name` with `options`, bounded by the poll's patience; `None` once `stop`
+    /// fires.
+    async fn describe(
+        &self,
+        session: &Session,
+        name: &str,
+        options: DescribeOptions,
+        stop: &CancellationToken,
+    ) -> Option<Described> {
+        let patience = self.patience();
+        let described = tokio::select! {
+            () = stop.cancelled() => return None,
+            d = tokio::time::timeout(patience, session.describe_semaphore(name, options)) => d,
+        };
+        Some(match described {
+            Ok(Ok(d)) => Described::Found(d),
+            Ok(Err(e)) => failed(session, &e),
+            Err(_) => Described::Failed(format!(
+                "no answer within {}",
+                crate::duration::format(patience)
+            )),
+        })
+    }
+
+    /// Waits a poll interval; false once `stop` fires.
+    async fn pause(&self, stop: &CancellationToken) -> bool {
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(self.poll) => true,
+        }
+    }
+
+    /// Reads the announcement semaphore's owners each poll interval until `stop`.
+    async fn announcements(self, stop: CancellationToken) {
+        let owners = DescribeOptions::new().owners(true);
         loop {
-            let session = tokio::select! {
-                () = stop.cancelled() => return,
-                s = tokio::time::timeout(self.poll.max(Duration::from_secs(1)) * 5, self.manager.current()) => s,
-            };
-            let stream = match session {
-                Ok(Ok(session)) => match session.watch_semaphore(&name, options).await {
-                    Ok(stream) => Ok((session, stream)),
-                    Err(e) => {
-                        self.send(&name, failed(&e));
-                        Err(None)
+            let described = match self.session(&stop).await {
+                None => return,
+                Some(Ok(session)) => {
+                    match self
+                        .describe(&session, ANNOUNCE_SEMAPHORE, owners, &stop)
+                        .await
+                    {
+                        None => return,
+                        Some(d) => d,
                     }
-                },
-                Ok(Err(e)) => Err(Some(e)),
-                Err(_) => Err(Some(ydb_coordination::Error::new(
-                    ErrorKind::Timeout,
-                    "no session on the node in time",
-                ))),
+                }
+                Some(Err(failed)) => failed,
             };
-            match stream {
-                Ok((session, mut stream)) => {
+            self.send(ANNOUNCE_SEMAPHORE, described, false);
+            if !self.pause(&stop).await {
+                return;
+            }
+        }
+    }
+
+    /// Watches `name` until `stop`: its owners as the watch gives them, and a full describe
+    /// each poll interval for the waiters, which no watch reports. A watch that ends (the
+    /// semaphore is gone, the session was lost) or a describe that fails is made again a
+    /// poll interval later.
+    async fn follow(self, name: String, stop: CancellationToken) {
+        let full = DescribeOptions::new().owners(true).waiters(true);
+        loop {
+            let session = match self.session(&stop).await {
+                None => return,
+                Some(Ok(session)) => session,
+                Some(Err(failed)) => {
+                    self.send(&name, failed, false);
+                    if !self.pause(&stop).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match session.watch_semaphore(&name, WatchOptions::new()).await {
+                Ok(mut stream) => {
                     let mut tick = interval(self.poll);
                     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                    // The watch's first item is the description now.
-                    tick.reset();
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
                             item = stream.next() => match item {
-                                Some(Ok(update)) => self.send(&name, Described::Found(update.description)),
-                                Some(Err(e)) => { self.send(&name, failed(&e)); break }
+                                Some(Ok(update)) => self.send(&name, Described::Found(update.description), false),
+                                Some(Err(e)) => { self.send(&name, failed(&session, &e), false); break }
                                 None => break,
                             },
-                            _ = tick.tick(), if queue => {
-                                match session.describe_semaphore(&name, describe).await {
-                                    Ok(d) => self.send(&name, Described::Found(d)),
-                                    Err(e) => { self.send(&name, failed(&e)); break }
-                                }
+                            _ = tick.tick() => {
+                                let Some(d) = self.describe(&session, &name, full, &stop).await else {
+                                    return;
+                                };
+                                let ended = !matches!(d, Described::Found(_));
+                                self.send(&name, d, true);
+                                if ended { break }
                             }
                         }
                     }
                 }
-                // No session: the node, not the name, is at fault.
-                Err(Some(e)) => self.send(&name, Described::Failed(fail::describe(&e))),
-                Err(None) => {}
+                Err(e) => self.send(&name, failed(&session, &e), false),
             }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(self.poll) => {}
+            if !self.pause(&stop).await {
+                return;
             }
         }
     }
@@ -245,8 +306,11 @@ impl Node {
     }
 }
 
-fn failed(e: &ydb_coordination::Error) -> Described {
-    if e.kind() == ErrorKind::NotFound {
+/// A failed read of a name: `NotFound` from a session still in use means there is no such
+/// semaphore; from a session that has ended (the node was dropped, say) it says nothing.
+fn failed(session: &Session, e: &ydb_coordination::Error) -> Described {
+    let usable = !session.state().is_terminal() && session.error().is_none();
+    if e.kind() == ErrorKind::NotFound && usable {
         Described::Missing
     } else {
         Described::Failed(fail::describe(e))

@@ -3,8 +3,9 @@
 //!
 //! The protocol lists neither a node's semaphores nor its sessions. The names come from the
 //! sessions that announce what they use (`SessionOptions::announce`) and from the command
-//! line. Owners and data are followed by watches; the queues, which no watch reports, and
-//! the resources, which have none, are read each `--interval`.
+//! line. Owners and data are followed by watches; the queues, which no watch reports, the
+//! announcements, polled so that a busy node costs no more, and the resources, which have
+//! no watch, are read each `--interval`.
 
 mod follow;
 pub(crate) mod model;
@@ -66,12 +67,27 @@ pub(crate) struct TopArgs {
     /// name in the database).
     #[arg(long = "node-path", value_name = "NAME=PATH", value_parser = parse_node_path)]
     node_paths: Vec<(String, String)>,
-    /// How often the queues, the resources and a space's layout are read.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    /// How often the queues, the announcements, the resources and a space's layout are read
+    /// (at least 100ms).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_interval)]
     interval: Duration,
     /// Print one snapshot and exit, once everything was read (within --timeout).
     #[arg(long)]
     once: bool,
+}
+
+/// The shortest `--interval`: each one reads every followed queue and resource.
+const SHORTEST_INTERVAL: Duration = Duration::from_millis(100);
+
+fn parse_interval(value: &str) -> Result<Duration, String> {
+    let d = duration::parse(value)?;
+    if d < SHORTEST_INTERVAL {
+        return Err(format!(
+            "give an interval of at least {}",
+            duration::format(SHORTEST_INTERVAL)
+        ));
+    }
+    Ok(d)
 }
 
 fn parse_node_path(value: &str) -> Result<(String, String), String> {
@@ -84,6 +100,7 @@ fn parse_node_path(value: &str) -> Result<(String, String), String> {
 }
 
 /// The nodes a run watches: one, or a space's, read from its directory.
+#[derive(Clone)]
 enum Scope {
     Node(String),
     Space {
@@ -104,56 +121,76 @@ struct Top {
     scope: Scope,
     /// Why the space's layout could not be read, if it could not.
     layout_note: Option<String>,
+    /// A read of the space's layout is under way.
+    layout_reading: bool,
 }
 
 impl Top {
-    /// The nodes to watch now: the one node, or the published layout's (both sides of a
-    /// transition).
-    async fn nodes(&mut self) -> Vec<String> {
-        let (directory, paths) = match &self.scope {
-            Scope::Node(path) => return vec![path.clone()],
-            Scope::Space { directory, paths } => (directory, paths),
-        };
-        let layout = tokio::time::timeout(
-            self.interval.max(Duration::from_secs(1)),
-            directory.layout(),
-        )
-        .await;
-        match layout {
-            Ok(Ok(layout)) => {
-                self.layout_note = None;
-                let mut names: Vec<&String> = layout.nodes().iter().collect();
-                names.extend(layout.next().into_iter().flatten());
-                let mut out: Vec<String> = names
-                    .into_iter()
-                    .map(|n| {
-                        paths
-                            .get(n)
-                            .cloned()
-                            .unwrap_or_else(|| Conn::node(&self.client, n))
-                    })
-                    .collect();
-                out.sort();
-                out.dedup();
-                out
-            }
-            Ok(Err(e)) => {
-                self.layout_note = Some(format!(
-                    "the layout could not be read: {}",
-                    fail::describe(&e)
-                ));
-                self.tasks.keys().cloned().collect()
-            }
-            Err(_) => {
-                self.layout_note = Some("the layout could not be read in time".to_string());
-                self.tasks.keys().cloned().collect()
-            }
+    /// Reads the nodes to watch now: the one node, or the published layout's (both sides of
+    /// a transition), within the interval (at least a second).
+    fn read_nodes(&self) -> impl Future<Output = Result<Vec<String>, String>> + 'static {
+        let scope = self.scope.clone();
+        let client = self.client.clone();
+        let patience = self.interval.max(Duration::from_secs(1));
+        async move {
+            let (directory, paths) = match scope {
+                Scope::Node(path) => return Ok(vec![path]),
+                Scope::Space { directory, paths } => (directory, paths),
+            };
+            let layout = match tokio::time::timeout(patience, directory.layout()).await {
+                Ok(Ok(layout)) => layout,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "the layout could not be read: {}",
+                        fail::describe(&e)
+                    ));
+                }
+                Err(_) => return Err("the layout could not be read in time".to_string()),
+            };
+            let mut names: Vec<&String> = layout.nodes().iter().collect();
+            names.extend(layout.next().into_iter().flatten());
+            let mut out: Vec<String> = names
+                .into_iter()
+                .map(|n| {
+                    paths
+                        .get(n)
+                        .cloned()
+                        .unwrap_or_else(|| Conn::node(&client, n))
+                })
+                .collect();
+            out.sort();
+            out.dedup();
+            Ok(out)
         }
     }
 
-    /// Follows the nodes of the scope now: new ones start, gone ones stop.
-    async fn refresh_nodes(&mut self) {
-        let nodes = self.nodes().await;
+    /// Starts a read of a space's layout whose answer comes as an event (one at a time), so
+    /// that a slow read holds up neither keys nor news.
+    fn refresh_layout(&mut self) {
+        if !matches!(self.scope, Scope::Space { .. }) || self.layout_reading {
+            return;
+        }
+        self.layout_reading = true;
+        let read = self.read_nodes();
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            let _ = events.send(Event::Layout(read.await));
+        });
+    }
+
+    /// Follows the nodes read: new ones start, gone ones stop. A layout that could not be
+    /// read keeps the nodes followed so far.
+    fn set_nodes(&mut self, nodes: Result<Vec<String>, String>) {
+        let nodes = match nodes {
+            Ok(nodes) => {
+                self.layout_note = None;
+                nodes
+            }
+            Err(why) => {
+                self.layout_note = Some(why);
+                return;
+            }
+        };
         self.tracker.set_nodes(&nodes);
         self.tasks.retain(|path, _| nodes.contains(path));
         for path in nodes {
@@ -173,8 +210,9 @@ impl Top {
 
     /// Tells each node's tasks which names to follow.
     fn want(&mut self) {
+        let now = Instant::now();
         for (path, tasks) in &self.tasks {
-            self.tracker.prune(path);
+            self.tracker.prune(now, path);
             tasks.want(self.tracker.wanted(path));
         }
     }
@@ -187,6 +225,7 @@ impl Top {
                 node,
                 name,
                 described,
+                ..
             } if name == ANNOUNCE_SEMAPHORE => {
                 let owners = match described {
                     Described::Found(d) => Ok(d.owners),
@@ -200,10 +239,19 @@ impl Top {
                 node,
                 name,
                 described,
-            } => {
-                self.tracker.described(now, &node, &name, described);
-            }
+                queue: true,
+            } => self.tracker.described(now, &node, &name, described),
+            Event::Described {
+                node,
+                name,
+                described,
+                queue: false,
+            } => self.tracker.watched(now, &node, &name, described),
             Event::Resources { node, rows } => self.tracker.resources(&node, rows),
+            Event::Layout(nodes) => {
+                self.layout_reading = false;
+                self.set_nodes(nodes);
+            }
         }
     }
 
@@ -248,8 +296,12 @@ pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Fail
         events,
         scope,
         layout_note: None,
+        layout_reading: false,
     };
-    top.refresh_nodes().await;
+    let nodes = signals
+        .interruptible(async { Ok(top.read_nodes().await) })
+        .await?;
+    top.set_nodes(nodes);
     if args.once {
         return once(&mut top, conn, out, &mut signals).await;
     }
@@ -263,26 +315,31 @@ pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Fail
 async fn once(top: &mut Top, conn: &Conn, out: Out, signals: &mut Signals) -> Result<u8, Failure> {
     let deadline = tokio::time::sleep(conn.budget.left());
     tokio::pin!(deadline);
-    let settled = loop {
-        if top.tracker.settled() {
-            break true;
-        }
-        tokio::select! {
-            e = top.events.recv() => match e {
-                Some(e) => top.apply(e),
-                None => break false,
-            },
-            () = &mut deadline => break false,
-            sig = signals.recv() => return Err(interrupted(sig)),
-        }
-    };
+    // Without its layout a space has no nodes to wait for.
+    let settled = top.layout_note.is_none()
+        && loop {
+            if top.tracker.settled() {
+                break true;
+            }
+            tokio::select! {
+                e = top.events.recv() => match e {
+                    Some(e) => top.apply(e),
+                    None => break false,
+                },
+                () = &mut deadline => break false,
+                sig = signals.recv() => return Err(interrupted(sig)),
+            }
+        };
     let snapshot = top.snapshot();
     out.print(snapshot.to_json(), || view::text(&snapshot));
-    let unreachable = top.tracker.unreachable();
-    if !unreachable.is_empty() {
+    let mut problems = top.tracker.problems();
+    if top.layout_note.is_some() {
+        problems.insert(0, "the space's layout".to_string());
+    }
+    if !problems.is_empty() {
         Err(Failure::new(format!(
             "{} could not be read (see the notes above): the snapshot above is partial",
-            unreachable.join(", ")
+            problems.join(", ")
         )))
     } else if settled {
         Ok(0)
@@ -303,11 +360,14 @@ async fn stream(top: &mut Top, out: Out, signals: &mut Signals) -> Result<u8, Fa
         tokio::select! {
             e = top.events.recv() => if let Some(e) = e { top.apply(e) },
             _ = tick.tick() => {
-                if matches!(top.scope, Scope::Space { .. }) {
-                    top.refresh_nodes().await;
-                }
+                top.refresh_layout();
                 let snapshot = top.snapshot();
-                out.print(snapshot.to_json(), || view::text(&snapshot));
+                match out.try_print(snapshot.to_json(), || view::text(&snapshot)) {
+                    Ok(()) => {}
+                    // The reader is gone (e.g. `| head -1`): nothing more to do.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                    Err(e) => return Err(Failure::new(format!("cannot write the snapshot, check where the output goes: {e}"))),
+                }
             }
             _ = signals.recv() => return Ok(0),
         }
@@ -328,8 +388,11 @@ async fn live(top: &mut Top, signals: &mut Signals) -> Result<u8, Failure> {
             }
         }
     });
-    let mut terminal = ratatui::try_init()
-        .map_err(|e| Failure::new(format!("cannot set up the terminal: {e}")))?;
+    let mut terminal = ratatui::try_init().map_err(|e| {
+        // Raw mode may be on already.
+        ratatui::restore();
+        Failure::new(format!("cannot set up the terminal: {e}"))
+    })?;
     let result = live_loop(top, &mut terminal, &mut keys, signals).await;
     ratatui::restore();
     result
@@ -374,7 +437,7 @@ async fn live_loop(
                 None => return Ok(0),
             },
             _ = redraw.tick() => {}
-            _ = layout.tick(), if matches!(top.scope, Scope::Space { .. }) => top.refresh_nodes().await,
+            _ = layout.tick() => top.refresh_layout(),
             sig = signals.recv() => return Err(interrupted(sig)),
         }
     }

@@ -94,23 +94,55 @@ struct Name {
     last: Option<Described>,
     owners: HashMap<u64, Seen>,
     waiters: HashMap<u64, Seen>,
+    /// The queue as last polled: the watch reports owners only.
+    queue: Vec<SemaphoreSession>,
+    /// Whether the queue was read, or the name found not to be there to read.
+    settled: bool,
     grants: VecDeque<Instant>,
 }
 
 impl Name {
-    fn described(&mut self, now: Instant, described: Described) {
-        let first = !matches!(self.last, Some(Described::Found(_)));
-        if let Described::Found(d) = &described {
-            let owners = follow(&mut self.owners, &d.owners, now, first);
-            // A new owner seen arriving is a grant.
-            if !first {
-                self.grants.extend(std::iter::repeat_n(now, owners));
+    /// Takes in a description; with `queue` it carries the waiters (a poll), otherwise
+    /// only the owners (a watch), and the last polled queue stands in for the waiters.
+    fn described(&mut self, now: Instant, mut described: Described, queue: bool) {
+        // A read that failed says nothing of what happened meanwhile: whoever is found
+        // next may have come in the gap. A missing semaphore is a known empty one.
+        let first = matches!(self.last, None | Some(Described::Failed(_)));
+        self.settled |= queue || !matches!(described, Described::Found(_));
+        match &mut described {
+            Described::Found(d) => {
+                if queue {
+                    self.queue = d.waiters.clone();
+                } else {
+                    // Waiters since granted are owners now.
+                    let owners = &d.owners;
+                    self.queue.retain(|w| {
+                        !owners
+                            .iter()
+                            .any(|o| o.order_id == w.order_id || o.session_id == w.session_id)
+                    });
+                    d.waiters = self.queue.clone();
+                }
+                let owners = follow(&mut self.owners, &d.owners, now, first);
+                // A new owner seen arriving is a grant.
+                if !first {
+                    self.grants.extend(std::iter::repeat_n(now, owners));
+                }
+                follow(&mut self.waiters, &d.waiters, now, first);
             }
-            follow(&mut self.waiters, &d.waiters, now, first);
-        } else {
-            self.owners.clear();
-            self.waiters.clear();
+            Described::Missing => {
+                self.owners.clear();
+                self.waiters.clear();
+                self.queue.clear();
+            }
+            // The order ids still name the same grants when the next read succeeds.
+            Described::Failed(_) => {}
         }
+        self.forget_grants(now);
+        self.last = Some(described);
+    }
+
+    fn forget_grants(&mut self, now: Instant) {
         while self
             .grants
             .front()
@@ -118,7 +150,25 @@ impl Name {
         {
             self.grants.pop_front();
         }
-        self.last = Some(described);
+    }
+
+    /// Grants within the minute before `now`.
+    fn grants_per_minute(&self, now: Instant) -> u64 {
+        let recent = self
+            .grants
+            .iter()
+            .filter(|t| now.saturating_duration_since(**t) <= GRANT_WINDOW)
+            .count();
+        u64::try_from(recent).unwrap_or(u64::MAX)
+    }
+
+    /// No longer followed: nobody announces it, so it is taken as empty until it is
+    /// followed again; its grants stay for the minute.
+    fn let_go(&mut self) {
+        self.last = Some(Described::Missing);
+        self.owners.clear();
+        self.waiters.clear();
+        self.queue.clear();
     }
 }
 
@@ -149,6 +199,8 @@ struct Node {
     announced: Option<BTreeMap<u64, Announcement>>,
     /// Why the announcements could not be read.
     unreachable: Option<String>,
+    /// Sessions whose announcement this version cannot read.
+    unreadable: BTreeSet<u64>,
     names: BTreeMap<String, Name>,
     resources: Option<Result<Vec<ResourceRow>, String>>,
 }
@@ -196,16 +248,19 @@ impl Tracker {
         match owners {
             Ok(owners) => {
                 n.unreachable = None;
-                n.announced = Some(
-                    owners
-                        .iter()
-                        .map(|o| {
-                            let a = Announcement::parse(&o.data).unwrap_or_default();
-                            (o.session_id, a)
-                        })
-                        .collect(),
-                );
+                n.unreadable.clear();
+                let mut announced = BTreeMap::new();
+                for o in &owners {
+                    let a = Announcement::parse(&o.data).unwrap_or_else(|| {
+                        n.unreadable.insert(o.session_id);
+                        Announcement::default()
+                    });
+                    announced.insert(o.session_id, a);
+                }
+                n.announced = Some(announced);
             }
+            // Its names stay followed (each read fails or not on its own), but its sessions
+            // are not shown as current while it cannot be read.
             Err(why) => n.unreachable = Some(why),
         }
     }
@@ -221,27 +276,41 @@ impl Tracker {
         wanted
     }
 
-    /// A describe of `name` on `node` (a watch's item or a poll's answer).
+    /// A full describe of `name` on `node`, owners and waiters (a poll's answer).
     pub(crate) fn described(&mut self, now: Instant, node: &str, name: &str, d: Described) {
-        let wanted = self.wanted(node).contains(name);
-        let Some(n) = self.nodes.get_mut(node) else {
-            return;
-        };
-        if !wanted {
-            n.names.remove(name);
-            return;
-        }
-        n.names
-            .entry(name.to_string())
-            .or_default()
-            .described(now, d);
+        self.take(now, node, name, d, true);
     }
 
-    /// Forgets the names of `node` no longer wanted.
-    pub(crate) fn prune(&mut self, node: &str) {
+    /// A describe of `name` on `node` with its owners only (a watch's item): the waiters
+    /// are the last polled ones, less those granted since.
+    pub(crate) fn watched(&mut self, now: Instant, node: &str, name: &str, d: Described) {
+        self.take(now, node, name, d, false);
+    }
+
+    fn take(&mut self, now: Instant, node: &str, name: &str, d: Described, queue: bool) {
+        // A late answer for a name no longer wanted is dropped.
+        if !self.wanted(node).contains(name) {
+            return;
+        }
+        if let Some(n) = self.nodes.get_mut(node) {
+            let entry = n.names.entry(name.to_string()).or_default();
+            entry.described(now, d, queue);
+        }
+    }
+
+    /// Lets go of the names of `node` no longer wanted; those granted within the minute are
+    /// kept, taken as empty, so that their grants still count if they come back.
+    pub(crate) fn prune(&mut self, now: Instant, node: &str) {
         let wanted = self.wanted(node);
         if let Some(n) = self.nodes.get_mut(node) {
-            n.names.retain(|name, _| wanted.contains(name));
+            n.names.retain(|name, x| {
+                if wanted.contains(name) {
+                    return true;
+                }
+                x.let_go();
+                x.forget_grants(now);
+                !x.grants.is_empty()
+            });
         }
     }
 
@@ -253,26 +322,39 @@ impl Tracker {
     }
 
     /// Whether every node's announcements and resources were read (or failed) and every
-    /// wanted name described once: what `--once` waits for.
+    /// wanted name described once: what `--once` waits for. Never while there is no node
+    /// (a space whose layout was not read yet).
     pub(crate) fn settled(&self) -> bool {
-        self.nodes.iter().all(|(path, n)| {
-            (n.announced.is_some() || n.unreachable.is_some())
-                && n.resources.is_some()
-                && self
-                    .wanted(path)
-                    .iter()
-                    .all(|name| n.names.get(name).is_some_and(|x| x.last.is_some()))
-        })
+        !self.nodes.is_empty()
+            && self.nodes.iter().all(|(path, n)| {
+                (n.announced.is_some() || n.unreachable.is_some())
+                    && n.resources.is_some()
+                    && self
+                        .wanted(path)
+                        .iter()
+                        .all(|name| n.names.get(name).is_some_and(|x| x.settled))
+            })
     }
 
-    /// The nodes whose announcements could not be read (a node that cannot be reached is
-    /// never shown as one where nothing is held).
-    pub(crate) fn unreachable(&self) -> Vec<&str> {
-        self.nodes
-            .iter()
-            .filter(|(_, n)| n.unreachable.is_some())
-            .map(|(path, _)| path.as_str())
-            .collect()
+    /// What could not be read, one item each: a node's announcements, a wanted name, a
+    /// node's resources. Empty when the snapshot is whole (a missing name is not a gap).
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (path, n) in &self.nodes {
+            if n.unreachable.is_some() {
+                out.push(path.clone());
+            }
+            for name in self.wanted(path) {
+                if let Some(Described::Failed(_)) = n.names.get(&name).and_then(|x| x.last.as_ref())
+                {
+                    out.push(format!("{name:?} on {path}"));
+                }
+            }
+            if let Some(Err(_)) = n.resources {
+                out.push(format!("the rate limiter of {path}"));
+            }
+        }
+        out
     }
 
     /// Everything known, as of `now`.
@@ -282,11 +364,21 @@ impl Tracker {
             ..Snapshot::default()
         };
         let mut sessions: BTreeMap<(String, u64), SessionRow> = BTreeMap::new();
+        // Exact names found on some node, and those found missing where they were read.
+        let mut found = BTreeSet::new();
+        let mut missing = BTreeSet::new();
         for (path, node) in &self.nodes {
             if let Some(why) = &node.unreachable {
                 s.notes.push(format!("{path}: {why}"));
             }
-            for (id, a) in node.announced.iter().flatten() {
+            for id in &node.unreadable {
+                s.notes.push(format!(
+                    "{path}: session {id} announces in a format this version cannot read"
+                ));
+            }
+            // The announcements of a node that cannot be read now are not current.
+            let announced = node.announced.iter().filter(|_| node.unreachable.is_none());
+            for (id, a) in announced.flatten() {
                 let row = session(&mut sessions, path, *id);
                 row.description = a.description.clone();
                 row.announced = true;
@@ -297,9 +389,11 @@ impl Tracker {
                     ));
                 }
             }
-            for (name, n) in &node.names {
+            let wanted = self.wanted(path);
+            for (name, n) in node.names.iter().filter(|(name, _)| wanted.contains(*name)) {
                 match &n.last {
                     Some(Described::Found(d)) => {
+                        found.insert(name);
                         for o in &d.owners {
                             session(&mut sessions, path, o.session_id).holds += 1;
                         }
@@ -309,7 +403,7 @@ impl Tracker {
                         s.semaphores.push(row(path, d, n, now));
                     }
                     Some(Described::Missing) if self.selection.exact.contains(name) => {
-                        s.notes.push(format!("{path}: no semaphore {name:?}"));
+                        missing.insert(name);
                     }
                     Some(Described::Failed(why)) => {
                         s.notes.push(format!("{path}: {name:?}: {why}"));
@@ -322,6 +416,11 @@ impl Tracker {
                 Some(Err(why)) => s.notes.push(format!("{path}: rate limiter: {why}")),
                 None => {}
             }
+        }
+        // In a space an exact name is looked for on every node and lives on one.
+        for name in missing.difference(&found) {
+            s.notes
+                .push(format!("{}: no semaphore {name:?}", self.target));
         }
         s.sessions = sessions.into_values().collect();
         s
@@ -383,7 +482,7 @@ fn row(node: &str, d: &SemaphoreDescription, n: &Name, now: Instant) -> Semaphor
                 }
             })
             .collect(),
-        grants_per_minute: n.grants.len() as u64,
+        grants_per_minute: n.grants_per_minute(now),
     }
 }
 

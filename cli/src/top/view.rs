@@ -1207,15 +1207,50 @@ fn several_nodes<'a>(nodes: impl Iterator<Item = &'a str>) -> bool {
 /// Text from the server (names, data, descriptions) with control characters replaced, so that
 /// none can move the cursor or colour the terminal.
 fn clean(s: &str) -> Cow<'_, str> {
-    if s.chars().any(char::is_control) {
+    if s.chars().any(unsafe_to_show) {
         Cow::Owned(
             s.chars()
-                .map(|c| if c.is_control() { '?' } else { c })
+                .map(|c| if unsafe_to_show(c) { '?' } else { c })
                 .collect(),
         )
     } else {
         Cow::Borrowed(s)
     }
+}
+
+/// Control characters, and format characters (Unicode category Cf: bidirectional marks,
+/// embeddings, overrides and isolates, zero-width joiners, …) with which server data could
+/// reorder or hide the text around it.
+fn unsafe_to_show(c: char) -> bool {
+    c.is_control() || is_format(c)
+}
+
+/// Whether `c` is of Unicode general category Cf (format), as of Unicode 15.
+fn is_format(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
 }
 
 /// Pads the cells of each row to the widest cell of their column (right-aligned where `right`

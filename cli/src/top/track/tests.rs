@@ -187,7 +187,7 @@ fn a_name_no_longer_announced_is_forgotten_and_a_missing_exact_name_is_noted() {
     assert_eq!(t.snapshot(t0).semaphores.len(), 1);
     assert_eq!(t.snapshot(t0).notes.len(), 1);
     t.announced(NODE, Ok(vec![announcing(1, "", &[])]));
-    t.prune(NODE);
+    t.prune(t0, NODE);
     assert!(t.snapshot(t0).semaphores.is_empty());
     // A late answer for a name no longer wanted is dropped.
     t.described(t0, NODE, "job", found("job", 1, vec![], vec![]));
@@ -235,4 +235,158 @@ fn data_is_cut_to_one_line() {
     let long = text(&[b'x'; 200]);
     assert_eq!(long.chars().count(), DATA_SHOWN + 1);
     assert_eq!(text(&[0xff, b'a']), "\u{fffd}a");
+}
+
+fn owner_rows(t: &Tracker, now: Instant) -> Vec<(u64, Duration, bool)> {
+    t.snapshot(now).semaphores[0]
+        .owners
+        .iter()
+        .map(|o| (o.session_id, o.held_for, o.exact))
+        .collect()
+}
+
+fn grants(t: &Tracker, now: Instant) -> u64 {
+    t.snapshot(now).semaphores[0].grants_per_minute
+}
+
+fn held_by(name: &str, session_id: u64) -> Described {
+    found(name, 1, vec![entry(session_id, session_id, 1, b"")], vec![])
+}
+
+#[test]
+fn a_missing_semaphore_is_a_known_empty_one_so_the_next_owner_was_seen_arriving() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["lock"]);
+    t.described(t0, NODE, "lock", held_by("lock", 1));
+    // An ephemeral lock goes with each release.
+    t.described(t0 + sec(1), NODE, "lock", Described::Missing);
+    t.described(t0 + sec(2), NODE, "lock", held_by("lock", 2));
+    assert_eq!(owner_rows(&t, t0 + sec(5)), [(2, sec(3), true)]);
+    assert_eq!(grants(&t, t0 + sec(5)), 1);
+}
+
+#[test]
+fn a_failed_read_keeps_what_was_seen_and_makes_the_next_newcomer_a_lower_bound() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["lock"]);
+    t.described(t0, NODE, "lock", Described::Missing);
+    t.described(t0 + sec(1), NODE, "lock", held_by("lock", 2));
+    t.described(t0 + sec(2), NODE, "lock", Described::Failed("cut".into()));
+    t.described(t0 + sec(3), NODE, "lock", held_by("lock", 2));
+    assert_eq!(owner_rows(&t, t0 + sec(4)), [(2, sec(3), true)]);
+    t.described(t0 + sec(5), NODE, "lock", Described::Failed("cut".into()));
+    t.described(t0 + sec(6), NODE, "lock", held_by("lock", 3));
+    assert_eq!(owner_rows(&t, t0 + sec(7)), [(3, sec(1), false)]);
+    assert_eq!(grants(&t, t0 + sec(7)), 1, "only the grant seen arriving");
+}
+
+#[test]
+fn grants_per_minute_count_only_the_minute_before_now() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["job"]);
+    t.described(t0, NODE, "job", Described::Missing);
+    for (i, id) in [1u64, 2, 3].into_iter().enumerate() {
+        t.described(t0 + sec(20 * i as u64), NODE, "job", held_by("job", id));
+    }
+    assert_eq!(grants(&t, t0 + sec(40)), 3);
+    // No describe since: the count still moves with now.
+    assert_eq!(grants(&t, t0 + sec(90)), 1);
+    assert_eq!(grants(&t, t0 + sec(101)), 0);
+}
+
+#[test]
+fn grants_of_a_name_let_go_and_announced_again_within_the_minute_still_count() {
+    let t0 = Instant::now();
+    let mut t = tracker(&[]);
+    t.announced(NODE, Ok(vec![announcing(1, "", &["lock"])]));
+    t.described(t0, NODE, "lock", held_by("lock", 1));
+    t.described(t0 + sec(1), NODE, "lock", held_by("lock", 2));
+    t.announced(NODE, Ok(vec![]));
+    t.prune(t0 + sec(2), NODE);
+    assert!(t.snapshot(t0 + sec(2)).semaphores.is_empty());
+    t.announced(NODE, Ok(vec![announcing(3, "", &["lock"])]));
+    t.described(t0 + sec(3), NODE, "lock", held_by("lock", 3));
+    assert_eq!(grants(&t, t0 + sec(4)), 2);
+    assert_eq!(owner_rows(&t, t0 + sec(4)), [(3, sec(1), true)]);
+}
+
+#[test]
+fn the_watch_gives_owners_and_the_poll_the_queue_less_those_granted_since() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["job"]);
+    let waiters = vec![entry(2, 2, 1, b""), entry(3, 3, 1, b"")];
+    t.watched(t0, NODE, "job", held_by("job", 1));
+    t.resources(NODE, Ok(vec![]));
+    t.announced(NODE, Ok(vec![]));
+    assert!(!t.settled(), "the queue was not read yet");
+    t.described(
+        t0,
+        NODE,
+        "job",
+        found("job", 1, vec![entry(1, 1, 1, b"")], waiters),
+    );
+    assert!(t.settled());
+    t.watched(t0 + sec(1), NODE, "job", held_by("job", 2));
+    let queue = |t: &Tracker| -> Vec<u64> {
+        t.snapshot(t0 + sec(2)).semaphores[0]
+            .waiters
+            .iter()
+            .map(|w| w.session_id)
+            .collect()
+    };
+    assert_eq!(queue(&t), [3]);
+    t.watched(t0 + sec(2), NODE, "job", held_by("job", 2));
+    assert_eq!(queue(&t), [3], "kept until the next poll");
+    t.described(t0 + sec(2), NODE, "job", held_by("job", 2));
+    assert!(queue(&t).is_empty());
+}
+
+#[test]
+fn an_exact_name_is_noted_missing_only_when_no_node_that_answered_has_it() {
+    let n2 = "/local/n2";
+    let t0 = Instant::now();
+    let mut t = tracker(&["cfg"]);
+    t.set_nodes(&[NODE.to_string(), n2.to_string()]);
+    t.described(t0, NODE, "cfg", Described::Missing);
+    t.described(t0, n2, "cfg", held_by("cfg", 1));
+    assert!(t.snapshot(t0).notes.is_empty());
+    t.described(t0, n2, "cfg", Described::Missing);
+    assert_eq!(t.snapshot(t0).notes.len(), 1);
+    // A node that could not answer is a gap, noted as such; the other's answer stands.
+    t.described(t0, n2, "cfg", Described::Failed("cut".into()));
+    assert_eq!(t.snapshot(t0).notes.len(), 2);
+    assert_eq!(t.problems().len(), 1);
+}
+
+#[test]
+fn an_unreachable_node_shows_no_announced_sessions_and_an_unreadable_announcement_is_noted() {
+    let mut t = tracker(&[]);
+    let mut odd = announcing(2, "", &[]);
+    odd.data = b"some other format".to_vec();
+    t.announced(NODE, Ok(vec![announcing(1, "worker", &["job"]), odd]));
+    let s = t.snapshot(Instant::now());
+    assert_eq!(s.sessions.len(), 2);
+    assert_eq!(s.notes.len(), 1);
+    t.announced(NODE, Err("cut".into()));
+    let s = t.snapshot(Instant::now());
+    assert!(s.sessions.is_empty());
+    assert_eq!(t.wanted(NODE).len(), 1, "its names stay followed");
+    assert_eq!(t.problems().len(), 1);
+}
+
+#[test]
+fn a_space_without_nodes_is_not_settled_and_gaps_make_the_snapshot_partial() {
+    let t0 = Instant::now();
+    let empty = Tracker::new("space", Selection::new(&[]), &[]);
+    assert!(!empty.settled());
+    let mut t = tracker(&["cfg", "job", "none-*"]);
+    t.announced(NODE, Ok(vec![]));
+    t.resources(NODE, Ok(vec![]));
+    t.described(t0, NODE, "cfg", Described::Missing);
+    t.described(t0, NODE, "job", held_by("job", 1));
+    assert!(t.settled());
+    assert!(t.problems().is_empty(), "a missing name is not a gap");
+    t.described(t0, NODE, "job", Described::Failed("refused".into()));
+    t.resources(NODE, Err("refused".into()));
+    assert_eq!(t.problems().len(), 2);
 }

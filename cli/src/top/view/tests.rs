@@ -900,3 +900,15 @@ fn an_exclusive_lock_of_an_ephemeral_semaphore_reads_max_not_a_20_digit_number()
     let lines = screen(&s, &mut state, 160, 40);
     assert!(lines.iter().all(|l| !l.contains(&u64::MAX.to_string())));
 }
+
+#[test]
+fn format_characters_from_the_server_cannot_reorder_a_row() {
+    for c in [
+        '\u{202E}', '\u{200E}', '\u{200F}', '\u{2066}', '\u{2069}', '\u{FEFF}',
+    ] {
+        let name = format!("a{c}b");
+        assert_eq!(clean(&name), "a?b", "U+{:04X}", u32::from(c));
+    }
+    assert!(matches!(clean("plain é ✓"), Cow::Borrowed(_)));
+    assert_eq!(clean("a\u{1b}[2Jb"), "a?[2Jb");
+}
