@@ -86,16 +86,35 @@ pub(crate) fn must_wait(data: &[u8], own: u64) -> bool {
     }
 }
 
-/// The marker of a tenure from its grant on, on one node (the simulation's and the tests').
-#[cfg(test)]
-pub(crate) fn held(order: u64) -> Vec<u8> {
-    marker(HELD, order, None)
+/// What a place's marker asks of its new holder (order id `own`), who runs the layout of
+/// `runs` in a lock space (`None` on one node).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Asks {
+    /// The last tenure did not end cleanly: wait until the delay after the own grant.
+    pub(crate) after_grant: bool,
+    /// The marker is not of the layout run (none, or an older one): wait until the delay
+    /// after the process began to run it ([`Running`]).
+    pub(crate) after_start: bool,
 }
 
-/// The marker of a clean release, on one node (the simulation's and the tests').
-#[cfg(test)]
-pub(crate) fn released(order: u64) -> Vec<u8> {
-    marker(RELEASED, order, None)
+/// What the marker `data` asks of the holder with order id `own` (see [`Asks`]).
+pub(crate) fn asks(data: &[u8], own: u64, runs: Option<u64>) -> Asks {
+    Asks {
+        after_grant: must_wait(data, own),
+        after_start: runs
+            .is_some_and(|epoch| parse_in(data).1.is_none_or(|written| written < epoch)),
+    }
+}
+
+/// The marker of a tenure from its grant on (in a lock space, with the `epoch` of the
+/// lock's layout).
+pub(crate) fn held(order: u64, epoch: Option<u64>) -> Vec<u8> {
+    marker(HELD, order, epoch)
+}
+
+/// The marker of a clean release (in a lock space, with the `epoch` of the lock's layout).
+pub(crate) fn released(order: u64, epoch: Option<u64>) -> Vec<u8> {
+    marker(RELEASED, order, epoch)
 }
 
 /// The layout a lock space's lock is taken in, for its markers: the epoch they are written
@@ -154,13 +173,12 @@ pub(crate) async fn settle(places: &[Lease], delay: Duration, runs: Option<Runni
             // The marker is written before the guard is handed over: a holder lost from now
             // on leaves `held` behind for the next one to see.
             let epoch = runs.map(|r| r.epoch);
-            lease.set_semaphore_data(&marker(HELD, own, epoch)).await?;
-            if must_wait(&data, own) {
+            lease.set_semaphore_data(&held(own, epoch)).await?;
+            let asks = asks(&data, own, epoch);
+            if asks.after_grant {
                 hold = hold.max(Hold::after(lease.granted_at(), delay));
             }
-            if let Some(runs) = runs
-                && parse_in(&data).1.is_none_or(|written| written < runs.epoch)
-            {
+            if let Some(runs) = runs.filter(|_| asks.after_start) {
                 hold = hold.max(Hold::after(runs.since, delay));
             }
         }
@@ -209,10 +227,7 @@ pub(crate) async fn mark_released(lease: &Lease, epoch: Option<u64>) {
         return;
     }
     let order = lease.fencing_token().order;
-    if let Err(e) = lease
-        .set_semaphore_data(&marker(RELEASED, order, epoch))
-        .await
-    {
+    if let Err(e) = lease.set_semaphore_data(&released(order, epoch)).await {
         tracing::debug!(
             semaphore = lease.name(),
             error = %e,
@@ -228,9 +243,9 @@ mod tests {
     #[test]
     fn only_a_held_marker_of_another_tenure_or_an_unknown_one_makes_the_next_holder_wait() {
         assert!(!must_wait(b"", 7));
-        assert!(!must_wait(&released(3), 7));
-        assert!(!must_wait(&held(7), 7));
-        assert!(must_wait(&held(3), 7));
+        assert!(!must_wait(&released(3, None), 7));
+        assert!(!must_wait(&held(7, None), 7));
+        assert!(must_wait(&held(3, None), 7));
         assert!(must_wait(b"someone else's data", 7));
         assert!(must_wait(b"held ", 7));
         assert!(must_wait(b"released x", 7));
@@ -239,8 +254,8 @@ mod tests {
 
     #[test]
     fn markers_read_back_as_written() {
-        assert_eq!(parse(&held(u64::MAX)), Marker::Held(u64::MAX));
-        assert_eq!(parse(&released(0)), Marker::Released(0));
+        assert_eq!(parse(&held(u64::MAX, None)), Marker::Held(u64::MAX));
+        assert_eq!(parse(&released(0, None)), Marker::Released(0));
         assert_eq!(parse(b""), Marker::Empty);
         let in_space = marker(RELEASED, 4, Some(u64::MAX));
         assert_eq!(parse_in(&in_space), (Marker::Released(4), Some(u64::MAX)));
@@ -248,7 +263,7 @@ mod tests {
             parse_in(&marker(HELD, 4, Some(2))),
             (Marker::Held(4), Some(2))
         );
-        assert_eq!(parse_in(&held(4)), (Marker::Held(4), None));
+        assert_eq!(parse_in(&held(4, None)), (Marker::Held(4), None));
     }
 
     #[test]
@@ -258,5 +273,26 @@ mod tests {
         assert!(!must_wait(&marker(HELD, 7, Some(2)), 7));
         assert!(must_wait(b"released 3 epoch x", 7));
         assert!(must_wait(b"released 3 epoch ", 7));
+    }
+
+    #[test]
+    fn in_a_lock_space_only_a_marker_of_the_layout_run_or_a_newer_one_is_taken_at_its_word() {
+        let ask = |grant, start| Asks {
+            after_grant: grant,
+            after_start: start,
+        };
+        // On one node the epoch plays no part.
+        assert_eq!(asks(b"", 7, None), ask(false, false));
+        assert_eq!(asks(&held(3, None), 7, None), ask(true, false));
+        // In the layout of epoch 2: no marker, a node's own or an older layout's waits for
+        // the process's start in it; its own layout's or a newer one's does not.
+        assert_eq!(asks(b"", 7, Some(2)), ask(false, true));
+        assert_eq!(asks(&released(3, None), 7, Some(2)), ask(false, true));
+        assert_eq!(asks(&released(3, Some(1)), 7, Some(2)), ask(false, true));
+        assert_eq!(asks(&released(3, Some(2)), 7, Some(2)), ask(false, false));
+        assert_eq!(asks(&released(3, Some(3)), 7, Some(2)), ask(false, false));
+        assert_eq!(asks(&held(3, Some(2)), 7, Some(2)), ask(true, false));
+        assert_eq!(asks(&held(3, Some(1)), 7, Some(2)), ask(true, true));
+        assert_eq!(asks(b"someone else's", 7, Some(2)), ask(true, true));
     }
 }

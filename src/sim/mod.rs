@@ -20,7 +20,9 @@
 //! With [`Config::lock_delay`] the mutex is taken as `Mutex::lock_delay` takes it (the
 //! marker in a persistent semaphore's data, the delay after an unclean end) and judged
 //! without fencing: a paused holder holds until it runs again and sees its token fired, so
-//! the next holder's guard must wait for it; a variant that skips the delay is caught.
+//! the next holder's guard must wait for it; a variant that skips the delay is caught. With
+//! [`SpaceConfig::lock_delay`] the lock space's mutexes are taken and judged the same way
+//! across their places and the reshard (see `world::space`).
 //!
 //! Faults: stream cuts (in-flight messages lost), stalls shorter and longer than the session
 //! timeout, refused reconnects, tablet restarts, forced session expiry, clock-rate skew
@@ -29,8 +31,8 @@
 //! one node, a pause on a whole process). [`check`] judges every history.
 //!
 //! `SIM_SEED=<n>` replays one seed (in every configuration); `SIM_SOAK=<seeds>` runs a
-//! longer soak with random seeds; `SIM_SEEDS`, `SIM_SPACE_SEEDS` and `SIM_DELAY_SEEDS` set
-//! the budgets.
+//! longer soak with random seeds; `SIM_SEEDS`, `SIM_SPACE_SEEDS`, `SIM_DELAY_SEEDS` and
+//! `SIM_SPACE_DELAY_SEEDS` set the budgets.
 
 mod check;
 mod world;

@@ -1,6 +1,8 @@
 //! The lock space in the simulation: three nodes, a fourth added by a reshard in the middle
 //! of every run, and the proof that the checker's space properties bite.
 
+use std::time::Duration;
+
 use super::check::space::{NAMES, SEMAPHORE};
 use super::tests::{budget, explain, find_violation, replay, run, seeds};
 use super::{Config, Report, SpaceConfig};
@@ -189,4 +191,95 @@ fn the_checker_catches_locks_that_outlive_their_membership() {
     if std::env::var_os("SIM_EXPLAIN").is_some() {
         eprintln!("{}\nspace: {:?}", explain(&found), found.space);
     }
+}
+
+/// The space's exclusive names with a lock delay and no fencing: longer than a long pause
+/// (the session timeout and up to 10 s), so that a holder paused past its lease and woken
+/// never overlaps the next holder, on its node or, after the reshard, on another.
+fn space_lock_delay(space: SpaceConfig) -> Config {
+    Config {
+        space: Some(SpaceConfig {
+            workers_per_client: 3,
+            lock_delay: Some(Duration::from_secs(30)),
+            ..space
+        }),
+        ..space_config()
+    }
+}
+
+/// Few workers, and a holder of a name that moves paused as `A+B` is published: the case
+/// the rule for markers of older layouts is for. Its directory session expires, `B` is
+/// published, and with few workers nobody takes the name in the transition, whose holder
+/// would read the old place's marker and wait: the first holder in `B` finds no marker,
+/// or a clean one of the transition, on the new place.
+fn paused_at_reshard(broken: SpaceConfig) -> Config {
+    let mut cfg = space_lock_delay(SpaceConfig {
+        pause_at_reshard: true,
+        ..broken
+    });
+    cfg.clients = 2;
+    if let Some(space) = cfg.space.as_mut() {
+        space.workers_per_client = 2;
+    }
+    cfg
+}
+
+#[test]
+fn a_space_lock_delay_keeps_a_paused_holder_without_fencing_apart_from_the_next() {
+    let busy = space_lock_delay(SpaceConfig::default());
+    let quiet = paused_at_reshard(SpaceConfig::default());
+    if replay(&busy) {
+        return;
+    }
+    let seeds = seeds("SIM_SPACE_DELAY_SEEDS", 60);
+    let totals = budget(&busy, 0..seeds);
+    let space = &totals.space;
+    eprintln!(
+        "sim space lock delay: seeds={seeds} held A/A+B/B={:?} delayed by an unclean end / \
+         by a marker of an older layout={:?} membership lapses={}",
+        space.held, space.delayed, space.lapses
+    );
+    assert_eq!(totals.reshards, seeds, "every run reshards A -> A+B -> B");
+    assert!(space.held.iter().all(|&n| n > 0), "{space:?}");
+    // Both rules made holders wait: an unclean end, and a place new to the layout run.
+    assert!(space.delayed.iter().all(|&n| n > 0), "{space:?}");
+    let totals = budget(&quiet, 0..seeds);
+    assert!(
+        totals.space.paused_at_reshard > seeds / 4,
+        "{:?}",
+        totals.space
+    );
+}
+
+#[test]
+fn the_checker_catches_a_space_lock_delay_that_is_not_waited() {
+    let cfg = Config {
+        skip_delay: true,
+        ..space_lock_delay(SpaceConfig::default())
+    };
+    let found = find_violation(&cfg, 60).expect("a skipped lock delay went unnoticed");
+    assert!(
+        found.violations.iter().any(|v| v.what == "space overlap"),
+        "{}",
+        explain(&found)
+    );
+}
+
+#[test]
+fn the_checker_catches_a_space_lock_delay_that_trusts_an_older_layouts_marker() {
+    // The same world as the quiet one above, with holders that take a marker of an older
+    // layout (or none) at its word: the first holder in B does not wait, while the holder
+    // paused in A still holds the old place.
+    let cfg = paused_at_reshard(SpaceConfig {
+        markers_of_any_layout: true,
+        ..SpaceConfig::default()
+    });
+    let found = find_violation(&cfg, 60)
+        .expect("an older layout's marker taken at its word went unnoticed");
+    assert!(
+        found.violations.iter().any(|v| v.what == "space overlap"),
+        "{}",
+        explain(&found)
+    );
+    assert!(found.space.paused_at_reshard > 0, "{:?}", found.space);
 }

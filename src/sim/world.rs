@@ -59,7 +59,8 @@ pub(crate) struct Config {
     /// token, the marker in its data, the delay after an unclean end), and judged without
     /// fencing: a paused holder holds until it runs again and sees its token fired.
     pub(crate) lock_delay: Option<Duration>,
-    /// A deliberately broken lock delay: markers are kept, the delay is never waited.
+    /// A deliberately broken lock delay (the mutex's and the lock space's): markers are
+    /// kept, the delay is never waited.
     pub(crate) skip_delay: bool,
 }
 
@@ -390,8 +391,8 @@ impl World {
                         create_semaphore(&mut state, base, Resource::Mutex.name(), 1);
                     }
                 }
-                if space.as_ref().is_some_and(|s| n != s.directory()) {
-                    space::create_semaphores(&mut state, base);
+                if let Some(space) = space.as_ref().filter(|s| n != s.directory()) {
+                    space.create_semaphores(&mut state, base);
                 }
                 Node { state, timer: None }
             })
@@ -423,11 +424,13 @@ impl World {
                 }
             })
             .collect();
-        let checker = if cfg.lock_delay.is_some() {
-            Checker::default().with_lock_delay()
-        } else {
-            Checker::default()
-        };
+        let mut checker = Checker::default();
+        if cfg.lock_delay.is_some() {
+            checker = checker.with_lock_delay();
+        }
+        if cfg.space.as_ref().is_some_and(|s| s.lock_delay.is_some()) {
+            checker = checker.with_space_lock_delay();
+        }
         let mut world = Self {
             cfg,
             rng,
@@ -1413,7 +1416,7 @@ impl World {
                 {
                     // A clean unlock: the marker first, then the release.
                     self.clients[c].workers[w].state = WorkerState::Unmarking;
-                    let data = crate::recipes::lock_delay::released(order_id);
+                    let data = crate::recipes::lock_delay::released(order_id, None);
                     self.worker_command(c, w, now_c, |caller, name| Command::Update {
                         caller,
                         name,
@@ -1514,7 +1517,7 @@ impl World {
                         worker.must_wait = !self.cfg.skip_delay
                             && crate::recipes::lock_delay::must_wait(&d.data, order_id);
                         worker.state = WorkerState::Marking;
-                        let data = crate::recipes::lock_delay::held(order_id);
+                        let data = crate::recipes::lock_delay::held(order_id, None);
                         self.worker_command(c, w, now_c, |caller, name| Command::Update {
                             caller,
                             name,
@@ -1725,10 +1728,7 @@ impl World {
                 self.checker.may_lose(c, self.now + long + 3 * timeout);
                 self.now + long
             }
-            83..=90 => {
-                self.checker.may_lose(c, self.now + long + 3 * timeout);
-                self.pause(c, long)
-            }
+            83..=90 => self.long_pause(c, long),
             _ => {
                 let sid = s.core.as_ref().map(SessionCore::session_id);
                 if let Some(sid) = sid {
@@ -1750,6 +1750,14 @@ impl World {
         } else {
             self.clients[c].sessions[n].cooldown_until = cooled;
         }
+    }
+
+    /// A pause longer than the session timeout: the process may lose its leases. Returns
+    /// when it runs again.
+    fn long_pause(&mut self, c: usize, long: Duration) -> Instant {
+        self.checker
+            .may_lose(c, self.now + long + 3 * self.cfg.timeout);
+        self.pause(c, long)
     }
 
     /// The process `c` is not stepped for `span`; returns when it runs again.
@@ -1815,8 +1823,8 @@ impl World {
                     persistent.push(Resource::Mutex.name().to_string());
                 }
             }
-            if self.space.as_ref().is_some_and(|s| n != s.directory()) {
-                persistent.push(space::semaphore_name().to_string());
+            if let Some(space) = self.space.as_ref().filter(|s| n != s.directory()) {
+                persistent.extend(space.persistent().into_iter().map(String::from));
             }
             persistent.sort_unstable();
             if !sessions.is_empty() || names != persistent {

@@ -72,16 +72,35 @@ pub(crate) struct Names {
     next_id: u64,
     /// Per name: the greatest token of an exclusive holder so far, and whose.
     newest: HashMap<usize, (FencingToken, u64)>,
+    /// The exclusive names are taken with a lock delay and no fencing: a holder holds
+    /// until it has seen a part's token fired (a paused one, not before it runs again),
+    /// whatever the server did.
+    delayed: bool,
 }
 
 impl Names {
-    /// The server ended `session` of `client`: the locks with a part there no longer hold.
+    /// Whether the holder counts as holding whatever the server did and while its
+    /// process is paused: an exclusive name's with a lock delay.
+    fn holds_on(&self, h: &Holder) -> bool {
+        self.delayed && h.name != SEMAPHORE
+    }
+
+    /// The server ended `session` of `client`: the locks with a part there no longer hold
+    /// (with a lock delay, an exclusive name's still does, until it sees it).
     pub(super) fn revoke(&mut self, client: usize, session: u64) {
-        self.holders.retain(|_, h| !h.on_session(client, session));
+        let delayed = self.delayed;
+        self.holders
+            .retain(|_, h| !h.on_session(client, session) || (delayed && h.name != SEMAPHORE));
     }
 }
 
 impl Checker {
+    /// Judges the space's exclusive names as taken with a lock delay (see [`Names`]).
+    pub(crate) fn with_space_lock_delay(mut self) -> Self {
+        self.space.delayed = true;
+        self
+    }
+
     /// A space lock of `client` on `name` (`count` of it) now holds every place `parts` of
     /// the layout of `epoch`; returns the holder's id. Judged: the name's live, running
     /// holders on every node stay within its limit.
@@ -104,10 +123,11 @@ impl Checker {
             epoch,
             parts,
         };
-        let revoked = holder
-            .parts
-            .iter()
-            .any(|p| self.revoked.contains(&(p.key.0, p.key.1)));
+        let revoked = !self.space.holds_on(&holder)
+            && holder
+                .parts
+                .iter()
+                .any(|p| self.revoked.contains(&(p.key.0, p.key.1)));
         if !holder.live() || revoked {
             return id; // a part was lost already: nothing is held
         }
@@ -115,7 +135,7 @@ impl Checker {
         let mut held = u128::from(count);
         let mut others = Vec::new();
         for (other, h) in &self.space.holders {
-            if h.name == name && !self.paused(h.client, now) {
+            if h.name == name && (self.space.holds_on(h) || !self.paused(h.client, now)) {
                 held += u128::from(h.count);
                 others.push(h.describe(*other));
             }

@@ -38,10 +38,20 @@
 //!   looks every few tens of milliseconds, so it can take both steps while a process is
 //!   cut off from the directory.
 //!
-//! Three broken variants show that the checker bites: an operator that publishes `B` right
-//! after `A` ([`SpaceConfig::skip_transition`]), workers that compute a transition's token
-//! by `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]), and
-//! processes whose locks outlive their membership ([`SpaceConfig::locks_outlive_membership`]).
+//! - With a lock delay ([`SpaceConfig::lock_delay`]) an exclusive name's places are
+//!   persistent semaphores with one token: once every part is held, each place's marker is
+//!   read and its own written (`lock_delay::held` with the layout's epoch), one place after
+//!   the other, and the guard waits for what the markers ask (`lock_delay::asks`): until the
+//!   delay after a place's grant after an unclean end, until the delay after the process
+//!   began to run its layout for a marker not of that layout. A clean release writes
+//!   `released` on every part, then releases them.
+//!
+//! Broken variants show that the checker bites: an operator that publishes `B` right after
+//! `A` ([`SpaceConfig::skip_transition`]), workers that compute a transition's token by
+//! `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]), processes
+//! whose locks outlive their membership ([`SpaceConfig::locks_outlive_membership`]), a lock
+//! delay never waited (`Config::skip_delay`) and one that takes an older layout's marker at
+//! its word ([`SpaceConfig::markers_of_any_layout`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -69,6 +79,20 @@ pub(crate) struct SpaceConfig {
     /// Broken processes: once they joined the directory, they take and keep locks whatever
     /// becomes of their directory session (a lapsed membership costs no lock).
     pub(crate) locks_outlive_membership: bool,
+    /// The exclusive names are taken as `SpaceMutex::lock_delay` takes them (each place a
+    /// persistent semaphore with one token, its marker naming the layout's epoch) and judged
+    /// without fencing: a paused holder holds until it runs again and sees a token fired.
+    /// `Config::skip_delay` breaks it: markers are kept, the delay is never waited.
+    pub(crate) lock_delay: Option<Duration>,
+    /// A broken lock delay: a marker of an older layout, or none, is taken at its word (the
+    /// holder does not wait for the delay after its process began to run its layout).
+    pub(crate) markers_of_any_layout: bool,
+    /// A fault aimed at the reshard: when `A+B` is published, a process holding an
+    /// exclusive name that moves, taken in `A`, is paused for the session timeout and 10
+    /// to 25 s more (past its leases, and within the 30 s delay the tests use). Its
+    /// directory session expires, `B` may be published meanwhile, and the name taken on
+    /// its new place while the paused holder still has the old one.
+    pub(crate) pause_at_reshard: bool,
 }
 
 /// What the lock space did in a run.
@@ -94,6 +118,11 @@ pub(crate) struct SpaceStats {
     /// Operator steps published while a process's membership had lapsed and the process
     /// had not joined again.
     pub(crate) steps_in_lapse: u64,
+    /// Lock delay: guards handed over after a wait a place's marker asked for, by the rule
+    /// that asked for the longest: an unclean end, or a marker not of the layout run.
+    pub(crate) delayed: [u64; 2],
+    /// Runs where [`SpaceConfig::pause_at_reshard`] found a holder to pause.
+    pub(crate) paused_at_reshard: u64,
 }
 
 impl SpaceStats {
@@ -107,6 +136,10 @@ impl SpaceStats {
         self.lapses += other.lapses;
         self.lapse_locks_lost += other.lapse_locks_lost;
         self.steps_in_lapse += other.steps_in_lapse;
+        for (mine, theirs) in self.delayed.iter_mut().zip(other.delayed) {
+            *mine += theirs;
+        }
+        self.paused_at_reshard += other.paused_at_reshard;
     }
 }
 
@@ -162,6 +195,28 @@ impl Space {
     fn layout(&self, epoch: u64) -> &Layout {
         &self.layouts[epoch as usize - 1]
     }
+
+    /// The lock delay of the name `name`: the exclusive names', if the run has one.
+    fn delay(&self, name: usize) -> Option<Duration> {
+        self.cfg.lock_delay.filter(|_| name != SEMAPHORE)
+    }
+
+    /// The space's persistent semaphores, created on every node as a setup step: the
+    /// counted one, and with a lock delay every exclusive name.
+    pub(super) fn create_semaphores(&self, node: &mut NodeState, now: Instant) {
+        for name in self.persistent() {
+            let limit = if name == semaphore_name() { LIMIT } else { 1 };
+            create_semaphore(node, now, name, limit);
+        }
+    }
+
+    /// The names of [`Space::create_semaphores`].
+    pub(super) fn persistent(&self) -> Vec<&'static str> {
+        (0..NAMES.len())
+            .filter(|&name| name == SEMAPHORE || self.delay(name).is_some())
+            .map(|name| NAMES[name])
+            .collect()
+    }
 }
 
 /// The name of node `n` in the layouts.
@@ -174,12 +229,7 @@ fn node_index(name: &str) -> usize {
     name.trim_start_matches('n').parse().unwrap_or_default()
 }
 
-/// The space's persistent semaphore, created on every node as a setup step.
-pub(super) fn create_semaphores(node: &mut NodeState, now: Instant) {
-    create_semaphore(node, now, semaphore_name(), LIMIT);
-}
-
-pub(super) fn semaphore_name() -> &'static str {
+fn semaphore_name() -> &'static str {
     NAMES[SEMAPHORE]
 }
 
@@ -188,6 +238,8 @@ pub(super) fn semaphore_name() -> &'static str {
 pub(super) struct Process {
     /// The epoch of the layout run.
     layout: u64,
+    /// When it began to run it (client time).
+    running_since: Instant,
     /// The greatest epoch seen published.
     published: u64,
     /// How many locks (taking or held) each epoch has.
@@ -209,6 +261,7 @@ impl Process {
     pub(super) fn new(workers: usize, base: Instant) -> Self {
         Self {
             layout: 1,
+            running_since: base,
             published: 1,
             uses: BTreeMap::new(),
             reported: 0,
@@ -231,13 +284,29 @@ enum State {
     Idle,
     /// Taking the parts, one at a time.
     Taking,
+    /// Lock delay: every part held; each place's marker is read, then its own written.
+    Settling,
+    /// Lock delay: waiting out the delay the markers asked for.
+    Delaying,
     /// Every part held; the directory read for the token is on its way.
     Reading,
     Holding,
+    /// Lock delay: a clean release writes its marker on every part first.
+    Unmarking,
     /// To release what was taken.
     Dropping,
     /// Waiting for the releases' answers.
     Releasing,
+}
+
+impl State {
+    /// Every part is held: a lost part, a lapsed membership or a lost claim ends the lock.
+    fn has_all(self) -> bool {
+        matches!(
+            self,
+            State::Settling | State::Delaying | State::Reading | State::Holding
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -270,14 +339,25 @@ struct Lock {
     claim_lost: bool,
     /// The membership it was begun under.
     member: Option<u64>,
-    /// Releases not answered yet.
+    /// Releases (or markers of a clean release) not answered yet.
     pending: usize,
+    /// Lock delay: the places whose markers were read and written, in order.
+    marked: usize,
+    /// Lock delay: the next place's marker was read, its own is to be written.
+    read: bool,
+    /// Lock delay: until when the guard waits (client time), and whether a marker not of
+    /// the layout run asked for it.
+    until: Option<(Instant, bool)>,
+    /// Lock delay: every place is settled and the delay waited.
+    settled: bool,
 }
 
 #[derive(Debug)]
 struct Part {
     held: PartHeld,
     order_id: u64,
+    /// When the session learnt of the grant (client time).
+    since: Instant,
     /// Told to the checker as ended (released or lost).
     ended: bool,
 }
@@ -356,7 +436,7 @@ impl World {
             for key in lost {
                 self.checker.ended(self.now, key, true);
             }
-            if matches!(self.worker(c, w).state, State::Reading | State::Holding) {
+            if self.worker(c, w).state.has_all() {
                 self.space_lost(c, w);
             }
         }
@@ -404,12 +484,27 @@ impl World {
         match self.worker(c, w).state {
             State::Idle => self.space_begin(c, w, now_c),
             State::Taking => self.space_take(c, w, now_c),
+            State::Settling => self.space_settle(c, w, now_c),
+            State::Delaying => self.space_delayed(c, w, now_c),
             State::Holding => {
-                // Releasing the first part ends the hold.
-                if let Some(id) = self.lock(c, w).and_then(|l| l.holder.take()) {
+                // Releasing the first part (or marking it released) ends the hold.
+                let Some(lock) = self.lock(c, w) else {
+                    return Vec::new();
+                };
+                let (holder, name) = (lock.holder.take(), lock.name);
+                if let Some(id) = holder {
                     self.checker.space_released(id);
                 }
+                if self.space.as_ref().and_then(|s| s.delay(name)).is_some() {
+                    return self.space_unmark(c, w, now_c);
+                }
                 self.space_release(c, w, now_c)
+            }
+            State::Unmarking => {
+                if self.lock(c, w).is_none_or(|l| l.pending == 0) {
+                    return self.space_release(c, w, now_c);
+                }
+                Vec::new()
             }
             State::Dropping => self.space_release(c, w, now_c),
             State::Releasing => {
@@ -466,6 +561,10 @@ impl World {
             claim_lost,
             member,
             pending: 0,
+            marked: 0,
+            read: false,
+            until: None,
+            settled: false,
         });
         self.report(c);
         self.space_take(c, w, now_c)
@@ -486,7 +585,7 @@ impl World {
             return Vec::new();
         };
         let Some(&node) = lock.places.get(lock.taken.len()) else {
-            return self.space_all_taken(c, w);
+            return self.space_all_taken(c, w, now_c);
         };
         let (name, deadline) = (lock.name, lock.deadline);
         if !self.clients[c].sessions[node].usable() {
@@ -504,7 +603,9 @@ impl World {
             }
             return Vec::new();
         }
-        let mut opts = if name == SEMAPHORE {
+        let delayed = self.space.as_ref().and_then(|s| s.delay(name)).is_some();
+        let mut opts = if name == SEMAPHORE || delayed {
+            // The counted semaphore, or a lock-delay mutex's one token.
             AcquireOptions::new().count(1)
         } else {
             AcquireOptions::exclusive().ephemeral(true)
@@ -529,8 +630,9 @@ impl World {
     }
 
     /// Every part is taken: the lock holds its name (unless a part was lost meanwhile),
-    /// and its token comes from the order ids and, in a transition, the directory.
-    fn space_all_taken(&mut self, c: usize, w: usize) -> Vec<usize> {
+    /// once its places are settled if it has a lock delay, and its token comes from the
+    /// order ids and, in a transition, the directory.
+    fn space_all_taken(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
         let Some(lock) = self.lock(c, w) else {
             return Vec::new();
         };
@@ -540,6 +642,14 @@ impl World {
             self.schedule(c, w, self.now);
             return Vec::new();
         }
+        let (name, settled) = (lock.name, lock.settled);
+        if !settled && self.space.as_ref().and_then(|s| s.delay(name)).is_some() {
+            self.worker(c, w).state = State::Settling;
+            return self.space_settle(c, w, now_c);
+        }
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
         let (name, count, epoch) = (lock.name, lock.count, lock.epoch);
         let parts = lock.taken.iter().map(|p| p.held.clone()).collect();
         let id = self
@@ -561,6 +671,147 @@ impl World {
             self.space_hold(c, w, None);
         }
         Vec::new()
+    }
+
+    /// Lock delay: the next place's marker is read, then its own written on it, in order;
+    /// once every place's is, the guard waits until the latest the markers asked for.
+    fn space_settle(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w).filter(|l| l.waiting.is_none()) else {
+            return Vec::new();
+        };
+        let member = lock.member;
+        let lost = lock.claim_lost || lock.taken.iter().any(|p| p.held.token.is_cancelled());
+        if lost || !self.may_keep(c, member) {
+            self.worker(c, w).state = State::Dropping;
+            return self.space_release(c, w, now_c);
+        }
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        let Some(part) = lock.taken.get(lock.marked) else {
+            let until = lock.until.map(|(until, _)| until);
+            self.worker(c, w).state = State::Delaying;
+            let at = until.map_or(self.now, |u| self.global_of(c, u).max(self.now));
+            self.schedule(c, w, at);
+            return Vec::new();
+        };
+        let (node, order, session_no) = (part.held.node, part.order_id, part.held.key.1);
+        let name = NAMES[lock.name].to_string();
+        let data = lock
+            .read
+            .then(|| crate::recipes::lock_delay::held(order, Some(lock.epoch)));
+        let s = &self.clients[c].sessions[node];
+        if !s.usable() || s.session_no != session_no {
+            self.worker(c, w).state = State::Dropping;
+            return self.space_release(c, w, now_c);
+        }
+        let caller = self.caller(c, node, Caller::Space(w));
+        let cmd = match data {
+            None => Command::Describe {
+                caller,
+                name,
+                opts: crate::config::DescribeOptions::new(),
+            },
+            Some(data) => Command::Update { caller, name, data },
+        };
+        if let Some(lock) = self.lock(c, w) {
+            lock.waiting = Some(node);
+        }
+        if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
+            core.command(now_c, cmd);
+        }
+        vec![node]
+    }
+
+    /// Lock delay: the marker `data` of the next place to settle was read; what it asks
+    /// for (see `lock_delay::asks`) joins what the places before asked.
+    fn space_marker_read(&mut self, c: usize, w: usize, data: &[u8]) {
+        let Some(space) = self.space.as_ref() else {
+            return;
+        };
+        let (delay, any_layout) = (space.cfg.lock_delay, space.cfg.markers_of_any_layout);
+        let skip = self.cfg.skip_delay;
+        let running_since = self.clients[c].space.running_since;
+        let Some(lock) = self.lock(c, w) else {
+            return;
+        };
+        lock.read = true;
+        let (Some(delay), Some(part)) = (delay, lock.taken.get(lock.marked)) else {
+            return;
+        };
+        let asks = crate::recipes::lock_delay::asks(data, part.order_id, Some(lock.epoch));
+        let mut waits = Vec::new();
+        if asks.after_grant && !skip {
+            waits.push((part.since + delay, false));
+        }
+        if asks.after_start && !skip && !any_layout {
+            waits.push((running_since + delay, true));
+        }
+        lock.until = waits.into_iter().chain(lock.until).max_by_key(|w| w.0);
+    }
+
+    /// Lock delay: the wait is over (an earlier wake-up is not): the lock holds its name.
+    fn space_delayed(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        let until = lock.until;
+        if until.is_some_and(|(until, _)| now_c < until) {
+            return Vec::new();
+        }
+        lock.settled = true;
+        let member = lock.member;
+        if !self.may_keep(c, member) {
+            self.worker(c, w).state = State::Dropping;
+            return self.space_release(c, w, now_c);
+        }
+        if let (Some((_, by_layout)), Some(space)) = (until, self.space.as_mut()) {
+            space.stats.delayed[usize::from(by_layout)] += 1;
+        }
+        self.space_all_taken(c, w, now_c)
+    }
+
+    /// Lock delay: a clean release writes `released` on every part still held, then
+    /// releases them all (a marker not written leaves `held`: the next holder waits).
+    fn space_unmark(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        let epoch = lock.epoch;
+        let name = NAMES[lock.name];
+        let parts: Vec<(usize, u64, u64)> = lock
+            .taken
+            .iter()
+            .filter(|p| !p.ended && !p.held.token.is_cancelled())
+            .map(|p| (p.held.node, p.held.key.1, p.order_id))
+            .collect();
+        let mut touched = Vec::new();
+        for (node, session_no, order) in parts {
+            let s = &self.clients[c].sessions[node];
+            if !s.usable() || s.session_no != session_no {
+                continue;
+            }
+            let caller = self.caller(c, node, Caller::Space(w));
+            let data = crate::recipes::lock_delay::released(order, Some(epoch));
+            let cmd = Command::Update {
+                caller,
+                name: name.into(),
+                data,
+            };
+            if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
+                core.command(now_c, cmd);
+            }
+            touched.push(node);
+        }
+        if touched.is_empty() {
+            return self.space_release(c, w, now_c);
+        }
+        let pending = touched.len();
+        if let Some(lock) = self.lock(c, w) {
+            lock.pending = pending;
+        }
+        self.worker(c, w).state = State::Unmarking;
+        touched
     }
 
     fn schedule_read(&mut self, c: usize, w: usize) {
@@ -666,6 +917,25 @@ impl World {
             Answer::Acquire(Ok(Some(Grant { held }))) => Some(self.lease_signal(c, n, held)),
             _ => None,
         };
+        let settling =
+            state == State::Settling && self.lock(c, w).is_some_and(|l| l.waiting == Some(n));
+        match &answer {
+            Answer::Describe(Ok(d)) if settling => {
+                let data = d.data.clone();
+                self.space_marker_read(c, w, &data);
+            }
+            Answer::Done(Ok(())) if settling => {
+                if let Some(lock) = self.lock(c, w) {
+                    lock.marked += 1;
+                    lock.read = false;
+                }
+            }
+            Answer::Describe(Err(_)) | Answer::Done(Err(_)) if settling => {
+                // A marker not read or written: the grant is given back.
+                self.worker(c, w).state = State::Dropping;
+            }
+            _ => {}
+        }
         let Some(lock) = self.lock(c, w) else {
             return; // the process closed: the sessions release it
         };
@@ -688,6 +958,7 @@ impl World {
                         token: token.clone(),
                     },
                     order_id,
+                    since: held.since,
                     ended: false,
                 });
                 self.checker
@@ -699,6 +970,16 @@ impl World {
                 lock.waiting = None;
                 self.worker(c, w).state = State::Dropping;
                 self.schedule(c, w, self.now);
+            }
+            (Answer::Describe(_) | Answer::Done(_), _) if settling => {
+                lock.waiting = None;
+                self.schedule(c, w, self.now);
+            }
+            (Answer::Done(_), _) if state == State::Unmarking => {
+                lock.pending = lock.pending.saturating_sub(1);
+                if lock.pending == 0 {
+                    self.schedule(c, w, self.now);
+                }
             }
             (Answer::Release(_), _) if state == State::Releasing => {
                 lock.pending = lock.pending.saturating_sub(1);
@@ -768,6 +1049,9 @@ impl World {
                     lost += 1;
                     self.space_lost(c, w);
                 }
+                // Settling or waiting the delay: nothing handed over yet, the places given
+                // back (an answer on its way is not waited for).
+                State::Settling | State::Delaying => self.space_lost(c, w),
                 // A take waiting for an answer gives back its places when the answer comes.
                 State::Taking if self.lock(c, w).is_some_and(|l| l.waiting.is_none()) => {
                     self.schedule(c, w, self.now);
@@ -916,7 +1200,7 @@ impl World {
             {
                 space.stats.claims_lost += 1;
             }
-            if matches!(state, State::Reading | State::Holding) {
+            if state.has_all() {
                 self.space_lost(c, w);
             }
         }
@@ -940,9 +1224,11 @@ impl World {
             return;
         }
         self.seen(c, epoch);
+        let now_c = self.client_now(c);
         let process = &mut self.clients[c].space;
         if epoch > process.layout {
             process.layout = epoch;
+            process.running_since = now_c;
             self.report(c);
         }
         let current = self
@@ -1041,6 +1327,48 @@ impl World {
         Some(true)
     }
 
+    /// [`SpaceConfig::pause_at_reshard`], as `A+B` is published: one of the processes
+    /// holding an exclusive name that moves, taken in `A`, is paused past its leases.
+    fn pause_at_reshard(&mut self) {
+        let Some(space) = self.space.as_ref().filter(|s| s.cfg.pause_at_reshard) else {
+            return;
+        };
+        let node = |name: usize| space.layout(1).parts(NAMES[name])[0].node.clone();
+        let moves: Vec<bool> = (0..NAMES.len())
+            .map(|n| node(n) != space.layout(LAST).parts(NAMES[n])[0].node)
+            .collect();
+        let holders: Vec<usize> = (0..self.clients.len())
+            .filter(|&c| {
+                self.clients[c].paused_until <= self.now
+                    && self.clients[c].space.workers.iter().any(|w| {
+                        w.state == State::Holding
+                            && w.lock.as_ref().is_some_and(|l| {
+                                l.epoch == 1 && moves[l.name] && l.name != SEMAPHORE
+                            })
+                    })
+            })
+            .collect();
+        if holders.is_empty() {
+            return;
+        }
+        let c = holders[self.rng.range(0, holders.len() as u64) as usize];
+        // Past the session timeout by more than a long fault's 10 s at most, and less than
+        // the lock delay: the paused holder wakes before the delay after the next grant.
+        let long = self.cfg.timeout + Duration::from_millis(self.rng.range(10_000, 25_000));
+        let until = self.long_pause(c, long);
+        for s in &mut self.clients[c].sessions {
+            s.cooldown_until = s.cooldown_until.max(until + self.cfg.timeout);
+        }
+        let log = format!(
+            "{:?} pause at the reshard of client {c} for {long:?}",
+            self.now - self.base
+        );
+        self.fault_log.push(log);
+        if let Some(space) = self.space.as_mut() {
+            space.stats.paused_at_reshard += 1;
+        }
+    }
+
     /// Publishes the layout of `epoch`; each process sees it after its own delay.
     fn publish(&mut self, epoch: u64) {
         let since = self.now - self.base;
@@ -1052,6 +1380,9 @@ impl World {
             space.published = epoch;
             space.stats.steps.push(since);
             space.stats.steps_in_lapse += u64::from(lapsed);
+        }
+        if epoch == 2 {
+            self.pause_at_reshard();
         }
         for c in 0..self.clients.len() {
             let delay = if self.rng.chance(0.2) {
