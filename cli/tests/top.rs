@@ -10,6 +10,7 @@ use std::num::NonZeroU16;
 use std::os::fd::OwnedFd;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::{Env, NODE, wait_exit, wait_until};
 use nix::pty::{Winsize, openpty};
@@ -539,4 +540,25 @@ fn the_stream_ends_cleanly_when_its_reader_closes_the_pipe() {
     let line = rx.recv_timeout(common::LIMIT).unwrap().unwrap();
     assert!(serde_json::from_str::<Value>(&line).is_ok(), "{line:?}");
     assert!(wait_exit(&mut child).success());
+}
+
+#[test]
+fn the_first_streamed_snapshot_is_whole_not_a_node_still_loading() {
+    let env = Env::new("top-first");
+    let _crowd = crowd(&env);
+    announced(&env);
+    // `| head -1` at the shortest interval, over a slow network: the reads take several
+    // intervals, and that one line must not pass for an idle node.
+    env.emulator.net().delay(Duration::from_millis(30));
+    for _ in 0..2 {
+        let mut child = env.spawn(&["--json", "top", NODE, "--interval", "100ms"]);
+        let lines = common::lines(&mut child);
+        let first = common::next_json(&lines);
+        let semaphores = first["semaphores"].as_array().unwrap();
+        assert_eq!(semaphores.len(), SEMAPHORES + 1, "{first}");
+        let queue = semaphores.iter().find(|s| s["name"] == "queue").unwrap();
+        assert_eq!(queue["queue"], WAITERS, "{queue}");
+        common::signal(&child, nix::sys::signal::Signal::SIGTERM);
+        assert!(wait_exit(&mut child).success());
+    }
 }

@@ -221,7 +221,7 @@ impl Node {
     /// semaphore is gone, the session was lost) or a describe that fails is made again a
     /// poll interval later.
     async fn follow(self, name: String, stop: CancellationToken) {
-        let full = DescribeOptions::new().owners(true).waiters(true);
+        let queue = DescribeOptions::new().waiters(true);
         loop {
             let session = match self.session(&stop).await {
                 None => return,
@@ -247,7 +247,7 @@ impl Node {
                                 None => break,
                             },
                             _ = tick.tick() => {
-                                let Some(d) = self.describe(&session, &name, full, &stop).await else {
+                                let Some(d) = self.describe(&session, &name, queue, &stop).await else {
                                     return;
                                 };
                                 let ended = !matches!(d, Described::Found(_));
@@ -294,9 +294,13 @@ impl Node {
                 rows.sort_by(|a, b| a.path.cmp(&b.path));
                 Ok(rows)
             };
+            let patience = self.patience();
             let rows = tokio::select! {
                 () = stop.cancelled() => return,
-                r = read => r.map_err(|e| fail::describe(&e)),
+                r = tokio::time::timeout(patience, read) => match r {
+                    Ok(r) => r.map_err(|e| fail::describe(&e)),
+                    Err(_) => Err(format!("no answer within {}", crate::duration::format(patience))),
+                },
             };
             let _ = self.events.send(Event::Resources {
                 node: self.path.clone(),

@@ -240,7 +240,7 @@ impl Top {
                 name,
                 described,
                 queue: true,
-            } => self.tracker.described(now, &node, &name, described),
+            } => self.tracker.polled(now, &node, &name, described),
             Event::Described {
                 node,
                 name,
@@ -351,16 +351,23 @@ async fn once(top: &mut Top, conn: &Conn, out: Out, signals: &mut Signals) -> Re
     }
 }
 
-/// Not a terminal, or `--json`: a snapshot each interval until interrupted.
+/// Not a terminal, or `--json`: a snapshot each interval until interrupted (exit 0). The
+/// first waits until everything was read once (or failed, which its notes say), so that a
+/// reader of one snapshot never takes a view still loading for an idle node.
 async fn stream(top: &mut Top, out: Out, signals: &mut Signals) -> Result<u8, Failure> {
     let mut tick = tokio::time::interval(top.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.reset();
+    let mut loaded = false;
     loop {
         tokio::select! {
             e = top.events.recv() => if let Some(e) = e { top.apply(e) },
             _ = tick.tick() => {
                 top.refresh_layout();
+                loaded |= top.tracker.settled() || top.layout_note.is_some();
+                if !loaded {
+                    continue;
+                }
                 let snapshot = top.snapshot();
                 match out.try_print(snapshot.to_json(), || view::text(&snapshot)) {
                     Ok(()) => {}

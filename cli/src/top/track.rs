@@ -91,55 +91,114 @@ struct Seen {
 
 #[derive(Debug, Default)]
 struct Name {
+    /// What the watch last gave (owners, count, data, with the polled queue as waiters),
+    /// or that the semaphore is missing, or why it could not be read.
     last: Option<Described>,
     owners: HashMap<u64, Seen>,
+    /// Whether `owners` follows the semaphore's owners without a gap: an owner new to the
+    /// next watch item was seen arriving (a grant).
+    owners_known: bool,
     waiters: HashMap<u64, Seen>,
-    /// The queue as last polled: the watch reports owners only.
+    /// The queue as last polled, less the waiters granted since: the watch reports owners
+    /// only, and a poll's owners could be older than the watch's.
     queue: Vec<SemaphoreSession>,
-    /// Whether the queue was read, or the name found not to be there to read.
-    settled: bool,
+    /// Whether `queue` follows the semaphore's queue without a gap.
+    queue_known: bool,
+    /// Why the last poll of the queue failed, if it did.
+    poll_failed: Option<String>,
     grants: VecDeque<Instant>,
 }
 
+/// Whether the waiter `w` is among `owners` (granted since it was seen waiting).
+fn granted(owners: &[SemaphoreSession], w: &SemaphoreSession) -> bool {
+    owners
+        .iter()
+        .any(|o| o.order_id == w.order_id || o.session_id == w.session_id)
+}
+
 impl Name {
-    /// Takes in a description; with `queue` it carries the waiters (a poll), otherwise
-    /// only the owners (a watch), and the last polled queue stands in for the waiters.
-    fn described(&mut self, now: Instant, mut described: Described, queue: bool) {
-        // A read that failed says nothing of what happened meanwhile: whoever is found
-        // next may have come in the gap. A missing semaphore is a known empty one.
-        let first = matches!(self.last, None | Some(Described::Failed(_)));
-        self.settled |= queue || !matches!(described, Described::Found(_));
-        match &mut described {
-            Described::Found(d) => {
-                if queue {
-                    self.queue = d.waiters.clone();
-                } else {
-                    // Waiters since granted are owners now.
-                    let owners = &d.owners;
-                    self.queue.retain(|w| {
-                        !owners
-                            .iter()
-                            .any(|o| o.order_id == w.order_id || o.session_id == w.session_id)
-                    });
-                    d.waiters = self.queue.clone();
-                }
+    /// Takes in a watch item: the owners, count and data (its waiters are ignored).
+    fn watched(&mut self, now: Instant, described: Described) {
+        match described {
+            Described::Found(mut d) => {
+                // A read that failed says nothing of what happened meanwhile: whoever is
+                // found next may have come in the gap.
+                let first = !self.owners_known;
+                self.queue.retain(|w| !granted(&d.owners, w));
+                d.waiters = self.queue.clone();
                 let owners = follow(&mut self.owners, &d.owners, now, first);
                 // A new owner seen arriving is a grant.
                 if !first {
                     self.grants.extend(std::iter::repeat_n(now, owners));
                 }
-                follow(&mut self.waiters, &d.waiters, now, first);
+                follow(&mut self.waiters, &d.waiters, now, !self.queue_known);
+                self.owners_known = true;
+                self.last = Some(Described::Found(d));
             }
-            Described::Missing => {
-                self.owners.clear();
-                self.waiters.clear();
-                self.queue.clear();
+            Described::Missing => self.missing(),
+            Described::Failed(why) => {
+                // The order ids still name the same grants when the next read succeeds.
+                self.owners_known = false;
+                self.last = Some(Described::Failed(why));
             }
-            // The order ids still name the same grants when the next read succeeds.
-            Described::Failed(_) => {}
         }
         self.forget_grants(now);
-        self.last = Some(described);
+    }
+
+    /// Takes in a poll: the queue (its owners, if any, are ignored).
+    fn polled(&mut self, now: Instant, described: Described) {
+        match described {
+            Described::Found(d) => {
+                let owners = match &self.last {
+                    Some(Described::Found(last)) => last.owners.as_slice(),
+                    _ => &[],
+                };
+                self.queue = d
+                    .waiters
+                    .into_iter()
+                    .filter(|w| !granted(owners, w))
+                    .collect();
+                follow(&mut self.waiters, &self.queue, now, !self.queue_known);
+                if let Some(Described::Found(last)) = &mut self.last {
+                    last.waiters = self.queue.clone();
+                }
+                self.queue_known = true;
+                self.poll_failed = None;
+            }
+            Described::Missing => self.missing(),
+            Described::Failed(why) => {
+                // The watch is made again after a failed poll: a gap in the owners too.
+                self.owners_known = false;
+                self.queue_known = false;
+                self.poll_failed = Some(why);
+            }
+        }
+        self.forget_grants(now);
+    }
+
+    /// No such semaphore: a known empty one, whose next owner is seen arriving.
+    fn missing(&mut self) {
+        self.owners.clear();
+        self.waiters.clear();
+        self.queue.clear();
+        self.owners_known = true;
+        self.queue_known = true;
+        self.poll_failed = None;
+        self.last = Some(Described::Missing);
+    }
+
+    /// Whether both the owners and the queue were read (or found missing), or a read
+    /// failed (a gap the snapshot reports).
+    fn settled(&self) -> bool {
+        self.failure().is_some() || (self.owners_known && self.queue_known)
+    }
+
+    /// Why the name could not be read, if it could not.
+    fn failure(&self) -> Option<&str> {
+        match &self.last {
+            Some(Described::Failed(why)) => Some(why),
+            _ => self.poll_failed.as_deref(),
+        }
     }
 
     fn forget_grants(&mut self, now: Instant) {
@@ -162,13 +221,13 @@ impl Name {
         u64::try_from(recent).unwrap_or(u64::MAX)
     }
 
-    /// No longer followed: nobody announces it, so it is taken as empty until it is
-    /// followed again; its grants stay for the minute.
+    /// No longer followed: nobody announces it. Its grants stay for the minute; if it is
+    /// followed again, whoever holds or waits then may have come in the gap.
     fn let_go(&mut self) {
-        self.last = Some(Described::Missing);
-        self.owners.clear();
-        self.waiters.clear();
-        self.queue.clear();
+        *self = Self {
+            grants: std::mem::take(&mut self.grants),
+            ..Self::default()
+        };
     }
 }
 
@@ -276,26 +335,30 @@ impl Tracker {
         wanted
     }
 
-    /// A full describe of `name` on `node`, owners and waiters (a poll's answer).
-    pub(crate) fn described(&mut self, now: Instant, node: &str, name: &str, d: Described) {
-        self.take(now, node, name, d, true);
+    /// A describe of `name` on `node` with its queue (a poll's answer): only the waiters
+    /// are taken from it, less those the watch has seen granted.
+    pub(crate) fn polled(&mut self, now: Instant, node: &str, name: &str, d: Described) {
+        if let Some(n) = self.name(node, name) {
+            n.polled(now, d);
+        }
     }
 
-    /// A describe of `name` on `node` with its owners only (a watch's item): the waiters
-    /// are the last polled ones, less those granted since.
+    /// A describe of `name` on `node` with its owners (a watch's item): the waiters are
+    /// the last polled ones, less those granted since.
     pub(crate) fn watched(&mut self, now: Instant, node: &str, name: &str, d: Described) {
-        self.take(now, node, name, d, false);
+        if let Some(n) = self.name(node, name) {
+            n.watched(now, d);
+        }
     }
 
-    fn take(&mut self, now: Instant, node: &str, name: &str, d: Described, queue: bool) {
-        // A late answer for a name no longer wanted is dropped.
+    /// What is known of a wanted `name` on `node` (a late answer for a name no longer
+    /// wanted is dropped).
+    fn name(&mut self, node: &str, name: &str) -> Option<&mut Name> {
         if !self.wanted(node).contains(name) {
-            return;
+            return None;
         }
-        if let Some(n) = self.nodes.get_mut(node) {
-            let entry = n.names.entry(name.to_string()).or_default();
-            entry.described(now, d, queue);
-        }
+        let n = self.nodes.get_mut(node)?;
+        Some(n.names.entry(name.to_string()).or_default())
     }
 
     /// Lets go of the names of `node` no longer wanted; those granted within the minute are
@@ -332,7 +395,7 @@ impl Tracker {
                     && self
                         .wanted(path)
                         .iter()
-                        .all(|name| n.names.get(name).is_some_and(|x| x.settled))
+                        .all(|name| n.names.get(name).is_some_and(Name::settled))
             })
     }
 
@@ -345,8 +408,7 @@ impl Tracker {
                 out.push(path.clone());
             }
             for name in self.wanted(path) {
-                if let Some(Described::Failed(_)) = n.names.get(&name).and_then(|x| x.last.as_ref())
-                {
+                if n.names.get(&name).and_then(Name::failure).is_some() {
                     out.push(format!("{name:?} on {path}"));
                 }
             }
@@ -401,6 +463,9 @@ impl Tracker {
                             session(&mut sessions, path, w.session_id).waits += 1;
                         }
                         s.semaphores.push(row(path, d, n, now));
+                        if let Some(why) = &n.poll_failed {
+                            s.notes.push(format!("{path}: {name:?}: queue: {why}"));
+                        }
                     }
                     Some(Described::Missing) if self.selection.exact.contains(name) => {
                         missing.insert(name);

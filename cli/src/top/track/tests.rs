@@ -78,14 +78,15 @@ fn announced_names_are_wanted_and_exact_names_always() {
 fn durations_are_exact_only_for_what_was_seen_arriving() {
     let t0 = Instant::now();
     let mut t = tracker(&["job"]);
-    t.described(
+    t.watched(
         t0,
         NODE,
         "job",
         found("job", 1, vec![entry(1, 10, 1, b"")], vec![]),
     );
+    t.polled(t0, NODE, "job", found("job", 1, vec![], vec![]));
     let later = t0 + sec(5);
-    t.described(
+    t.polled(
         later,
         NODE,
         "job",
@@ -112,7 +113,7 @@ fn durations_are_exact_only_for_what_was_seen_arriving() {
 fn grants_per_minute_count_new_owners_within_the_minute() {
     let t0 = Instant::now();
     let mut t = tracker(&["job"]);
-    t.described(
+    t.watched(
         t0,
         NODE,
         "job",
@@ -121,7 +122,7 @@ fn grants_per_minute_count_new_owners_within_the_minute() {
     // Three hand-overs, one every 20 s: 2 → 3 → 4.
     for (i, order) in [2u64, 3, 4].into_iter().enumerate() {
         let now = t0 + sec(20 * (i as u64 + 1));
-        t.described(
+        t.watched(
             now,
             NODE,
             "job",
@@ -130,7 +131,7 @@ fn grants_per_minute_count_new_owners_within_the_minute() {
     }
     assert_eq!(t.snapshot(t0 + sec(60)).semaphores[0].grants_per_minute, 3);
     // 90 s later only the last two are within the minute of the next describe.
-    t.described(
+    t.watched(
         t0 + sec(90),
         NODE,
         "job",
@@ -144,16 +145,12 @@ fn sessions_come_from_announcements_and_from_owners_and_waiters() {
     let t0 = Instant::now();
     let mut t = tracker(&[]);
     t.announced(NODE, Ok(vec![announcing(7, "worker 7", &["job"])]));
-    t.described(
+    t.watched(t0, NODE, "job", held_by("job", 7));
+    t.polled(
         t0,
         NODE,
         "job",
-        found(
-            "job",
-            1,
-            vec![entry(7, 1, 1, b"")],
-            vec![entry(9, 2, 1, b"")],
-        ),
+        found("job", 1, vec![], vec![entry(9, 2, 1, b"")]),
     );
     let s = t.snapshot(t0);
     let rows: Vec<_> = s
@@ -177,20 +174,20 @@ fn a_name_no_longer_announced_is_forgotten_and_a_missing_exact_name_is_noted() {
     let t0 = Instant::now();
     let mut t = tracker(&["*", "cfg"]);
     t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
-    t.described(
+    t.watched(
         t0,
         NODE,
         "job",
         found("job", 1, vec![entry(1, 1, 1, b"")], vec![]),
     );
-    t.described(t0, NODE, "cfg", Described::Missing);
+    t.watched(t0, NODE, "cfg", Described::Missing);
     assert_eq!(t.snapshot(t0).semaphores.len(), 1);
     assert_eq!(t.snapshot(t0).notes.len(), 1);
     t.announced(NODE, Ok(vec![announcing(1, "", &[])]));
     t.prune(t0, NODE);
     assert!(t.snapshot(t0).semaphores.is_empty());
     // A late answer for a name no longer wanted is dropped.
-    t.described(t0, NODE, "job", found("job", 1, vec![], vec![]));
+    t.polled(t0, NODE, "job", found("job", 1, vec![], vec![]));
     assert!(t.snapshot(t0).semaphores.is_empty());
 }
 
@@ -202,10 +199,12 @@ fn settled_once_everything_was_read_once() {
     t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
     t.resources(NODE, Ok(vec![]));
     assert!(!t.settled());
-    t.described(t0, NODE, "cfg", Described::Missing);
+    t.polled(t0, NODE, "cfg", Described::Missing);
     assert!(!t.settled(), "job was not described yet");
-    t.described(t0, NODE, "job", Described::Failed("refused".into()));
-    assert!(t.settled());
+    t.watched(t0, NODE, "job", held_by("job", 1));
+    assert!(!t.settled(), "job's queue was not read yet");
+    t.polled(t0, NODE, "job", Described::Failed("refused".into()));
+    assert!(t.settled(), "a failed read is a gap, reported");
 }
 
 #[test]
@@ -214,7 +213,7 @@ fn nodes_come_and_go_with_the_layout() {
     let new = t.set_nodes(&[NODE.to_string(), "/local/n2".to_string()]);
     assert_eq!(new, ["/local/n2"]);
     t.announced("/local/n2", Ok(vec![announcing(3, "", &["a"])]));
-    t.described(
+    t.watched(
         Instant::now(),
         "/local/n2",
         "a",
@@ -257,10 +256,10 @@ fn held_by(name: &str, session_id: u64) -> Described {
 fn a_missing_semaphore_is_a_known_empty_one_so_the_next_owner_was_seen_arriving() {
     let t0 = Instant::now();
     let mut t = tracker(&["lock"]);
-    t.described(t0, NODE, "lock", held_by("lock", 1));
+    t.watched(t0, NODE, "lock", held_by("lock", 1));
     // An ephemeral lock goes with each release.
-    t.described(t0 + sec(1), NODE, "lock", Described::Missing);
-    t.described(t0 + sec(2), NODE, "lock", held_by("lock", 2));
+    t.watched(t0 + sec(1), NODE, "lock", Described::Missing);
+    t.watched(t0 + sec(2), NODE, "lock", held_by("lock", 2));
     assert_eq!(owner_rows(&t, t0 + sec(5)), [(2, sec(3), true)]);
     assert_eq!(grants(&t, t0 + sec(5)), 1);
 }
@@ -269,13 +268,13 @@ fn a_missing_semaphore_is_a_known_empty_one_so_the_next_owner_was_seen_arriving(
 fn a_failed_read_keeps_what_was_seen_and_makes_the_next_newcomer_a_lower_bound() {
     let t0 = Instant::now();
     let mut t = tracker(&["lock"]);
-    t.described(t0, NODE, "lock", Described::Missing);
-    t.described(t0 + sec(1), NODE, "lock", held_by("lock", 2));
-    t.described(t0 + sec(2), NODE, "lock", Described::Failed("cut".into()));
-    t.described(t0 + sec(3), NODE, "lock", held_by("lock", 2));
+    t.watched(t0, NODE, "lock", Described::Missing);
+    t.watched(t0 + sec(1), NODE, "lock", held_by("lock", 2));
+    t.watched(t0 + sec(2), NODE, "lock", Described::Failed("cut".into()));
+    t.watched(t0 + sec(3), NODE, "lock", held_by("lock", 2));
     assert_eq!(owner_rows(&t, t0 + sec(4)), [(2, sec(3), true)]);
-    t.described(t0 + sec(5), NODE, "lock", Described::Failed("cut".into()));
-    t.described(t0 + sec(6), NODE, "lock", held_by("lock", 3));
+    t.watched(t0 + sec(5), NODE, "lock", Described::Failed("cut".into()));
+    t.watched(t0 + sec(6), NODE, "lock", held_by("lock", 3));
     assert_eq!(owner_rows(&t, t0 + sec(7)), [(3, sec(1), false)]);
     assert_eq!(grants(&t, t0 + sec(7)), 1, "only the grant seen arriving");
 }
@@ -284,9 +283,9 @@ fn a_failed_read_keeps_what_was_seen_and_makes_the_next_newcomer_a_lower_bound()
 fn grants_per_minute_count_only_the_minute_before_now() {
     let t0 = Instant::now();
     let mut t = tracker(&["job"]);
-    t.described(t0, NODE, "job", Described::Missing);
+    t.watched(t0, NODE, "job", Described::Missing);
     for (i, id) in [1u64, 2, 3].into_iter().enumerate() {
-        t.described(t0 + sec(20 * i as u64), NODE, "job", held_by("job", id));
+        t.watched(t0 + sec(20 * i as u64), NODE, "job", held_by("job", id));
     }
     assert_eq!(grants(&t, t0 + sec(40)), 3);
     // No describe since: the count still moves with now.
@@ -295,19 +294,24 @@ fn grants_per_minute_count_only_the_minute_before_now() {
 }
 
 #[test]
-fn grants_of_a_name_let_go_and_announced_again_within_the_minute_still_count() {
+fn a_name_let_go_and_announced_again_keeps_its_grants_and_takes_its_owners_as_found() {
     let t0 = Instant::now();
     let mut t = tracker(&[]);
     t.announced(NODE, Ok(vec![announcing(1, "", &["lock"])]));
-    t.described(t0, NODE, "lock", held_by("lock", 1));
-    t.described(t0 + sec(1), NODE, "lock", held_by("lock", 2));
+    t.watched(t0, NODE, "lock", held_by("lock", 1));
+    t.watched(t0 + sec(1), NODE, "lock", held_by("lock", 2));
     t.announced(NODE, Ok(vec![]));
     t.prune(t0 + sec(2), NODE);
     assert!(t.snapshot(t0 + sec(2)).semaphores.is_empty());
     t.announced(NODE, Ok(vec![announcing(3, "", &["lock"])]));
-    t.described(t0 + sec(3), NODE, "lock", held_by("lock", 3));
-    assert_eq!(grants(&t, t0 + sec(4)), 2);
-    assert_eq!(owner_rows(&t, t0 + sec(4)), [(3, sec(1), true)]);
+    // Session 3 may have held it since before it was announced again.
+    t.watched(t0 + sec(3), NODE, "lock", held_by("lock", 3));
+    assert_eq!(
+        grants(&t, t0 + sec(4)),
+        1,
+        "the grant of 2, within the minute"
+    );
+    assert_eq!(owner_rows(&t, t0 + sec(4)), [(3, sec(1), false)]);
 }
 
 #[test]
@@ -319,7 +323,7 @@ fn the_watch_gives_owners_and_the_poll_the_queue_less_those_granted_since() {
     t.resources(NODE, Ok(vec![]));
     t.announced(NODE, Ok(vec![]));
     assert!(!t.settled(), "the queue was not read yet");
-    t.described(
+    t.polled(
         t0,
         NODE,
         "job",
@@ -337,8 +341,28 @@ fn the_watch_gives_owners_and_the_poll_the_queue_less_those_granted_since() {
     assert_eq!(queue(&t), [3]);
     t.watched(t0 + sec(2), NODE, "job", held_by("job", 2));
     assert_eq!(queue(&t), [3], "kept until the next poll");
-    t.described(t0 + sec(2), NODE, "job", held_by("job", 2));
+    t.polled(t0 + sec(2), NODE, "job", held_by("job", 2));
     assert!(queue(&t).is_empty());
+}
+
+#[test]
+fn a_poll_older_than_the_watch_neither_moves_the_owners_nor_makes_grants() {
+    let t0 = Instant::now();
+    let mut t = tracker(&["job"]);
+    t.watched(t0, NODE, "job", Described::Missing);
+    t.watched(t0 + sec(1), NODE, "job", held_by("job", 2));
+    // A poll answered before that watch item still shows 2 waiting and 1 holding.
+    let older = found(
+        "job",
+        1,
+        vec![entry(1, 1, 1, b"")],
+        vec![entry(2, 2, 1, b"")],
+    );
+    t.polled(t0 + sec(2), NODE, "job", older);
+    assert_eq!(owner_rows(&t, t0 + sec(3)), [(2, sec(2), true)]);
+    let s = t.snapshot(t0 + sec(3));
+    assert!(s.semaphores[0].waiters.is_empty(), "2 holds it now");
+    assert_eq!(grants(&t, t0 + sec(3)), 1);
 }
 
 #[test]
@@ -347,13 +371,13 @@ fn an_exact_name_is_noted_missing_only_when_no_node_that_answered_has_it() {
     let t0 = Instant::now();
     let mut t = tracker(&["cfg"]);
     t.set_nodes(&[NODE.to_string(), n2.to_string()]);
-    t.described(t0, NODE, "cfg", Described::Missing);
-    t.described(t0, n2, "cfg", held_by("cfg", 1));
+    t.watched(t0, NODE, "cfg", Described::Missing);
+    t.watched(t0, n2, "cfg", held_by("cfg", 1));
     assert!(t.snapshot(t0).notes.is_empty());
-    t.described(t0, n2, "cfg", Described::Missing);
+    t.watched(t0, n2, "cfg", Described::Missing);
     assert_eq!(t.snapshot(t0).notes.len(), 1);
     // A node that could not answer is a gap, noted as such; the other's answer stands.
-    t.described(t0, n2, "cfg", Described::Failed("cut".into()));
+    t.watched(t0, n2, "cfg", Described::Failed("cut".into()));
     assert_eq!(t.snapshot(t0).notes.len(), 2);
     assert_eq!(t.problems().len(), 1);
 }
@@ -382,11 +406,12 @@ fn a_space_without_nodes_is_not_settled_and_gaps_make_the_snapshot_partial() {
     let mut t = tracker(&["cfg", "job", "none-*"]);
     t.announced(NODE, Ok(vec![]));
     t.resources(NODE, Ok(vec![]));
-    t.described(t0, NODE, "cfg", Described::Missing);
-    t.described(t0, NODE, "job", held_by("job", 1));
+    t.watched(t0, NODE, "cfg", Described::Missing);
+    t.watched(t0, NODE, "job", held_by("job", 1));
+    t.polled(t0, NODE, "job", held_by("job", 1));
     assert!(t.settled());
     assert!(t.problems().is_empty(), "a missing name is not a gap");
-    t.described(t0, NODE, "job", Described::Failed("refused".into()));
+    t.polled(t0, NODE, "job", Described::Failed("refused".into()));
     t.resources(NODE, Err("refused".into()));
     assert_eq!(t.problems().len(), 2);
 }
