@@ -288,7 +288,6 @@ impl Node {
                         node: self.path.clone(),
                         path,
                         rate: d.settings().get_max_units_per_second(),
-                        consumed: None,
                     });
                 }
                 rows.sort_by(|a, b| a.path.cmp(&b.path));

@@ -93,8 +93,6 @@ pub(crate) struct ResourceRow {
     pub(crate) path: String,
     /// Units per second; `None` when inherited from the parent.
     pub(crate) rate: Option<f64>,
-    /// Units the announcing clients took in the last minute, per second.
-    pub(crate) consumed: Option<f64>,
 }
 
 impl Snapshot {
@@ -115,7 +113,6 @@ impl Snapshot {
                 "node": r.node,
                 "path": r.path,
                 "rate": r.rate,
-                "consumed": r.consumed,
             })).collect::<Vec<_>>(),
             "notes": self.notes,
         })

@@ -556,10 +556,10 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
 
     let resources = visible_resources(snapshot, &by_name);
     let rows = resources.iter().map(|r| {
-        let cells = vec![rate_text(r.rate), consumed_text(r.consumed)];
+        let cells = vec![rate_text(r.rate)];
         (clean(&r.path).into_owned(), r.node.as_str(), cells)
     });
-    let columns = [("RATE", true), ("CONSUMED", true)];
+    let columns = [("RATE", true)];
     plain_table(
         &mut out,
         "RESOURCES",
@@ -881,7 +881,7 @@ fn draw_resources(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state:
     if nodes {
         header.push(("NODE", false));
     }
-    header.extend([("RATE", true), ("CONSUMED", true)]);
+    header.push(("RATE", true));
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -889,7 +889,7 @@ fn draw_resources(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state:
             if nodes {
                 row.push(clean(&r.node).into_owned());
             }
-            row.extend([rate_text(r.rate), consumed_text(r.consumed)]);
+            row.push(rate_text(r.rate));
             row
         })
         .collect();
@@ -1144,11 +1144,6 @@ pub(crate) fn format_duration(d: Duration, exact: bool) -> String {
 /// A resource's rate, or `inherited`.
 fn rate_text(rate: Option<f64>) -> String {
     rate.map_or_else(|| "inherited".to_string(), per_second)
-}
-
-/// What the announcing clients consumed, or `-` when unknown.
-fn consumed_text(consumed: Option<f64>) -> String {
-    consumed.map_or_else(|| "-".to_string(), per_second)
 }
 
 /// Units per second with at most three significant-looking digits after the point: `20/s`,

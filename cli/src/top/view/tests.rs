@@ -82,9 +82,9 @@ fn snapshot() -> Snapshot {
             })
             .collect(),
         resources: vec![
-            resource("search", Some(2.5), Some(1.0 / 3.0)),
-            resource("payments", Some(20.0), Some(3.5)),
-            resource("payments/eu", None, None),
+            resource("search", Some(2.5)),
+            resource("payments", Some(20.0)),
+            resource("payments/eu", None),
         ],
         notes: vec!["could not describe ghost".to_string()],
     }
@@ -99,12 +99,11 @@ fn waiter(session_id: u64, waiting_for: Duration, exact: bool) -> WaiterRow {
     }
 }
 
-fn resource(path: &str, rate: Option<f64>, consumed: Option<f64>) -> ResourceRow {
+fn resource(path: &str, rate: Option<f64>) -> ResourceRow {
     ResourceRow {
         node: NODE.to_string(),
         path: path.to_string(),
         rate,
-        consumed,
     }
 }
 
@@ -518,9 +517,9 @@ fn the_sessions_and_resources_tabs_draw_their_columns() {
     assert_eq!(
         rows,
         [
-            ["payments", "20/s", "3.5/s"],
-            ["payments/eu", "inherited", "-"],
-            ["search", "2.5/s", "0.33/s"],
+            ["payments", "20/s"],
+            ["payments/eu", "inherited"],
+            ["search", "2.5/s"],
         ]
     );
     // Sorted by rate: the inherited one last.
@@ -729,10 +728,10 @@ fn text_has_aligned_tables_with_owners_and_waiters() {
     assert_eq!(
         &lines[resources + 1..resources + 5],
         [
-            "PATH              RATE  CONSUMED",
-            "payments          20/s     3.5/s",
-            "payments/eu  inherited         -",
-            "search           2.5/s    0.33/s",
+            "PATH              RATE",
+            "payments          20/s",
+            "payments/eu  inherited",
+            "search           2.5/s",
         ]
     );
     assert_eq!(
