@@ -37,6 +37,7 @@ enum Marker {
     Unknown,
 }
 
+#[cfg(test)]
 fn parse(data: &[u8]) -> Marker {
     parse_in(data).0
 }
@@ -78,8 +79,14 @@ fn marker(what: &str, order: u64, epoch: Option<u64>) -> Vec<u8> {
 
 /// Whether the holder with order id `own` must wait the delay after reading `data`: unless
 /// the semaphore is new, the last tenure was released cleanly, or the marker is its own.
-pub(crate) fn must_wait(data: &[u8], own: u64) -> bool {
-    match parse(data) {
+#[cfg(test)]
+fn must_wait(data: &[u8], own: u64) -> bool {
+    unclean(parse(data), own)
+}
+
+/// Whether `marker` tells of a tenure other than `own` that did not end cleanly.
+fn unclean(marker: Marker, own: u64) -> bool {
+    match marker {
         Marker::Empty | Marker::Released(_) => false,
         Marker::Held(id) => id != own,
         Marker::Unknown => true,
@@ -88,7 +95,7 @@ pub(crate) fn must_wait(data: &[u8], own: u64) -> bool {
 
 /// What a place's marker asks of its new holder (order id `own`), who runs the layout of
 /// `runs` in a lock space (`None` on one node).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Asks {
     /// The last tenure did not end cleanly: wait until the delay after the own grant.
     pub(crate) after_grant: bool,
@@ -99,10 +106,10 @@ pub(crate) struct Asks {
 
 /// What the marker `data` asks of the holder with order id `own` (see [`Asks`]).
 pub(crate) fn asks(data: &[u8], own: u64, runs: Option<u64>) -> Asks {
+    let (marker, written) = parse_in(data);
     Asks {
-        after_grant: must_wait(data, own),
-        after_start: runs
-            .is_some_and(|epoch| parse_in(data).1.is_none_or(|written| written < epoch)),
+        after_grant: unclean(marker, own),
+        after_start: runs.is_some_and(|epoch| written.is_none_or(|written| written < epoch)),
     }
 }
 

@@ -47,6 +47,7 @@ pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::guard::Guard;
 pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
+pub(crate) use self::mutex::semaphore as mutex_semaphore;
 pub use self::mutex::{Mutex, MutexGuard};
 pub use self::published::{Published, ValueStream};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -12,6 +12,24 @@ use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::session::{FencingToken, Lease};
 
+/// What a mutex takes of its semaphore, on a node and on each place of a lock space alike
+/// (the two must match, or they refuse each other with `PreconditionFailed`): without a
+/// lock delay the whole of an ephemeral semaphore; with one, the one unit of a persistent
+/// semaphore of limit 1, made if missing, whose data carries the marker.
+pub(crate) fn semaphore(lock_delay: Option<Duration>, data: &[u8]) -> (AcquireOptions, Prepare) {
+    let (options, prepare) = match lock_delay {
+        Some(_) => (
+            AcquireOptions::new().count(1),
+            Prepare::Semaphore { limit: 1 },
+        ),
+        None => (
+            AcquireOptions::exclusive().ephemeral(true),
+            Prepare::Nothing,
+        ),
+    };
+    (options.data(data.to_vec()), prepare)
+}
+
 /// An exclusive lock: an ephemeral semaphore acquired with all its units, so it exists
 /// only while someone holds or waits for it, and waiters are served in FIFO order. With a
 /// [lock delay](Mutex::lock_delay), a persistent semaphore with one unit instead.
@@ -236,11 +254,7 @@ impl Mutex {
     }
 
     fn options(&self) -> AcquireOptions {
-        let options = match self.lock_delay {
-            Some(_) => AcquireOptions::new().count(1),
-            None => AcquireOptions::exclusive().ephemeral(true),
-        };
-        options.data(self.data.clone())
+        semaphore(self.lock_delay, &self.data).0
     }
 
     /// An acquire of the lock (waiting at most `timeout`) whose lease `finish` turns into
@@ -254,13 +268,8 @@ impl Mutex {
         if let Some(t) = timeout {
             options = options.timeout(t);
         }
-        let (prepare, after) = match self.lock_delay {
-            Some(delay) => (
-                Prepare::Semaphore { limit: 1 },
-                Some(lock_delay::after_grant(delay)),
-            ),
-            None => (Prepare::Nothing, None),
-        };
+        let (_, prepare) = semaphore(self.lock_delay, &self.data);
+        let after = self.lock_delay.map(lock_delay::after_grant);
         let clean = after.is_some();
         acquiring_then(
             &self.source,

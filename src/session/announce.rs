@@ -173,9 +173,10 @@ fn names(snapshot: &SessionSnapshot) -> impl Iterator<Item = &str> {
 
 /// Keeps a session's announcement current until the session ends.
 ///
-/// Wakes when the session task saw mail or a message (`changed`), waits
+/// Wakes when the session task changed its table of names (`changed`), waits
 /// [`ANNOUNCE_INTERVAL`] so that a burst of changes costs one write, reads the session's own
-/// tables and writes the record only if it changed. It holds the session through a weak
+/// tables and writes the record only if it changed; a write that failed is tried again
+/// after the interval. It holds the session through a weak
 /// handle: it never keeps a session open that its user has let go.
 pub(crate) async fn run(
     session: WeakHandle,
@@ -216,13 +217,9 @@ pub(crate) async fn run(
                     // Anything else (the record lost with its semaphore, a server that
                     // could not answer): written again after the interval.
                     tracing::debug!(error = %err, "the session's announcement could not be written; trying again");
-                    if held
-                        .as_ref()
-                        .is_some_and(|g| g.held.is_lost(session.token()))
-                    {
-                        held = None;
+                    if !pause(&session, interval).await {
+                        return;
                     }
-                    tokio::time::sleep(interval).await;
                     continue;
                 }
             }
@@ -231,7 +228,17 @@ pub(crate) async fn run(
             () = changed.notified() => {}
             () = session.token().cancelled() => return,
         }
-        tokio::time::sleep(interval).await;
+        if !pause(&session, interval).await {
+            return;
+        }
+    }
+}
+
+/// Waits `interval`; false if the session ended meanwhile.
+async fn pause(session: &WeakHandle, interval: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(interval) => true,
+        () = session.token().cancelled() => false,
     }
 }
 

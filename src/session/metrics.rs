@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, with_recorder};
 
+use super::types::is_announcement;
+
 /// Acquisitions by result (`acquired`, `timed_out`, `cancelled`, `error`).
 pub(crate) const ACQUISITIONS: &str = "ydb_coordination_acquisitions_total";
 /// Seconds from the acquire call to the grant.
@@ -129,6 +131,9 @@ impl Metrics {
 
     /// An acquire ended: `result` is `acquired`, `timed_out`, `cancelled` or `error`.
     pub(crate) fn acquire_ended(&self, name: &str, result: &'static str, waited: Duration) {
+        if is_announcement(name) {
+            return;
+        }
         let sem = self.semaphore(name);
         count(key(ACQUISITIONS, Some(("result", result)), sem));
         if result == "acquired" {
@@ -139,6 +144,9 @@ impl Metrics {
 
     /// A lease ended after `held`; `lost` names the cause when it was not released.
     pub(crate) fn lease_ended(&self, name: &str, held: Duration, lost: Option<&'static str>) {
+        if is_announcement(name) {
+            return;
+        }
         let sem = self.semaphore(name);
         observe(key(LEASE_HOLD, None, sem), held);
         gauge(key(ACTIVE_LEASES, None, sem), -1.0);
@@ -149,6 +157,9 @@ impl Metrics {
 
     /// The server queued an acquire (+1) or a queued acquire ended (-1).
     pub(crate) fn queued(&self, name: &str, delta: f64) {
+        if is_announcement(name) {
+            return;
+        }
         gauge(key(QUEUED_ACQUIRES, None, self.semaphore(name)), delta);
     }
 

@@ -12,6 +12,12 @@ use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto};
 /// ```
 pub const ANNOUNCE_SEMAPHORE: &str = "ydb-coordination:sessions";
 
+/// Whether `name` is the session's own announcement, which is the library's business, not
+/// the user's: snapshots, lease metrics and lease events leave it out.
+pub(crate) fn is_announcement(name: &str) -> bool {
+    name == ANNOUNCE_SEMAPHORE
+}
+
 /// A semaphore as the server describes it.
 ///
 /// # Examples

@@ -1515,7 +1515,8 @@ impl World {
                     Ok(d) => {
                         let worker = &mut self.clients[c].workers[w];
                         worker.must_wait = !self.cfg.skip_delay
-                            && crate::recipes::lock_delay::must_wait(&d.data, order_id);
+                            && crate::recipes::lock_delay::asks(&d.data, order_id, None)
+                                .after_grant;
                         worker.state = WorkerState::Marking;
                         let data = crate::recipes::lock_delay::held(order_id, None);
                         self.worker_command(c, w, now_c, |caller, name| Command::Update {

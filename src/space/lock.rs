@@ -43,15 +43,15 @@ pub(super) struct Spec {
 }
 
 impl Spec {
-    /// A plain mutex's: the whole of an ephemeral semaphore.
-    fn mutex(data: &[u8]) -> Self {
+    /// A mutex's: what the node's mutex takes (see `recipes::mutex_semaphore`). With a
+    /// lock delay, the delay's step guards each part against a forced delete.
+    fn mutex(data: &[u8], lock_delay: Option<Duration>) -> Self {
+        let (options, prepare) = crate::recipes::mutex_semaphore(lock_delay, data);
         Self {
-            options: AcquireOptions::exclusive()
-                .ephemeral(true)
-                .data(data.to_vec()),
-            prepare: Prepare::Nothing,
+            options,
+            prepare,
             guard: false,
-            lock_delay: None,
+            lock_delay,
         }
     }
 }
@@ -180,7 +180,8 @@ impl GuardState {
     /// (`false` at once when they were taken already: the lock had ended.) The claim is
     /// given up only by whoever released the parts, once the servers answered. The
     /// holder's own release (`by_holder`) of a lock-delay mutex not lost yet first writes
-    /// the marker of a clean release on every part.
+    /// the marker of a clean release on every part, waiting at most [`RELEASE_WAIT`] (a
+    /// marker not written leaves `held`: the next holder waits, the safe side).
     async fn release(&self, by_holder: bool) -> Result<bool> {
         let leases = self.take_leases();
         let clean = by_holder && self.clean && !self.lost.is_cancelled();
@@ -192,7 +193,7 @@ impl GuardState {
             let marks = leases
                 .iter()
                 .map(|l| lock_delay::mark_released(l, Some(self.epoch)));
-            futures::future::join_all(marks).await;
+            let _ = tokio::time::timeout(RELEASE_WAIT, futures::future::join_all(marks)).await;
         }
         let released = release_all(leases).await;
         self.ticket
@@ -825,16 +826,7 @@ impl SpaceMutex {
     }
 
     fn spec(&self) -> Spec {
-        match self.lock_delay {
-            Some(delay) => Spec {
-                options: AcquireOptions::new().count(1).data(self.data.clone()),
-                prepare: Prepare::Semaphore { limit: 1 },
-                // The delay's step guards each part against a forced delete.
-                guard: false,
-                lock_delay: Some(delay),
-            },
-            None => Spec::mutex(&self.data),
-        }
+        Spec::mutex(&self.data, self.lock_delay)
     }
 
     /// Waits for the lock.
@@ -1302,7 +1294,7 @@ impl SpaceMultiLock {
     }
 
     fn spec(&self) -> Spec {
-        Spec::mutex(&self.data)
+        Spec::mutex(&self.data, None)
     }
 
     /// Waits for all the locks.

@@ -806,3 +806,49 @@ fn snapshot_lists_leases_and_waiters_without_a_round_trip() {
         behind.abort();
     });
 }
+
+// ---- the announcement is not a user's lease ---------------------------------------------
+
+#[test]
+fn an_announcing_session_counts_and_tells_only_the_users_leases() {
+    observe(|obs| async move {
+        let m = &obs.metrics;
+        let env = Env::new().await;
+        if !env.emulated() {
+            return;
+        }
+        let s = env.session_with(SessionOptions::new().announce(true)).await;
+        let lease = within(s.acquire("job", lock())).await.unwrap();
+        // Once the announcement names "job", the session holds two leases on the server.
+        let observer = env.session().await;
+        within(async {
+            loop {
+                let d = observer
+                    .describe_semaphore(
+                        ydb_coordination::session::ANNOUNCE_SEMAPHORE,
+                        ydb_coordination::config::DescribeOptions::new().owners(true),
+                    )
+                    .await;
+                let names = d.ok().and_then(|d| {
+                    let owner = d.owners.iter().find(|o| o.session_id == s.id())?;
+                    ydb_coordination::session::Announcement::parse(&owner.data)
+                });
+                if names.is_some_and(|a| a.names == ["job"]) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert_eq!(m.counter(ACQUISITIONS, &[("result", "acquired")]), 1);
+        assert_eq!(m.gauge(ACTIVE_LEASES, &[]), 1.0);
+        assert!(env.emulator.expire_session("app", s.id()));
+        within(lease.cancelled()).await;
+        wait_state(&s, |st| *st == SessionState::Expired).await;
+        assert_eq!(m.counter(LEASES_LOST, &[("cause", "session_expired")]), 1);
+        assert_eq!(m.gauge(ACTIVE_LEASES, &[]), 0.0);
+        let lost = obs.named("lease lost");
+        assert_eq!(lost.len(), 1, "{lost:#?}");
+        assert_eq!(lost[0].field("semaphore"), Some("job"));
+    });
+}

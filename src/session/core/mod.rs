@@ -574,7 +574,7 @@ impl SessionCore {
     pub(crate) fn snapshot(&self) -> SessionSnapshot {
         let mut held = Vec::new();
         let mut waiting = Vec::new();
-        let own = |name: &str| name == super::types::ANNOUNCE_SEMAPHORE;
+        let own = |name: &str| super::types::is_announcement(name);
         for (name, state) in self.names.iter().filter(|(name, _)| !own(name)) {
             if let Some(h) = &state.holding {
                 held.push(HeldLease {
@@ -929,7 +929,7 @@ impl SessionCore {
             if let Some(h) = &state.holding {
                 let held_for = now.saturating_duration_since(h.since);
                 self.metrics.lease_ended(name, held_for, Some(cause));
-                if cause != "closed" {
+                if cause != "closed" && !super::types::is_announcement(name) {
                     tracing::warn!(
                         semaphore = &**name,
                         fencing_token = h.order_id,

@@ -198,12 +198,14 @@ impl SessionCore {
         let held_for = now.saturating_duration_since(h.since);
         self.metrics
             .lease_ended(name, held_for, Some("session_expired"));
-        tracing::warn!(
-            semaphore = name,
-            fencing_token = h.order_id,
-            why = "ownership_ended",
-            "lease lost"
-        );
+        if !super::super::types::is_announcement(name) {
+            tracing::warn!(
+                semaphore = name,
+                fencing_token = h.order_id,
+                why = "ownership_ended",
+                "lease lost"
+            );
+        }
         self.unguard(now, name);
         true
     }
