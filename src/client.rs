@@ -498,6 +498,7 @@ impl Client {
             tokio::time::sleep(delay).await;
         };
         let session_id = attached.session_id;
+        let timeout = cfg.options.get_timeout();
         cfg.session_id = session_id;
         let token = CancellationToken::new();
         let terminal = Arc::new(Terminal::default());
@@ -533,6 +534,6 @@ impl Client {
         let driver = driver::Driver::new(core, self.transport.clone(), attached, io);
         let span = tracing::info_span!("coordination_session", session_id, node = %path);
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
-        Ok(Session::new(path, handle, state_rx, token))
+        Ok(Session::new(path, timeout, handle, state_rx, token))
     }
 }

@@ -130,6 +130,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod auth;
+mod bound;
 mod client;
 mod clock;
 pub mod config;

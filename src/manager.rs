@@ -219,6 +219,8 @@ pub struct SessionManager {
 #[derive(Debug)]
 struct ManagerInner {
     current: watch::Receiver<Current>,
+    /// The session timeout of its sessions.
+    timeout: std::time::Duration,
     stop: CancellationToken,
     fatal: Mutex<Option<Error>>,
 }
@@ -250,6 +252,7 @@ impl SessionManager {
         let stop = CancellationToken::new();
         let inner = Arc::new(ManagerInner {
             current: rx,
+            timeout: options.get_timeout(),
             stop: stop.clone(),
             fatal: Mutex::new(None),
         });
@@ -348,6 +351,11 @@ impl SessionManager {
             Current::Live(s) if !s.state().is_terminal() => Some(s.clone()),
             _ => None,
         }
+    }
+
+    /// The session timeout of its sessions.
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.inner.timeout
     }
 
     pub(crate) fn stopped_error(&self) -> Error {

@@ -30,6 +30,7 @@ use ydb_coordination_proto::rate_limiter::{
 };
 use ydb_grpc::google_proto_workaround::protobuf::Duration as ProtoDuration;
 
+use crate::bound::{RoundTrip, RoundTrips};
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result, RetryRule, StatusCode};
 use crate::retry::{self, Attempts};
@@ -45,10 +46,6 @@ const WAIT: &str = "ydb_coordination_rate_limiter_wait_seconds";
 
 /// The longest wait the server keeps an acquire for (YDB's quoter caps a deadline at a day).
 pub const MAX_ACQUIRE_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// How long past an acquire's own wait the call waits for the server's answer: the server
-/// answers a wait that ran out itself (`CANCELLED`, nothing consumed) before this.
-const ANSWER_MARGIN: Duration = Duration::from_secs(2);
 
 /// The rate-limiter resources of one coordination node
 /// (`Ydb.RateLimiter.V1.RateLimiterService`): create, alter, drop, list and describe them,
@@ -92,6 +89,9 @@ struct Inner {
     client: Client,
     /// The node's absolute path.
     node: String,
+    /// The round trips of calls the server answered at once: what an acquire waits past
+    /// its wait for the server's answer.
+    trips: RoundTrips,
 }
 
 impl RateLimiter {
@@ -102,7 +102,11 @@ impl RateLimiter {
         let parts: Vec<&str> = full.split('/').filter(|p| !p.is_empty()).collect();
         let node = format!("/{}", parts.join("/"));
         Self {
-            inner: Arc::new(Inner { client, node }),
+            inner: Arc::new(Inner {
+                client,
+                node,
+                trips: RoundTrips::default(),
+            }),
         }
     }
 
@@ -318,8 +322,10 @@ impl RateLimiter {
     /// [`ErrorKind::NotAcquired`] when the units were not available within `wait`: nothing was
     /// taken. [`ErrorKind::OutcomeUnknown`] when the units may have been taken: the answer
     /// did not come (the connection broke after the request went out, or no answer within
-    /// `wait` and a margin), or the server's operation timer answered, which can race a
-    /// grant; count the units as used rather than acquire them again.
+    /// `wait`, a round trip and 200 ms: the rule of every bounded call, see
+    /// [`Acquiring`](crate::Acquiring)), or the server's operation timer answered, which can
+    /// race a grant; count the units as used rather than acquire them again (not
+    /// [`ErrorKind::Unavailable`]: the server may have taken them).
     /// [`ErrorKind::InvalidArgument`] for a path that is not canonical or a resource
     /// that does not exist (YDB answers `BAD_REQUEST` for both); [`ErrorKind::Unavailable`]
     /// and transport errors when no endpoint answered.
@@ -476,10 +482,11 @@ impl RateLimiter {
             units: Some(units),
         };
         // The server gives up its wait by `wait` from now; the call waits for that answer a
-        // little longer, and repeats only what was not carried out. A repeat asks the
-        // server for what is left of the wait, so its answer still comes in time.
+        // round trip and a moment longer (the rule of every bounded call, `crate::bound`),
+        // and repeats only what was not carried out. A repeat asks the server for what is
+        // left of the wait, so its answer still comes in time.
         let started = Instant::now();
-        let limit = wait.saturating_add(ANSWER_MARGIN);
+        let limit = crate::bound::grace(self.inner.trips.round_trip()).saturating_add(wait);
         let attempts = Attempts {
             idempotent: false,
             budget: limit,
@@ -498,8 +505,11 @@ impl RateLimiter {
                 r.get_mut().operation_params = Some(acquire_params(left));
                 async move { Ok(c.acquire_resource(r).await?.into_inner().operation) }
             })
-            .await
-            .map_err(|e| outcome(e, wait));
+            .await;
+        if wait.is_zero() && answered(&result) {
+            self.inner.trips.note(started.elapsed());
+        }
+        let result = result.map_err(|e| outcome(e, wait));
         let outcome = match &result {
             Ok(_) => "granted",
             Err(e) if e.kind() == ErrorKind::NotAcquired => "timed_out",
@@ -522,7 +532,12 @@ impl RateLimiter {
         Fut: std::future::Future<Output = std::result::Result<Option<Operation>, tonic::Status>>,
     {
         let attempts = Attempts::idempotent(self.inner.client.transport());
-        self.call(what, attempts, message, send).await
+        let started = Instant::now();
+        let result = self.call(what, attempts, message, send).await;
+        if answered(&result) {
+            self.inner.trips.note(started.elapsed());
+        }
+        result
     }
 
     /// One call of the service, repeated as `attempts` says.
@@ -555,7 +570,7 @@ fn acquire_params(wait: Duration) -> OperationParams {
         (None, None)
     } else {
         (
-            Some(proto_duration(wait.saturating_add(ANSWER_MARGIN / 2))),
+            Some(proto_duration(wait.saturating_add(crate::bound::GRACE / 2))),
             Some(proto_duration(wait)),
         )
     };
@@ -578,6 +593,13 @@ fn proto_duration(d: Duration) -> ProtoDuration {
         // Below 10^9: fits.
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
     }
+}
+
+/// Whether the server answered the call (its round trip is worth noting).
+fn answered<T>(result: &Result<T>) -> bool {
+    result
+        .as_ref()
+        .map_or_else(|e| e.status().is_some(), |_| true)
 }
 
 /// What a failed acquire took, in its kind:
@@ -659,9 +681,10 @@ mod tests {
             p.cancel_after,
             Some(proto_duration(Duration::from_millis(1500)))
         );
+        // Half the rule's grace on: the server's own timer answers within the call's bound.
         assert_eq!(
             p.operation_timeout,
-            Some(proto_duration(Duration::from_millis(2500)))
+            Some(proto_duration(Duration::from_millis(1600)))
         );
         // No wait: no timeout, which the server reads as "now or never".
         let now = acquire_params(Duration::ZERO);

@@ -6,12 +6,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use std::time::Duration;
-
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::{Next, Prepare, Source, ensure_semaphore};
+use crate::bound::RoundTrips;
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{Acquire, Acquiring, Compose, Lease, Session};
@@ -26,6 +25,8 @@ pub(crate) struct Recipe<T> {
     prepare: Prepare,
     /// When a `_timeout` form gives up, set at the first poll.
     deadline: Option<Instant>,
+    /// The round trips of the sessions it used, for the bound around it.
+    trips: RoundTrips,
     /// How many times the semaphore was found gone and made again.
     remakes: u8,
     state: State,
@@ -42,10 +43,12 @@ pub(crate) const REMAKES: u8 = 3;
 type Finish<T> = Box<dyn Fn(Result<Lease>) -> Result<T> + Send + Sync>;
 
 /// What a recipe does with a granted lease, in its session, before the caller gets it (a
-/// lock-delay mutex's marker and delay). The step owns the lease: dropped with the acquire,
-/// it drops the lease, which releases it; an error it ends with goes through the same retry
-/// rules as the acquire's own.
-pub(crate) type AfterGrant = Arc<dyn Fn(Lease) -> BoxFuture<'static, Result<Lease>> + Send + Sync>;
+/// lock-delay mutex's marker and delay), given the acquire's deadline (`None`: no bound).
+/// The step owns the lease: dropped with the acquire, it drops the lease, which releases
+/// it; an error it ends with goes through the same retry rules as the acquire's own
+/// ([`ErrorKind::NotAcquired`]: the lock is not the caller's by the deadline).
+pub(crate) type AfterGrant =
+    Arc<dyn Fn(Lease, Option<Instant>) -> BoxFuture<'static, Result<Lease>> + Send + Sync>;
 
 enum State {
     /// Not started.
@@ -79,34 +82,6 @@ impl<T> std::fmt::Debug for Recipe<T> {
     }
 }
 
-/// How long a `try_` form (or a `_timeout` form whose time has run out) waits for a session
-/// when its source has none yet: the first session of a manager takes a round trip or two,
-/// a node that cannot be reached should not hold the caller.
-const SESSION_WAIT: Duration = Duration::from_secs(5);
-
-/// The session to acquire in, waited for until `deadline` (a form with a timeout; a
-/// deadline already passed, as a `try_` form's, waits [`SESSION_WAIT`]) or for as long as it
-/// takes (no timeout): a timeout form ends with [`ErrorKind::Unavailable`] when no session
-/// comes in time (never with [`ErrorKind::NotAcquired`]: the server said nothing of the lock).
-async fn session_by(source: &Source, deadline: Option<Instant>) -> Result<Session> {
-    let Some(deadline) = deadline else {
-        return source.session().await;
-    };
-    let now = Instant::now();
-    let until = if deadline > now {
-        deadline
-    } else {
-        now + SESSION_WAIT
-    };
-    match tokio::time::timeout_at(until, source.session()).await {
-        Ok(session) => session,
-        Err(_) => Err(Error::new(
-            ErrorKind::Unavailable,
-            "no session to the coordination node came within the acquire's timeout; check that the node is reachable",
-        )),
-    }
-}
-
 impl<T: 'static> Acquiring<T> {
     /// A recipe's acquire.
     pub(crate) fn new(
@@ -117,27 +92,16 @@ impl<T: 'static> Acquiring<T> {
         after: Option<AfterGrant>,
         finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
     ) -> Self {
+        let timeout = options.timeout;
         let mut recipe = Recipe::new(source, name, options, prepare, finish);
         recipe.after = after;
-        Acquiring::composed(recipe)
-    }
-
-    /// A recipe's acquire that fails with `err` when awaited.
-    pub(crate) fn failed(
-        source: &Source,
-        name: &str,
-        err: Error,
-        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
-    ) -> Self {
-        let mut recipe = Recipe::new(
-            source,
-            name,
-            AcquireOptions::new(),
-            Prepare::Nothing,
-            finish,
-        );
-        recipe.state = State::Ready(Err(err));
-        Acquiring::composed(recipe)
+        let acquiring = Acquiring::composed(recipe);
+        match timeout {
+            // Every step (a session, the semaphore, the grant, the step after it) is
+            // within the bound.
+            Some(timeout) => acquiring.within(timeout),
+            None => acquiring,
+        }
     }
 }
 
@@ -155,6 +119,7 @@ impl<T> Recipe<T> {
             options,
             prepare,
             deadline: None,
+            trips: RoundTrips::default(),
             remakes: 0,
             state: State::Start,
             after: None,
@@ -188,7 +153,7 @@ impl<T> Recipe<T> {
     fn answered(&mut self, result: Result<Lease>) -> bool {
         match (result, &self.after) {
             (Ok(lease), Some(after)) => {
-                self.state = State::Granted(after(lease));
+                self.state = State::Granted(after(lease, self.deadline));
                 true
             }
             (result, _) => match self.retry(result) {
@@ -242,14 +207,15 @@ impl<T> Recipe<T> {
                     {
                         self.deadline = Instant::now().checked_add(timeout);
                     }
-                    let (source, name, prepare, deadline) = (
+                    let (source, name, prepare, trips) = (
                         self.source.clone(),
                         self.name.clone(),
                         self.prepare,
-                        self.deadline,
+                        self.trips.clone(),
                     );
                     self.state = State::Preparing(Box::pin(async move {
-                        let session = session_by(&source, deadline).await?;
+                        let session = source.session().await?;
+                        trips.note(session.round_trip());
                         if let Prepare::Semaphore { limit } = prepare {
                             ensure_semaphore(&session, &name, limit).await?;
                         }
@@ -258,6 +224,7 @@ impl<T> Recipe<T> {
                 }
                 State::Preparing(prepare) => match ready!(prepare.as_mut().poll(cx)) {
                     Ok(session) => {
+                        self.trips.note(session.round_trip());
                         let mut options = self.options.clone();
                         if let Some(deadline) = self.deadline {
                             // A retry in a new session keeps the first attempt's deadline.
@@ -284,6 +251,10 @@ impl<T> Recipe<T> {
 impl<T> Compose<T> for Recipe<T> {
     fn queued(&mut self) -> BoxFuture<'_, bool> {
         Box::pin(self.wait_queued())
+    }
+
+    fn round_trips(&self) -> RoundTrips {
+        self.trips.clone()
     }
 }
 

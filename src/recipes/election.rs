@@ -126,7 +126,7 @@ impl Election {
         }
     }
 
-    fn start<T: 'static>(
+    fn start<T: Send + 'static>(
         &self,
         data: &[u8],
         timeout: Option<Duration>,

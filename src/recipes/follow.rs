@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use futures::{Stream, StreamExt};
 
 use super::{Next, Source, ensure_semaphore};
+use crate::bound::{self, RoundTrips};
 use crate::config::{self, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{SemaphoreDescription, WatchStream};
@@ -27,18 +28,26 @@ pub(crate) async fn read<V>(
     missing: V,
 ) -> Result<V> {
     config::check_name(name)?;
-    loop {
-        // Each attempt awaits a session from the source (a manager's next one after a loss).
-        let session = source.session().await?;
-        match session.describe_semaphore(name, options).await {
-            Ok(d) => return Ok(view(&d, session.id())),
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(missing),
-            Err(e) => match source.after_error(e) {
-                Next::Retry(_) => continue,
-                Next::End(e) => return Err(e),
-            },
+    // A read has no bound of its own: the session timeout is its bound.
+    let trips = RoundTrips::default();
+    let reading = async {
+        loop {
+            // Each attempt awaits a session from the source (a manager's next one after a
+            // loss).
+            let session = source.session().await?;
+            trips.note(session.round_trip());
+            match session.describe_semaphore(name, options).await {
+                Ok(d) => return Ok(view(&d, session.id())),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(missing),
+                Err(e) => match source.after_error(e) {
+                    Next::Retry(_) => continue,
+                    Next::End(e) => return Err(e),
+                },
+            }
         }
-    }
+    };
+    let what = format!("the read of semaphore {name:?}");
+    bound::within(source.timeout(), &trips, &what, reading).await
 }
 
 /// Follows the persistent semaphore `name` (created with `limit` if missing) through

@@ -377,7 +377,7 @@ impl Group {
 
     /// One attempt at membership with `data`, its lease made into `T`. A membership must
     /// end when the group's semaphore is force-deleted under it.
-    fn member_as<T: 'static>(
+    fn member_as<T: Send + 'static>(
         &self,
         data: &[u8],
         make: impl Fn(Lease) -> T + Send + Sync + 'static,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::AfterGrant;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
 
 const HELD: &str = "held ";
@@ -144,21 +144,31 @@ pub(crate) struct Running {
 /// The step after a lock-delay mutex's grant: its one place settled (see [`settle`]); on
 /// one node the marker tells the last tenure of the name, as nothing else could hold it.
 pub(crate) fn after_grant(delay: Duration) -> AfterGrant {
-    Arc::new(move |lease: Lease| {
+    Arc::new(move |lease: Lease, deadline: Option<Instant>| {
         Box::pin(async move {
-            settle(std::slice::from_ref(&lease), delay, None).await?;
+            settle(std::slice::from_ref(&lease), delay, None, deadline).await?;
             Ok(lease)
         })
     })
 }
 
 /// Settles the places of one lock-delay lock, all granted (one on a node, one or two in a
-/// lock space, which passes the layout it `runs`): reads each place's marker, writes its
-/// own `held` one there, then waits while any place asks for it: a place whose last tenure
-/// did not end cleanly until `delay` after its own grant; in a lock space, a place whose
-/// marker is not of the layout run until `delay` after the process began to run it
-/// ([`Running`]). Ends with the loss of the lease whose token fires first.
-pub(crate) async fn settle(places: &[Lease], delay: Duration, runs: Option<Running>) -> Result<()> {
+/// lock space, which passes the layout it `runs`): reads each place's marker, then, unless
+/// the wait they ask for ends past the acquire's `deadline`, writes its own `held` one on
+/// each and waits while any place asks for it: a place whose last tenure did not end
+/// cleanly until `delay` after its own grant; in a lock space, a place whose marker is not
+/// of the layout run until `delay` after the process began to run it ([`Running`]).
+///
+/// Ends with the loss of the lease whose token fires first, or with
+/// [`ErrorKind::NotAcquired`] when the wait would end past `deadline`: the lock is not the
+/// caller's in time, and nothing was written (the places keep the markers that asked for
+/// the wait, so the next holder waits too).
+pub(crate) async fn settle(
+    places: &[Lease],
+    delay: Duration,
+    runs: Option<Running>,
+    deadline: Option<Instant>,
+) -> Result<()> {
     if places.is_empty() {
         return Ok(());
     }
@@ -172,15 +182,12 @@ pub(crate) async fn settle(places: &[Lease], delay: Duration, runs: Option<Runni
             lease.lost_error()
         })
     }));
+    let epoch = runs.map(|r| r.epoch);
     let step = async {
         let mut hold = Hold::No;
         for lease in places {
             let own = lease.fencing_token().order;
             let data = lease.semaphore_data().await?;
-            // The marker is written before the guard is handed over: a holder lost from now
-            // on leaves `held` behind for the next one to see.
-            let epoch = runs.map(|r| r.epoch);
-            lease.set_semaphore_data(&held(own, epoch)).await?;
             let asks = asks(&data, own, epoch);
             if asks.after_grant {
                 hold = hold.max(Hold::after(lease.granted_at(), delay));
@@ -188,6 +195,20 @@ pub(crate) async fn settle(places: &[Lease], delay: Duration, runs: Option<Runni
             if let Some(runs) = runs.filter(|_| asks.after_start) {
                 hold = hold.max(Hold::after(runs.since, delay));
             }
+        }
+        if let Some(deadline) = deadline
+            && hold > Hold::Until(deadline)
+        {
+            return Err(Error::new(
+                ErrorKind::NotAcquired,
+                "the lock's delay after its last holder's unclean end outlasts the acquire's timeout; the lock was given back",
+            ));
+        }
+        // The markers are written before the guard is handed over: a holder lost from now
+        // on leaves `held` behind for the next one to see.
+        for lease in places {
+            let own = lease.fencing_token().order;
+            lease.set_semaphore_data(&held(own, epoch)).await?;
         }
         match hold {
             Hold::No => {}

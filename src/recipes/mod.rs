@@ -65,7 +65,7 @@ use crate::session::{SemaphoreDescription, Session};
 /// bytes, one that fails with [`ErrorKind::InvalidArgument`] when awaited, sending nothing:
 /// the name rule every recipe verb applies (the server checks names only on create and
 /// update).
-pub(crate) fn acquiring<T: 'static>(
+pub(crate) fn acquiring<T: Send + 'static>(
     source: &Source,
     name: &str,
     options: crate::config::AcquireOptions,
@@ -76,7 +76,7 @@ pub(crate) fn acquiring<T: 'static>(
 }
 
 /// As [`acquiring`], with a step between the grant and `finish` (see [`AfterGrant`]).
-pub(crate) fn acquiring_then<T: 'static>(
+pub(crate) fn acquiring_then<T: Send + 'static>(
     source: &Source,
     name: &str,
     options: crate::config::AcquireOptions,
@@ -86,7 +86,7 @@ pub(crate) fn acquiring_then<T: 'static>(
 ) -> Acquiring<T> {
     match config::check_name(name) {
         Ok(()) => Acquiring::new(source, name, options, prepare, after, finish),
-        Err(err) => Acquiring::failed(source, name, err, finish),
+        Err(err) => Acquiring::failed(err),
     }
 }
 

@@ -2,14 +2,16 @@
 
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Guard, Next, Source};
+use crate::bound::RoundTrips;
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
-use crate::session::{FencingToken, Lease, Session};
+use crate::session::{Acquiring, FencingToken, Lease, Session};
 
 /// Several [`Mutex`](super::Mutex)es of one node taken together: all of them or none,
 /// under one deadline, held in one session, behind one guard.
@@ -22,8 +24,9 @@ use crate::session::{FencingToken, Lease, Session};
 /// other.
 ///
 /// If the locks cannot all be had (the deadline passed, an error), those already taken are
-/// released before the call returns: it waits for the server to confirm (at most 2 s in
-/// all), so another session that asks next finds them free. On a [`SessionManager`] a session lost half-way
+/// released before the call returns: it waits for the server to confirm (at most 2 s, and
+/// for a `_timeout` form within its bound: see [`Acquiring`]'s bounds), so another session
+/// that asks next finds them free. On a [`SessionManager`] a session lost half-way
 /// releases everything (the server does) and starts over in the next session, keeping the
 /// deadline.
 ///
@@ -229,14 +232,18 @@ impl MultiLock {
     ///
     /// Dropping the future withdraws the request in progress and releases the locks
     /// already taken.
-    pub async fn lock(&self) -> Result<MultiLockGuard> {
-        match self.take(None).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::new(
-                ErrorKind::NotAcquired,
-                "the locks were not all acquired in time",
-            )),
-        }
+    pub fn lock(&self) -> Acquiring<MultiLockGuard> {
+        let this = self.clone();
+        Acquiring::steps(move |queued, trips| {
+            Box::pin(async move {
+                this.take(None, &queued, &trips).await?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Internal,
+                        "a multi-lock without a timeout ended without its locks",
+                    )
+                })
+            })
+        })
     }
 
     /// Takes every lock only if each is free now and nobody is queued for it; `None`
@@ -244,19 +251,20 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`MultiLock::lock`].
+    /// As [`MultiLock::lock_timeout`].
     ///
     /// # Cancel safety
     ///
     /// As [`MultiLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.lock_timeout(Duration::ZERO).await
+    pub fn try_lock(&self) -> Acquiring<Option<MultiLockGuard>> {
+        self.lock_timeout(Duration::ZERO)
     }
 
-    /// Waits for every lock until `timeout` from now, one deadline for all of them;
-    /// `None` if it passed (the locks taken by then are released, and the call waits for
-    /// the server to confirm, at most 2 s). At most a day, as every acquire
-    /// timeout ([`MAX_ACQUIRE_TIMEOUT`](crate::config::MAX_ACQUIRE_TIMEOUT)); for longer, use
+    /// Waits for every lock until `timeout` from the first poll, one deadline for all of
+    /// them; `None` if a lock was not granted in time (the locks taken by then are
+    /// released, and the call waits for the server to confirm, within its bound). At most
+    /// a day, as every acquire timeout
+    /// ([`MAX_ACQUIRE_TIMEOUT`](crate::config::MAX_ACQUIRE_TIMEOUT)); for longer, use
     /// [`MultiLock::lock`].
     ///
     /// # Examples
@@ -283,24 +291,40 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a timeout over a day; otherwise as
-    /// [`MultiLock::lock`].
+    /// [`ErrorKind::InvalidArgument`] for a timeout over a day; at the bound,
+    /// [`ErrorKind::Unavailable`] when the node did not answer (see
+    /// [`Acquiring`]'s bounds); otherwise as [`MultiLock::lock`].
     ///
     /// # Cancel safety
     ///
     /// As [`MultiLock::lock`].
-    pub async fn lock_timeout(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
-        config::check_acquire_timeout(timeout)?;
-        self.take(Some(Instant::now() + timeout)).await
+    pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MultiLockGuard>> {
+        if let Err(e) = config::check_acquire_timeout(timeout) {
+            return Acquiring::failed(e);
+        }
+        let this = self.clone();
+        Acquiring::steps(move |queued, trips| {
+            Box::pin(async move {
+                let deadline = crate::clock::later(Instant::now(), timeout);
+                this.take(Some(deadline), &queued, &trips).await
+            })
+        })
+        .within(timeout)
     }
 
     /// Takes every lock by `deadline` (`None`: no deadline), in one session, starting over
     /// in the next session after a loss when the source renews.
-    async fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
+    async fn take(
+        &self,
+        deadline: Option<Instant>,
+        queued: &watch::Sender<bool>,
+        trips: &RoundTrips,
+    ) -> Result<Option<MultiLockGuard>> {
         self.check()?;
         loop {
             let session = self.source.session().await?;
-            match self.take_in(&session, deadline).await {
+            trips.note(session.round_trip());
+            match self.take_in(&session, deadline, queued, trips).await {
                 Err(e) => match self.source.after_error(e) {
                     Next::Retry(_) => continue,
                     Next::End(e) => return Err(e),
@@ -317,6 +341,8 @@ impl MultiLock {
         &self,
         session: &Session,
         deadline: Option<Instant>,
+        queued: &watch::Sender<bool>,
+        trips: &RoundTrips,
     ) -> Result<Option<MultiLockGuard>> {
         let mut leases = Vec::with_capacity(self.names.len());
         for name in &self.names {
@@ -326,7 +352,13 @@ impl MultiLock {
             if let Some(deadline) = deadline {
                 options = options.timeout(deadline.saturating_duration_since(Instant::now()));
             }
-            match session.acquire(name, options).await {
+            let mut acquire = session.acquire(name, options);
+            if acquire.queued().await {
+                queued.send_replace(true);
+            }
+            let taken = acquire.await;
+            trips.note(session.round_trip());
+            match taken {
                 Ok(lease) => leases.push(lease),
                 Err(e) => {
                     // Dropped, the leases would only queue their releases.

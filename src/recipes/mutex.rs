@@ -209,12 +209,13 @@ impl Mutex {
     ///
     /// # Bounded forms
     ///
-    /// The delay is not part of an acquire's timeout: [`Mutex::try_lock`] and
-    /// [`Mutex::lock_timeout`] bound the wait for the grant, and a grant made in time is
-    /// then held through the delay before the guard is returned. A [`Mutex::lock_for`]
-    /// bound counts from the grant, so the delay takes its share; a bounded hold never ends
-    /// with a clean release. [`Acquiring::queued`] answers `false` at the grant; awaiting
-    /// the acquire then waits out the delay.
+    /// The delay is part of a `try_` or `_timeout` form's bound, as every step is (see
+    /// [`Acquiring`]'s bounds): when the markers ask for a wait that would end past the
+    /// bound, the grant is given back without writing anything and the form answers
+    /// `None` (the lock is not the caller's in time; the next holder still waits). A
+    /// [`Mutex::lock_for`] bound counts from the grant, so the delay takes its share; a
+    /// bounded hold never ends with a clean release. [`Acquiring::queued`] answers `false`
+    /// at the grant; awaiting the acquire then waits out the delay.
     ///
     /// # Examples
     ///
@@ -259,7 +260,7 @@ impl Mutex {
 
     /// An acquire of the lock (waiting at most `timeout`) whose lease `finish` turns into
     /// the caller's guard (told whether an unlock records a clean release).
-    fn start<T: 'static>(
+    fn start<T: Send + 'static>(
         &self,
         timeout: Option<Duration>,
         finish: impl Fn(Result<Lease>, bool) -> Result<T> + Send + Sync + 'static,

@@ -105,7 +105,7 @@ impl RwLock {
         }
     }
 
-    fn start<T: 'static>(
+    fn start<T: Send + 'static>(
         &self,
         write: bool,
         timeout: Option<Duration>,

@@ -107,7 +107,7 @@ impl Semaphore {
         Ok(AcquireOptions::new().count(n).data(self.data.clone()))
     }
 
-    fn start<T: 'static>(
+    fn start<T: Send + 'static>(
         &self,
         n: u64,
         timeout: Option<Duration>,
@@ -125,7 +125,7 @@ impl Semaphore {
                     finish(r.inspect(Lease::guard))
                 })
             }
-            Err(err) => Acquiring::failed(&self.source, &self.name, err, finish),
+            Err(err) => Acquiring::failed(err),
         }
     }
 

@@ -25,6 +25,10 @@ pub(crate) trait SessionSource: fmt::Debug + Send + Sync + 'static {
     /// `SessionClosed` after a shutdown, or the fatal error that stopped it); `None` while
     /// it may give one.
     fn stopped(&self) -> Option<Error>;
+
+    /// The session timeout: how long a read without a bound of its own waits for the node
+    /// (past it, silence means the session may be lost anyway).
+    fn timeout(&self) -> std::time::Duration;
 }
 
 impl SessionSource for Session {
@@ -39,6 +43,10 @@ impl SessionSource for Session {
     fn stopped(&self) -> Option<Error> {
         None
     }
+
+    fn timeout(&self) -> std::time::Duration {
+        Session::timeout(self)
+    }
 }
 
 impl SessionSource for SessionManager {
@@ -52,6 +60,10 @@ impl SessionSource for SessionManager {
 
     fn stopped(&self) -> Option<Error> {
         self.is_stopped().then(|| self.stopped_error())
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        SessionManager::timeout(self)
     }
 }
 
@@ -77,6 +89,11 @@ impl Source {
     /// See [`SessionSource::session`].
     pub(crate) async fn session(&self) -> Result<Session> {
         self.0.session().await
+    }
+
+    /// See [`SessionSource::timeout`].
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.0.timeout()
     }
 
     /// See [`SessionSource::renews`].

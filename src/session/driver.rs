@@ -168,6 +168,7 @@ impl Driver {
             }
             self.apply(now);
             self.tell_announcer();
+            self.inbox.set_round_trip(self.core.round_trip());
         }
         self.sentinel.armed = false;
         // Whatever is still queued gets the cause.

@@ -50,6 +50,9 @@ struct Shared {
     ids: AtomicU64,
     /// The session's token: the parent of every lease token.
     token: CancellationToken,
+    /// The latest round trip the session task measured, in nanoseconds (what a bounded
+    /// call waits past its deadline for an answer).
+    round_trip: AtomicU64,
 }
 
 /// The session task is done: it takes no more messages.
@@ -89,6 +92,7 @@ pub(crate) fn inbox(
         terminal,
         ids: AtomicU64::new(1),
         token,
+        round_trip: AtomicU64::new(0),
     });
     (Handle(shared.clone()), Inbox(shared))
 }
@@ -140,6 +144,11 @@ impl Handle {
     /// The session's token, cancelled when the session is lost or closed.
     pub(crate) fn token(&self) -> &CancellationToken {
         &self.0.token
+    }
+
+    /// The latest round trip the session task measured.
+    pub(crate) fn round_trip(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.round_trip.load(Ordering::Relaxed))
     }
 
     /// Why the session ended, once it has.
@@ -234,6 +243,12 @@ fn take(mail: &mut Mail) -> (VecDeque<Request>, VecDeque<Notice>) {
 }
 
 impl Inbox {
+    /// Publishes the latest round trip to the handles (see [`Handle::round_trip`]).
+    pub(crate) fn set_round_trip(&self, round_trip: std::time::Duration) {
+        let nanos = u64::try_from(round_trip.as_nanos()).unwrap_or(u64::MAX);
+        self.0.round_trip.store(nanos, Ordering::Relaxed);
+    }
+
     /// Takes every message queued now, commands first and notices second, and frees the
     /// queues' buffers: an idle session holds none. What comes meanwhile waits for the next
     /// turn, after the stream and the timer.

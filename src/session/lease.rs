@@ -106,6 +106,11 @@ impl Lease {
     }
 
     /// When the session learnt of the grant, not when the holder picked the lease up.
+    /// The latest round trip its session measured.
+    pub(crate) fn round_trip(&self) -> std::time::Duration {
+        self.handle.round_trip()
+    }
+
     pub(crate) fn granted_at(&self) -> Instant {
         self.held.since
     }

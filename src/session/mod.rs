@@ -75,6 +75,8 @@ pub struct Session {
 #[derive(Debug)]
 struct Inner {
     path: String,
+    /// The session timeout it was started with.
+    timeout: std::time::Duration,
     /// The inbox, and the session's id, terminal cause and caller ids.
     handle: inbox::Handle,
     state: watch::Receiver<SessionState>,
@@ -90,6 +92,7 @@ impl Inner {
 impl Session {
     pub(crate) fn new(
         path: String,
+        timeout: std::time::Duration,
         handle: inbox::Handle,
         state: watch::Receiver<SessionState>,
         token: CancellationToken,
@@ -97,6 +100,7 @@ impl Session {
         Self {
             inner: Arc::new(Inner {
                 path,
+                timeout,
                 handle,
                 state,
                 token,
@@ -107,6 +111,18 @@ impl Session {
     /// The server's id of the session.
     pub fn id(&self) -> u64 {
         self.inner.handle.session_id()
+    }
+
+    /// The latest round trip to the node the session measured (of a request the server
+    /// answered): what a bounded call waits past its deadline for the server's answer.
+    pub(crate) fn round_trip(&self) -> std::time::Duration {
+        self.inner.handle.round_trip()
+    }
+
+    /// The session timeout it was started with: how long a read without a bound of its
+    /// own may wait for the node.
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.inner.timeout
     }
 
     /// The coordination node's path.
@@ -394,8 +410,10 @@ impl Session {
             wait = tracing::field::Empty,
         );
         let invalid = options.validate().err();
+        let timeout = options.get_timeout();
         let name: Arc<str> = Arc::from(name);
         Acquire {
+            timeout,
             session: self.clone(),
             name: name.clone(),
             id,
@@ -477,6 +495,8 @@ pub(crate) struct Acquire {
     session: Session,
     name: Arc<str>,
     id: u64,
+    /// The options' timeout: the acquire's bound.
+    timeout: Option<std::time::Duration>,
     cmd: Option<Request>,
     /// Why the options were rejected: every poll answers with it, nothing is sent.
     invalid: Option<Error>,
@@ -487,6 +507,16 @@ pub(crate) struct Acquire {
 }
 
 impl Acquire {
+    /// The session it acquires in.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Its bound: the options' timeout.
+    pub(crate) fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout
+    }
+
     /// Hands the command to the session task (once; later calls only repeat the outcome).
     fn submit(&mut self) -> Result<()> {
         if let Some(err) = &self.invalid {

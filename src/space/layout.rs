@@ -300,9 +300,11 @@ impl Layout {
         if self.next.is_none() {
             (false, self.epoch)
         } else if published.is_some_and(|p| p > self.epoch) {
-            (true, self.epoch + 1)
+            // A newer epoch than this one was published: this one is below `u64::MAX`.
+            (true, self.epoch.saturating_add(1))
         } else {
-            (false, self.epoch - 1)
+            // A transition's epoch is at least 2 (`Layout::from_bytes`, `Layout::begin`).
+            (false, self.epoch.saturating_sub(1))
         }
     }
 
@@ -340,7 +342,7 @@ impl Layout {
             ));
         }
         Ok(Self {
-            epoch: self.epoch + 1,
+            epoch: self.next_epoch()?,
             nodes: self.nodes.clone(),
             next: Some(next),
         })
@@ -401,9 +403,22 @@ impl Layout {
             ));
         };
         Ok(Self {
-            epoch: self.epoch + 1,
+            epoch: self.next_epoch()?,
             nodes: next.clone(),
             next: None,
+        })
+    }
+
+    /// The epoch of the next step: one on, unless this is the last epoch there is.
+    fn next_epoch(&self) -> Result<u64> {
+        self.epoch.checked_add(1).ok_or_else(|| {
+            Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "the layout's epoch {} is the last one; no step can follow it",
+                    self.epoch
+                ),
+            )
         })
     }
 
@@ -456,7 +471,7 @@ impl Layout {
     /// Whether `next` is this layout's next step: one epoch on, from [`Layout::begin`] or
     /// [`Layout::finish`].
     fn is_followed_by(&self, next: &Layout) -> bool {
-        next.epoch == self.epoch + 1
+        self.epoch.checked_add(1) == Some(next.epoch)
             && match (&self.next, &next.next) {
                 (None, Some(_)) => next.nodes == self.nodes,
                 (Some(to), None) => next.nodes == *to,

@@ -2,31 +2,25 @@
 //! order, as a recipe lock on that node; one guard over all of them.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{LockSpace, Shared, Ticket};
+use crate::bound::{RoundTrip, RoundTrips};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::recipes::{Guard, Prepare, Source, acquiring, lock_delay};
 use crate::session::FencingToken;
 use crate::session::Lease;
-use crate::session::{Acquiring, Compose, optional};
+use crate::session::{Acquiring, optional};
 
 /// How long a lock that could not be had in full waits for the release of its parts.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
-
-/// How long the read of the published layout behind a lock in a transition may take past
-/// the lock's bound (a `try_` form's is now): one round trip to the directory.
-const READ_AFTER_BOUND: Duration = Duration::from_secs(1);
 
 /// Between two takes of a lock without a bound whose directory read went unanswered.
 const READ_RETRY: Duration = Duration::from_millis(500);
@@ -60,86 +54,24 @@ impl Spec {
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Wait {
     Forever,
+    /// At most this long from the first poll.
+    Within(Duration),
+    /// Until this deadline (`Within`, once polled).
     Until(Instant),
 }
 
 impl Wait {
     pub(super) fn timeout(timeout: Duration) -> Result<Self> {
         config::check_acquire_timeout(timeout)?;
-        Ok(Instant::now()
-            .checked_add(timeout)
-            .map_or(Self::Forever, Self::Until))
-    }
-}
-
-/// A lock acquire in a [`LockSpace`], inside an [`Acquiring`]: its future, and whether a
-/// part of it is queued behind another holder. Dropping it withdraws the request; parts
-/// already taken are released.
-struct Taking<T> {
-    future: BoxFuture<'static, Result<T>>,
-    queued: watch::Receiver<bool>,
-    done: Option<Result<T>>,
-}
-
-impl<T> std::fmt::Debug for Taking<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acquiring")
-            .field("queued", &*self.queued.borrow())
-            .field("done", &self.done.is_some())
-            .finish()
-    }
-}
-
-impl<T: Send + 'static> Taking<T> {
-    fn acquiring(
-        start: impl FnOnce(watch::Sender<bool>) -> BoxFuture<'static, Result<T>>,
-    ) -> Acquiring<T> {
-        let (tx, queued) = watch::channel(false);
-        Acquiring::composed(Self {
-            future: start(tx),
-            queued,
-            done: None,
-        })
+        Ok(Self::Within(timeout))
     }
 
-    /// Waits until a part of the lock is queued behind another holder (`true`) or the
-    /// acquire completed without queuing (`false`: awaiting it then returns at once).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the acquire stays in progress; await it afterwards.
-    async fn wait_queued(&mut self) -> bool {
-        if self.done.is_some() {
-            return false;
+    /// The deadline of a wait that starts now.
+    fn start(self) -> Self {
+        match self {
+            Self::Within(timeout) => Self::Until(crate::clock::later(Instant::now(), timeout)),
+            other => other,
         }
-        let mut queued = self.queued.clone();
-        let done = tokio::select! {
-            biased;
-            done = &mut self.future => done,
-            q = queued.wait_for(|q| *q) => return q.is_ok(),
-        };
-        self.done = Some(done);
-        *self.queued.borrow()
-    }
-}
-
-// Nothing of `T` is ever pinned: the outcome is only stored and moved out.
-impl<T> Unpin for Taking<T> {}
-
-impl<T: Send + 'static> Compose<T> for Taking<T> {
-    fn queued(&mut self) -> BoxFuture<'_, bool> {
-        Box::pin(self.wait_queued())
-    }
-}
-
-impl<T> Future for Taking<T> {
-    type Output = Result<T>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        if let Some(done) = self.done.take() {
-            return Poll::Ready(done);
-        }
-        self.future.as_mut().poll(cx)
     }
 }
 
@@ -434,12 +366,14 @@ async fn take(
     spec: Spec,
     wait: Wait,
     queued: watch::Sender<bool>,
+    trips: RoundTrips,
 ) -> Result<Option<Taken>> {
     for name in &names {
         config::check_name(name)?;
     }
+    let wait = wait.start();
     let deadline = match wait {
-        Wait::Forever => None,
+        Wait::Forever | Wait::Within(_) => None,
         Wait::Until(d) => Some(d),
     };
     loop {
@@ -453,7 +387,7 @@ async fn take(
             let parts = layout.parts(name);
             let mut mine = Vec::with_capacity(parts.len());
             for part in &parts {
-                let taking = take_part(&shared, &part.node, name, &spec, wait, &queued);
+                let taking = take_part(&shared, &part.node, name, &spec, wait, &queued, &trips);
                 let Some(taken) = while_member(member.as_ref(), taking).await else {
                     lapsed = true;
                     break 'names;
@@ -487,7 +421,7 @@ async fn take(
                 epoch: layout.epoch(),
                 since: shared.running_since(),
             };
-            let settling = lock_delay::settle(&leases, delay, Some(runs));
+            let settling = lock_delay::settle(&leases, delay, Some(runs), deadline);
             match while_member(member.as_ref(), settling).await {
                 None => {
                     let _ = release_all(leases).await;
@@ -495,6 +429,11 @@ async fn take(
                 }
                 // A part lost during the delay: as below.
                 Some(Err(_)) if leases.iter().any(Lease::is_lost) => {}
+                // The delay outlasts the bound: not the caller's in time.
+                Some(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+                    let _ = release_all(leases).await;
+                    return Ok(None);
+                }
                 Some(Err(e)) => {
                     let _ = release_all(leases).await;
                     return Err(e);
@@ -517,11 +456,11 @@ async fn take(
         let published = if layout.is_transition() {
             // Bounded by the caller's deadline, and by the membership: the places are
             // given back rather than held while the directory does not answer.
-            let now = Instant::now();
             let bound = match deadline {
-                None => now + shared.directory_wait(),
-                // A try, or a bound that passed while the places were taken: one read.
-                Some(d) => d.max(now + READ_AFTER_BOUND),
+                None => crate::clock::later(Instant::now(), shared.directory_wait()),
+                // The lock's own bound: a read not answered by then ends it (see
+                // `crate::bound`).
+                Some(d) => crate::bound::expiry(d, trips.round_trip()),
             };
             let read = while_member(member.as_ref(), shared.published_epoch(bound)).await;
             match read {
@@ -575,8 +514,12 @@ async fn take_part(
     spec: &Spec,
     wait: Wait,
     queued: &watch::Sender<bool>,
+    trips: &RoundTrips,
 ) -> Result<Option<Lease>> {
     let manager = shared.manager(node)?;
+    if let Some(session) = manager.try_current() {
+        trips.note(session.round_trip());
+    }
     let mut options = spec.options.clone();
     if let Wait::Until(deadline) = wait {
         options = options.timeout(deadline.saturating_duration_since(Instant::now()));
@@ -592,7 +535,11 @@ async fn take_part(
     if acquire.queued().await {
         queued.send_replace(true);
     }
-    acquire.await
+    let taken = acquire.await;
+    if let Ok(Some(lease)) = &taken {
+        trips.note(lease.round_trip());
+    }
+    taken
 }
 
 /// The acquire of `names` in `space` with `spec`: a guard, or `None` if `wait` ran out.
@@ -604,7 +551,18 @@ pub(super) fn start(
     bound: Option<Duration>,
 ) -> Acquiring<Option<SpaceGuard>> {
     let shared = space.shared().clone();
-    Taking::acquiring(move |queued| Box::pin(taking(shared, names, spec, wait, bound, queued)))
+    let wait = match wait {
+        Ok(wait) => wait,
+        Err(e) => return Acquiring::failed(e),
+    };
+    let acquiring = Acquiring::steps(move |queued, trips| {
+        Box::pin(taking(shared, names, spec, wait, bound, queued, trips))
+    });
+    match wait {
+        // Every step (the gate, each place, the directory's read) is within the bound.
+        Wait::Within(timeout) => acquiring.within(timeout),
+        Wait::Forever | Wait::Until(_) => acquiring,
+    }
 }
 
 /// The same acquire, waiting without a timeout: always a guard.
@@ -615,9 +573,9 @@ pub(super) fn start_plain(
     bound: Option<Duration>,
 ) -> Acquiring<SpaceGuard> {
     let shared = space.shared().clone();
-    Taking::acquiring(move |queued| {
+    Acquiring::steps(move |queued, trips| {
         Box::pin(async move {
-            let taken = taking(shared, names, spec, Ok(Wait::Forever), bound, queued).await?;
+            let taken = taking(shared, names, spec, Wait::Forever, bound, queued, trips).await?;
             taken.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Internal,
@@ -633,13 +591,14 @@ async fn taking(
     shared: Arc<Shared>,
     names: Vec<String>,
     spec: Spec,
-    wait: Result<Wait>,
+    wait: Wait,
     bound: Option<Duration>,
     queued: watch::Sender<bool>,
+    trips: RoundTrips,
 ) -> Result<Option<SpaceGuard>> {
     // A hold ended at its bound is no clean release: its holder may not have stopped.
     let clean = spec.lock_delay.is_some() && bound.is_none();
-    let taken = take(shared, names, spec, wait?, queued).await?;
+    let taken = take(shared, names, spec, wait, queued, trips).await?;
     Ok(taken.map(|t| {
         let deadline = bound.and_then(|b| {
             let first = t.leases.iter().map(Lease::granted_at).min();
@@ -783,9 +742,11 @@ impl SpaceMutex {
     ///
     /// # Bounded forms
     ///
-    /// The delay is not part of a `try_` or `_timeout` form's bound: a grant made in time
-    /// is held through the delay. A [`SpaceMutex::lock_for`] bound counts from the first
-    /// grant, so the delay takes its share, and never ends with a clean release.
+    /// The delay is part of a `try_` or `_timeout` form's bound, as on one node
+    /// ([`Mutex::lock_delay`](crate::Mutex::lock_delay)): a wait that would end past the
+    /// bound gives every place back, writing nothing, and the form answers `None`. A
+    /// [`SpaceMutex::lock_for`] bound counts from the first grant, so the delay takes its
+    /// share, and never ends with a clean release.
     ///
     /// # Examples
     ///
@@ -870,11 +831,10 @@ impl SpaceMutex {
     ///
     /// # Errors
     ///
-    /// As [`SpaceMutex::lock`]; a timeout over a day is `InvalidArgument`. At the bound,
-    /// [`ErrorKind::Unavailable`] when a node did not answer, the process is not a confirmed
-    /// member of its directory, or (in a transition) the directory did not answer the read
-    /// of the layout, which may take one second past the bound (a `try_` form's bound is
-    /// now). Every place taken is given back first.
+    /// As [`SpaceMutex::lock`]; a timeout over a day is `InvalidArgument`. By the bound
+    /// (see [`Acquiring`]'s bounds), [`ErrorKind::Unavailable`] when a node did not answer,
+    /// the process is not a confirmed member of its directory, or (in a transition) the
+    /// directory did not answer the read of the layout. Every place taken is given back.
     ///
     /// # Cancel safety
     ///
@@ -996,14 +956,14 @@ impl SpaceSemaphore {
         let names = vec![self.name.clone()];
         match self.spec(n) {
             Ok(spec) => start(&self.space, names, spec, wait, bound),
-            Err(e) => Taking::acquiring(|_| Box::pin(std::future::ready(Err(e)))),
+            Err(e) => Acquiring::failed(e),
         }
     }
 
     fn start_plain(&self, n: u64, bound: Option<Duration>) -> Acquiring<SpaceGuard> {
         match self.spec(n) {
             Ok(spec) => start_plain(&self.space, vec![self.name.clone()], spec, bound),
-            Err(e) => Taking::acquiring(|_| Box::pin(std::future::ready(Err(e)))),
+            Err(e) => Acquiring::failed(e),
         }
     }
 
@@ -1308,7 +1268,7 @@ impl SpaceMultiLock {
     /// Dropping the future withdraws the request; locks already taken are released.
     pub fn lock(&self) -> Acquiring<SpaceGuard> {
         if let Err(e) = self.check() {
-            return Taking::acquiring(|_| Box::pin(std::future::ready(Err(e))));
+            return Acquiring::failed(e);
         }
         start_plain(&self.space, self.names.clone(), self.spec(), None)
     }

@@ -261,8 +261,11 @@ async fn a_grant_lost_during_the_delay_ends_the_acquire_without_a_guard() {
     drop(guard);
 }
 
+/// The bound covers the delay: a `try_` form after an unclean end answers `None` at once
+/// (the lock is not the caller's in time) and writes nothing, so the delay still holds;
+/// a `_timeout` form whose bound outlasts the delay gets the guard once it has passed.
 #[tokio::test(start_paused = true)]
-async fn the_bounded_forms_bound_the_grant_and_then_wait_the_delay() {
+async fn a_bounded_form_gets_the_lock_only_if_its_delay_ends_within_the_bound() {
     let env = Env::new().await;
     if !env.emulated() {
         return;
@@ -272,7 +275,23 @@ async fn the_bounded_forms_bound_the_grant_and_then_wait_the_delay() {
     assert!(within(mutex(&b).try_lock()).await.unwrap().is_none());
     assert!(env.emulator.expire_session(&env.node, a.id()));
     let started = Instant::now();
-    let taken = within(mutex(&b).try_lock()).await.unwrap();
+    assert!(within(mutex(&b).try_lock()).await.unwrap().is_none());
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    // Too short a bound: not acquired, at its bound or before.
+    let short = DELAY / 2;
+    let started = Instant::now();
+    assert!(
+        within(mutex(&b).lock_timeout(short))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() <= short, "{:?}", started.elapsed());
+    // Long enough: the guard, once the delay after its grant has passed.
+    let started = Instant::now();
+    let taken = within(mutex(&b).lock_timeout(DELAY + PROMPT))
+        .await
+        .unwrap();
     assert!(taken.is_some());
     assert!(started.elapsed() >= DELAY, "{:?}", started.elapsed());
     drop((guard, taken));

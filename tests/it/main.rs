@@ -20,6 +20,7 @@ mod unary;
 mod announce;
 mod auth;
 mod bounded_and_multi;
+mod bounds;
 mod chaos;
 mod cloud_credentials;
 mod conformance;

@@ -28,10 +28,6 @@ use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{StatusCode, session_request as rq, session_response as rs};
 
-/// How long past an acquire's deadline the client waits for the server's own timeout
-/// answer on a live stream before answering the caller itself.
-const ACQUIRE_ANSWER_GRACE: Duration = Duration::from_millis(200);
-
 /// An acquire the server is working on.
 #[derive(Debug)]
 pub(super) struct Active {
@@ -639,15 +635,12 @@ impl SessionCore {
     }
 
     /// How long past its deadline an acquire the server is working on may go unanswered:
-    /// none while the stream is down; while it is up, the latest round trip and a moment,
-    /// since the server times the waiter out at the same deadline counted from its receipt,
-    /// and its answer then travels back.
+    /// the latest round trip and a moment ([`crate::bound`], the rule of every bounded
+    /// call), since the server times the waiter out at the same deadline counted from its
+    /// receipt and its answer then travels back; a stream down at the deadline may be back
+    /// within it.
     fn acquire_grace(&self) -> Duration {
-        if self.link.is_up() {
-            ACQUIRE_ANSWER_GRACE.saturating_add(self.live.round_trip())
-        } else {
-            Duration::ZERO
-        }
+        crate::bound::grace(self.live.round_trip())
     }
 
     /// When the client answers an acquire's timeout itself (see
@@ -660,10 +653,8 @@ impl SessionCore {
     /// A stream that is down (or stalled, not yet known dead) cannot bring the server's
     /// answer to an acquire's timeout, so the caller hears from here that the node did not
     /// answer ([`ErrorKind::Unavailable`], never "not acquired"); the waiter is
-    /// withdrawn (after the reattach, if the stream is down). A try (timeout zero) is the
-    /// exception: it asks the server whether the semaphore is free now, which only the
-    /// server can say, so it waits for the reattach (bounded by the session's own
-    /// deadline).
+    /// withdrawn (after the reattach, if the stream is down). A try (timeout zero) is no
+    /// exception: its deadline is its request's time.
     pub(super) fn expire_unanswered_acquires(&mut self, now: Instant) {
         let grace = self.acquire_grace();
         while let Some(((at, caller), name)) = self
@@ -772,11 +763,10 @@ impl SessionCore {
 }
 
 impl Active {
-    /// The deadline the client enforces itself (not for a try, see
+    /// The deadline the client enforces itself until the server grants (see
     /// `expire_unanswered_acquires`).
     fn client_deadline(&self) -> Option<Instant> {
-        let waits = self.granted.is_none() && self.cmd.opts.get_timeout() != Some(Duration::ZERO);
-        self.deadline.filter(|_| waits)
+        self.deadline.filter(|_| self.granted.is_none())
     }
 }
 

@@ -309,6 +309,11 @@ impl SessionCore {
     }
 
     /// The session's id.
+    /// The latest round trip of a request the server answered.
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.live.round_trip()
+    }
+
     pub(crate) fn session_id(&self) -> u64 {
         self.cfg.session_id
     }

@@ -799,8 +799,10 @@ fn the_deadline_counts_from_the_send_time_of_the_last_answered_request() {
     assert_eq!(h.core.state, SessionState::Expired);
 }
 
+/// A stream down at the deadline may be back within a round trip and a moment (the rule of
+/// every bounded call): only then does the caller hear that the node did not answer.
 #[test]
-fn an_acquire_times_out_at_its_deadline_while_the_stream_is_down() {
+fn an_acquire_times_out_one_round_trip_past_its_deadline_while_the_stream_is_down() {
     let mut h = Harness::new();
     let now = h.at(MS);
     h.acquire(now, 1, "job", lock().timeout(S));
@@ -810,12 +812,13 @@ fn an_acquire_times_out_at_its_deadline_while_the_stream_is_down() {
     h.core
         .stream_lost(now, &Error::new(ErrorKind::Transport, "cut"));
     h.run(now);
-    assert!(h.core.next_wake() <= now + S);
-    h.core.tick(now + S - MS);
-    h.run(now + S - MS);
+    let due = now + S + crate::bound::grace(h.core.live.round_trip());
+    assert!(h.core.next_wake() <= due);
+    h.core.tick(due - MS);
+    h.run(due - MS);
     assert!(h.answers().is_empty());
-    h.core.tick(now + S);
-    h.run(now + S);
+    h.core.tick(due);
+    h.run(due);
     // The node did not answer: not "not acquired", which only the server can say.
     assert!(matches!(
         h.answers().as_slice(),
@@ -829,6 +832,29 @@ fn an_acquire_times_out_at_its_deadline_while_the_stream_is_down() {
     h.run(back);
     let sent: Vec<_> = h.sent().iter().map(|r| kind_of(r)).collect();
     assert_eq!(sent, vec!["release"]);
+}
+
+/// A try (timeout zero) is bounded like every acquire: on a stream that went silent, the
+/// caller hears that the node did not answer a round trip and a moment after the request,
+/// not at the session's end.
+#[test]
+fn a_try_on_a_silent_stream_ends_unavailable_one_round_trip_past_its_request() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(Duration::ZERO));
+    h.run(now);
+    assert_eq!(h.sent().len(), 2, "the acquire and the describe behind it");
+    let due = now + crate::bound::grace(h.core.live.round_trip());
+    h.core.tick(due - MS);
+    h.run(due - MS);
+    assert!(h.answers().is_empty());
+    h.core.tick(due);
+    h.run(due);
+    assert!(matches!(
+        h.answers().as_slice(),
+        [(1, Answer::Acquire(Err(e)))] if e.kind() == ErrorKind::Unavailable
+    ));
+    assert_eq!(h.core.state, SessionState::Attached { session_id: SID });
 }
 
 /// On a live stream the server's own timeout answer is awaited one round trip (the latest
