@@ -191,8 +191,10 @@ impl Link {
     async fn confirm(&self, shared: &Weak<Shared>, member: &Lease) -> Result<()> {
         let layout = self.read().await?;
         if let Some(shared) = shared.upgrade() {
-            shared.follow(layout);
-            shared.set_member(Ok(member.token()));
+            shared.published_value(Ok(layout));
+            if !member.is_lost() {
+                shared.member_confirmed();
+            }
         }
         Ok(())
     }
@@ -210,15 +212,15 @@ impl Link {
                 return;
             };
             match next {
-                Some(Ok(bytes)) => match Layout::from_bytes(&bytes) {
-                    Ok(layout) => shared.follow(layout),
-                    Err(e) => {
+                Some(Ok(bytes)) => {
+                    let value = Layout::from_bytes(&bytes);
+                    if let Err(e) = &value {
                         tracing::warn!(error = %e, "lock space layout unreadable; the last one stays");
-                        shared.set_error(Some(e));
                     }
-                },
+                    shared.published_value(value);
+                }
                 Some(Err(e)) => {
-                    shared.set_error(Some(e));
+                    shared.published_value(Err(e));
                     return;
                 }
                 None => return,
@@ -276,10 +278,10 @@ impl Link {
             }
             // The membership may be lost: no lock until the process is a member again.
             match shared.upgrade() {
-                Some(s) => s.set_member(Err(Error::new(
+                Some(s) => s.member_lost(Error::new(
                     ErrorKind::Unavailable,
                     "this process's membership in the lock space's directory may have been lost (no contact within the session timeout); its locks were reported lost, and it takes none until it is a member again",
-                ))),
+                )),
                 None => return,
             }
             drop(member);

@@ -558,7 +558,7 @@ async fn join_places(
     data: &[u8],
     mut joined: BTreeMap<String, Membership>,
 ) -> Result<(BTreeMap<String, Membership>, Ticket)> {
-    let (layout, ticket) = shared.enter_now();
+    let (layout, ticket) = shared.claim_now();
     let places: Vec<String> = layout.parts(name).into_iter().map(|p| p.node).collect();
     for node in &places {
         if !joined.contains_key(node) {

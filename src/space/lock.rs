@@ -138,11 +138,10 @@ impl GuardState {
 
 impl SpaceGuard {
     fn start(taken: Taken, deadline: Option<Instant>, clean: bool) -> Self {
-        let mut part_tokens: Vec<CancellationToken> =
-            taken.leases.iter().map(Lease::token).collect();
-        // The membership in the directory: the lock is lost when it may be.
-        part_tokens.extend(taken.member.clone());
-        let epoch_lost = taken.ticket.lost.clone();
+        let part_tokens: Vec<CancellationToken> = taken.leases.iter().map(Lease::token).collect();
+        // The space's own account (the membership in the directory may be lost, the
+        // layout fell behind or was contradicted): the lock is lost when its claim is.
+        let epoch_lost = taken.ticket.lost().clone();
         let state = Arc::new(GuardState {
             leases: StdMutex::new(taken.leases),
             nodes: taken.nodes,
@@ -339,22 +338,15 @@ struct Taken {
     nodes: Vec<String>,
     tokens: Vec<(String, FencingToken)>,
     ticket: Ticket,
-    /// The membership in the directory the lock lives in (`None`: no directory).
-    member: Option<CancellationToken>,
 }
 
-/// `work`'s outcome, or `None` if the membership `member` may be lost first.
-async fn while_member<T>(
-    member: Option<&CancellationToken>,
-    work: impl Future<Output = T>,
-) -> Option<T> {
-    match member {
-        None => Some(work.await),
-        Some(member) => tokio::select! {
-            biased;
-            () = member.cancelled() => None,
-            done = work => Some(done),
-        },
+/// `work`'s outcome, or `None` if the claim whose token is `lost` is lost first (its
+/// membership may be lost, its layout fell behind or was contradicted).
+async fn while_claimed<T>(lost: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = lost.cancelled() => None,
+        done = work => Some(done),
     }
 }
 
@@ -377,7 +369,8 @@ async fn take(
         Wait::Until(d) => Some(d),
     };
     loop {
-        let (layout, ticket, member) = shared.enter(deadline).await?;
+        let (entry, ticket) = shared.enter(deadline).await?;
+        let layout = entry.layout.clone();
         let mut leases = Vec::new();
         let mut nodes = Vec::new();
         let mut orders = Vec::new();
@@ -388,7 +381,7 @@ async fn take(
             let mut mine = Vec::with_capacity(parts.len());
             for part in &parts {
                 let taking = take_part(&shared, &part.node, name, &spec, wait, &queued, &trips);
-                let Some(taken) = while_member(member.as_ref(), taking).await else {
+                let Some(taken) = while_claimed(ticket.lost(), taking).await else {
                     lapsed = true;
                     break 'names;
                 };
@@ -419,10 +412,10 @@ async fn take(
         if let Some(delay) = spec.lock_delay {
             let runs = lock_delay::Running {
                 epoch: layout.epoch(),
-                since: shared.running_since(),
+                since: entry.running_since,
             };
             let settling = lock_delay::settle(&leases, delay, Some(runs), deadline);
-            match while_member(member.as_ref(), settling).await {
+            match while_claimed(ticket.lost(), settling).await {
                 None => {
                     let _ = release_all(leases).await;
                     continue;
@@ -462,7 +455,7 @@ async fn take(
                 // `crate::bound`).
                 Some(d) => crate::bound::expiry(d, trips.round_trip()),
             };
-            let read = while_member(member.as_ref(), shared.published_epoch(bound)).await;
+            let read = while_claimed(ticket.lost(), shared.published_epoch(bound)).await;
             match read {
                 Some(Ok(p)) => p,
                 None => {
@@ -488,7 +481,7 @@ async fn take(
         } else {
             None
         };
-        if member.as_ref().is_some_and(CancellationToken::is_cancelled) {
+        if ticket.lost().is_cancelled() {
             let _ = release_all(leases).await;
             continue;
         }
@@ -501,7 +494,6 @@ async fn take(
             nodes,
             tokens,
             ticket,
-            member,
         }));
     }
 }

@@ -87,6 +87,7 @@
 //! # }
 //! ```
 
+pub(crate) mod core;
 mod directory;
 mod fleet;
 pub mod layout;
@@ -94,8 +95,7 @@ mod lock;
 pub mod placement;
 mod published;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -103,9 +103,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use self::core::{ClaimId, Effect, Entry, SpaceCore};
 pub use self::directory::{SpaceDirectory, SpaceMember};
 pub use self::fleet::{SpaceElection, SpaceFollowing, SpaceGroup, SpaceLeader, SpaceMembership};
-use self::layout::Judgment;
 pub use self::layout::{Lagging, Layout, Part};
 pub use self::lock::{
     SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
@@ -127,33 +127,31 @@ pub struct LockSpace {
     shared: Arc<Shared>,
 }
 
-/// What every clone of a space and every lock in it share.
+/// What every clone of a space and every lock in it share: the nodes, the pure core
+/// ([`core::SpaceCore`]) and what carries out its effects.
 #[derive(Debug)]
 pub(crate) struct Shared {
     nodes: BTreeMap<String, Node>,
     options: SessionOptions,
+    state: StdMutex<State>,
+    /// The layout run, for its watchers (the core's [`Effect::Layout`]).
     layout: watch::Sender<Arc<Layout>>,
-    /// When the process began to run its layout (opened, or followed it): every tenure of a
-    /// name in an older layout had ended by then (see [`SpaceMutex::lock_delay`]).
-    running_since: StdMutex<Instant>,
-    /// The greatest epoch seen published (0: none, or no directory).
-    published: AtomicU64,
-    /// Set by [`LockSpace::shutdown`]: no session is opened any more.
-    stopped: AtomicBool,
-    /// Why the last published layout was not followed, if it was not.
-    layout_error: StdMutex<Option<Error>>,
-    /// Whether a lock may be taken now (see [`Gate`]).
-    gate: watch::Sender<Gate>,
-    /// The last layout read from the directory, judged again when the process's last lock
-    /// ends while the gate is shut by a contradiction.
-    last_published: StdMutex<Option<Layout>>,
-    /// The epochs of the layouts locks in progress or held were taken in.
-    uses: StdMutex<BTreeMap<u64, Use>>,
-    /// The oldest epoch the process runs: the layout's, or an older lock's.
+    /// Bumped at every [`Effect::Gate`]: locks waiting at the gate look again.
+    gate: watch::Sender<u64>,
+    /// The oldest epoch the process runs (the core's [`Effect::Report`]).
     reported: watch::Sender<u64>,
     directory: Option<directory::Link>,
     /// Stops the directory's tasks when the last handle goes.
     _stop: Option<DropGuard>,
+}
+
+/// The core and the tokens of its claims, behind one lock that nothing calls out under:
+/// effects are carried out after it is let go.
+#[derive(Debug)]
+struct State {
+    core: SpaceCore,
+    /// The token each claim's lock fires when the core says it is lost.
+    lost: HashMap<ClaimId, CancellationToken>,
 }
 
 /// One coordination node of a space.
@@ -164,121 +162,114 @@ struct Node {
     manager: OnceLock<SessionManager>,
 }
 
-/// The locks of one epoch: how many, and the token that reports them lost.
-#[derive(Debug)]
-struct Use {
-    count: usize,
-    lost: CancellationToken,
-}
-
-/// Whether the process may take a lock now. In a space with a directory, only while its
-/// membership there is confirmed (its member lease on the directory's session holds) and
-/// the published layout does not contradict the one it runs; every lock it takes is lost
-/// when that membership may be lost (the lease's token, which fires at the directory
-/// session's lease-safety deadline, before the server could drop the member). A space with
-/// a fixed layout is always open.
-#[derive(Debug, Clone)]
-pub(crate) struct Gate {
-    /// `Ok(token)` while the membership is confirmed (`None`: no directory), or why not.
-    member: std::result::Result<Option<CancellationToken>, Error>,
-    /// A published layout that contradicts the one run.
-    contradiction: Option<Error>,
-}
-
-impl Gate {
-    fn fixed() -> Self {
-        Self {
-            member: Ok(None),
-            contradiction: None,
-        }
-    }
-
-    fn joining() -> Self {
-        Self {
-            member: Err(not_member()),
-            contradiction: None,
-        }
-    }
-
-    /// The membership's token if a lock may be taken now, or why not.
-    pub(crate) fn check(&self) -> Result<Option<CancellationToken>> {
-        if let Some(e) = &self.contradiction {
-            return Err(e.clone());
-        }
-        match &self.member {
-            Ok(Some(token)) if token.is_cancelled() => Err(not_member()),
-            Ok(token) => Ok(token.clone()),
-            Err(e) => Err(e.clone()),
-        }
-    }
-}
-
-/// Why a space with a directory takes no lock while it is not a confirmed member.
-fn not_member() -> Error {
-    Error::new(
-        ErrorKind::Unavailable,
-        "this process's membership in the lock space's directory is not confirmed (the directory cannot be reached); no lock is taken until it is a member again",
-    )
-}
-
-/// A lock's claim on the epoch of the layout it was taken in: while it lives, the process
-/// reports that epoch (or an older one). Dropped after the lock's release is answered.
+/// A lock's claim on the epoch of the layout it was taken in (see [`core`]): while it
+/// lives, the process reports that epoch (or an older one). Its token fires when the lock
+/// is lost by the space's account (its membership may be lost, its layout fell two epochs
+/// behind or was contradicted). Dropped after the lock's release is answered.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     shared: Arc<Shared>,
+    claim: ClaimId,
     epoch: u64,
     lost: CancellationToken,
 }
 
+impl Ticket {
+    /// The token that fires when the lock is lost by the space's account.
+    pub(crate) fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut uses = self.shared.lock_uses();
-        if let Some(u) = uses.get_mut(&self.epoch) {
-            u.count -= 1;
-            if u.count == 0 {
-                uses.remove(&self.epoch);
-            }
-        }
-        let idle = uses.is_empty();
-        drop(uses);
-        self.shared.report();
-        if idle {
-            self.shared.rejudge();
-        }
+        let claim = self.claim;
+        self.shared.with_core(|core, lost| {
+            lost.remove(&claim);
+            core.leave(Instant::now(), claim);
+        });
     }
 }
 
 impl Shared {
-    fn lock_uses(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Use>> {
-        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Runs `f` on the core (and the claims' tokens) under the lock, then carries out the
+    /// effects it queued, in order, with the lock let go.
+    fn with_core<R>(
+        &self,
+        f: impl FnOnce(&mut SpaceCore, &mut HashMap<ClaimId, CancellationToken>) -> R,
+    ) -> R {
+        let (out, effects, fire) = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let State { core, lost, .. } = &mut *state;
+            let out = f(core, lost);
+            let effects = core.take_effects();
+            let fire: Vec<CancellationToken> = effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Lost(claim) => lost.get(claim).cloned(),
+                    _ => None,
+                })
+                .collect();
+            (out, effects, fire)
+        };
+        for token in fire {
+            token.cancel();
+        }
+        for effect in effects {
+            match effect {
+                Effect::Lost(_) => {}
+                Effect::Layout(layout) => {
+                    self.layout.send_replace(layout);
+                }
+                Effect::Report(epoch) => {
+                    self.reported.send_if_modified(|r| {
+                        let changed = *r != epoch;
+                        *r = epoch;
+                        changed
+                    });
+                }
+                Effect::Gate => self.gate.send_modify(|v| *v = v.wrapping_add(1)),
+            }
+        }
+        out
     }
 
-    /// The layout to take a lock in, the lock's claim on its epoch and the token of the
-    /// membership it lives in, once the [`Gate`] lets a lock be taken: waited for until
-    /// `deadline` (`None`: as long as it takes), then [`ErrorKind::Unavailable`] saying why.
+    /// The claim of `entry`, as a ticket whose token is known to the core's effects.
+    fn ticket(self: &Arc<Self>, entry: &Entry, lost: CancellationToken) -> Ticket {
+        Ticket {
+            shared: self.clone(),
+            claim: entry.claim,
+            epoch: entry.layout.epoch(),
+            lost,
+        }
+    }
+
+    /// Enters the gate now: the lock's entry and ticket, or why the gate is shut.
+    fn try_enter(self: &Arc<Self>) -> Result<(Entry, Ticket)> {
+        let token = CancellationToken::new();
+        let entry = self.with_core(|core, lost| {
+            let entry = core.enter()?;
+            lost.insert(entry.claim, token.clone());
+            Ok::<_, Error>(entry)
+        })?;
+        let ticket = self.ticket(&entry, token);
+        Ok((entry, ticket))
+    }
+
+    /// The layout to take a lock in, with its claim, once the gate lets a lock be taken:
+    /// waited for until `deadline` (`None`: as long as it takes), then the reason the gate
+    /// is shut ([`ErrorKind::Unavailable`] while the process is not a confirmed member).
     pub(crate) async fn enter(
         self: &Arc<Self>,
         deadline: Option<Instant>,
-    ) -> Result<(Arc<Layout>, Ticket, Option<CancellationToken>)> {
+    ) -> Result<(Entry, Ticket)> {
         let mut gate = self.gate.subscribe();
         loop {
-            if self.stopped.load(Ordering::Acquire) {
-                return Err(closed());
-            }
-            let checked = gate.borrow_and_update().check();
-            let why = match checked {
-                Ok(member) => {
-                    let (layout, ticket) = self.enter_now();
-                    // A contradiction closes the gate and fires the locks under the lock
-                    // of `uses`: a claim made after it sees it here, one made before was
-                    // fired with the rest.
-                    if let Some(why) = self.gate.borrow().contradiction.clone() {
-                        drop(ticket);
-                        why
-                    } else {
-                        return Ok((layout, ticket, member));
-                    }
-                }
+            // Marked seen before the core is asked: a change after it wakes the wait.
+            gate.borrow_and_update();
+            let why = match self.try_enter() {
+                Ok(entered) => return Ok(entered),
+                Err(why) if why.kind() == ErrorKind::SessionClosed => return Err(why),
                 Err(why) => why,
             };
             let changed = match deadline {
@@ -289,57 +280,26 @@ impl Shared {
                 },
             };
             if changed.is_err() {
-                return Err(closed());
+                return Err(core::closed());
             }
         }
     }
 
-    /// The layout to take a lock in now, and the lock's claim on its epoch (for what the
+    /// The layout run now and a claim on its epoch, whatever the gate says (for what the
     /// gate does not cover: a space group's membership).
-    pub(crate) fn enter_now(self: &Arc<Self>) -> (Arc<Layout>, Ticket) {
-        let layout = self.layout.borrow().clone();
-        let epoch = layout.epoch();
-        let lost = {
-            let mut uses = self.lock_uses();
-            let u = uses.entry(epoch).or_insert_with(|| Use {
-                count: 0,
-                lost: CancellationToken::new(),
-            });
-            u.count += 1;
-            u.lost.clone()
-        };
-        // A lock taken in a layout already two epochs behind the published one is lost.
-        if self.published.load(Ordering::Acquire) > epoch + 1 {
-            lost.cancel();
-        }
-        self.report();
-        let ticket = Ticket {
-            shared: self.clone(),
-            epoch,
-            lost,
-        };
-        (layout, ticket)
-    }
-
-    /// Recomputes the epoch the process reports: the oldest of its layout's and its locks'.
-    fn report(&self) {
-        let current = self.layout.borrow().epoch();
-        let oldest = self.lock_uses().keys().next().copied();
-        let epoch = oldest.map_or(current, |o| o.min(current));
-        self.reported.send_if_modified(|r| {
-            let changed = *r != epoch;
-            *r = epoch;
-            changed
+    pub(crate) fn claim_now(self: &Arc<Self>) -> (Arc<Layout>, Ticket) {
+        let token = CancellationToken::new();
+        let entry = self.with_core(|core, lost| {
+            let entry = core.claim();
+            lost.insert(entry.claim, token.clone());
+            entry
         });
+        let layout = entry.layout.clone();
+        (layout, self.ticket(&entry, token))
     }
 
-    /// When the process began to run its layout: read after the layout, it is that
-    /// layout's start or a later one's.
-    pub(crate) fn running_since(&self) -> Instant {
-        *self
-            .running_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn stopped(&self) -> bool {
+        self.with_core(|core, _| core.is_stopped())
     }
 
     /// The session manager of the node `name`, opened on first use.
@@ -350,18 +310,18 @@ impl Shared {
                 format!("the layout names node {name:?}, which this space was not given; add it with LockSpaceBuilder::node"),
             )
         })?;
-        if self.stopped.load(Ordering::Acquire) {
-            return Err(closed());
+        if self.stopped() {
+            return Err(core::closed());
         }
         let manager = node.manager.get_or_init(|| {
             node.client
                 .session_manager(&node.path, self.options.clone())
         });
-        if self.stopped.load(Ordering::Acquire) {
+        if self.stopped() {
             // Made while the space shut down, after it stopped the managers it had.
             let late = manager.clone();
             tokio::spawn(async move { late.shutdown().await });
-            return Err(closed());
+            return Err(core::closed());
         }
         Ok(manager)
     }
@@ -381,8 +341,9 @@ impl Shared {
                 ));
             }
         };
-        self.seen(layout.epoch());
-        Ok(Some(layout.epoch()))
+        let epoch = layout.epoch();
+        self.with_core(|core, _| core.seen(epoch));
+        Ok(Some(epoch))
     }
 
     /// How long a read of the directory may take when the caller gave no bound: the
@@ -391,145 +352,21 @@ impl Shared {
         self.options.get_timeout()
     }
 
-    /// Notes that `epoch` is published: the locks of epochs two or more behind are lost.
-    fn seen(&self, epoch: u64) {
-        let before = self.published.fetch_max(epoch, Ordering::AcqRel);
-        if epoch <= before {
-            return;
-        }
-        for (_, u) in self.lock_uses().range(..epoch.saturating_sub(1)) {
-            u.lost.cancel();
-        }
+    /// The directory's published value, read or watched: judged by the core.
+    pub(crate) fn published_value(&self, value: Result<Layout>) {
+        self.with_core(|core, _| core.published_value(Instant::now(), value));
     }
 
-    /// Judges `layout`, published on the directory, against the one run now
-    /// ([`Layout::judge`]): follows the next step, and fails closed on anything else until
-    /// it is safe to go on.
-    fn follow(&self, layout: Layout) {
-        self.seen(layout.epoch());
-        *self
-            .last_published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(layout.clone());
-        let running = self.layout.borrow().clone();
-        match running.judge(&layout) {
-            Judgment::Same => {
-                if self.contradicted() && self.holds_nothing() {
-                    self.contradiction(None);
-                }
-            }
-            Judgment::Next => self.adopt(layout),
-            judgment @ (Judgment::Restart | Judgment::Contradicts) => {
-                let restart = judgment == Judgment::Restart;
-                if restart && self.holds_nothing() {
-                    self.adopt(layout);
-                    return;
-                }
-                let err = Error::new(
-                    ErrorKind::PreconditionFailed,
-                    if restart {
-                        format!(
-                            "the published layout of epoch {} is not the next step after epoch {} that this process runs; its locks of the older layout are reported lost, and it takes no lock until they are released",
-                            layout.epoch(),
-                            running.epoch()
-                        )
-                    } else {
-                        format!(
-                            "the published layout ({layout}) contradicts the one this process runs ({running}): it was written past the directory's steps; no lock is taken until the directory publishes this one again or a newer one"
-                        )
-                    },
-                );
-                tracing::warn!(error = %err, "lock space layout contradicted");
-                // The gate closes before the locks fire, under the lock of `uses`, so a
-                // lock being entered either sees the gate closed or is fired here.
-                let uses = self.lock_uses();
-                self.contradiction(Some(err));
-                for u in uses.values() {
-                    u.lost.cancel();
-                }
-            }
-        }
+    /// The membership is confirmed (the published layout read after joining was handed to
+    /// [`Shared::published_value`] first).
+    pub(crate) fn member_confirmed(&self) {
+        self.with_core(|core, _| core.member_confirmed());
     }
 
-    /// Judges the last published layout again (the process's last lock ended while the
-    /// gate was shut by a contradiction).
-    fn rejudge(&self) {
-        if !self.contradicted() {
-            return;
-        }
-        let last = self
-            .last_published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(layout) = last {
-            self.follow(layout);
-        }
+    /// The membership may be lost (`why`): every lock of the process is lost.
+    pub(crate) fn member_lost(&self, why: Error) {
+        self.with_core(|core, _| core.member_lost(why));
     }
-
-    fn contradicted(&self) -> bool {
-        self.gate.borrow().contradiction.is_some()
-    }
-
-    fn holds_nothing(&self) -> bool {
-        self.lock_uses().is_empty()
-    }
-
-    /// Sets (or clears) the contradiction that shuts the gate, and the layout error.
-    fn contradiction(&self, err: Option<Error>) {
-        self.set_error(err.clone());
-        self.gate.send_modify(|g| g.contradiction = err);
-    }
-
-    /// Sets the membership the gate reads: its token, or why there is none.
-    pub(crate) fn set_member(&self, member: std::result::Result<CancellationToken, Error>) {
-        self.gate.send_modify(|g| g.member = member.map(Some));
-    }
-
-    /// Runs `layout` from now on, if this process was given every node it names.
-    fn adopt(&self, layout: Layout) {
-        if let Some(missing) = layout
-            .all_nodes()
-            .into_iter()
-            .find(|n| !self.nodes.contains_key(*n))
-        {
-            let err = Error::new(
-                ErrorKind::PreconditionFailed,
-                format!(
-                    "the published layout of epoch {} names node {missing:?}, which this process was not given; it keeps running epoch {}",
-                    layout.epoch(),
-                    self.layout.borrow().epoch()
-                ),
-            );
-            tracing::warn!(error = %err, "lock space layout not followed");
-            self.set_error(Some(err));
-            return;
-        }
-        tracing::info!(layout = %layout, "lock space follows a new layout");
-        self.contradiction(None);
-        // Set before the layout is sent: a lock that sees the new layout sees this too.
-        *self
-            .running_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
-        self.layout.send_replace(Arc::new(layout));
-        self.report();
-    }
-
-    fn set_error(&self, err: Option<Error>) {
-        *self
-            .layout_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = err;
-    }
-}
-
-/// The error of a space that was shut down.
-fn closed() -> Error {
-    Error::new(
-        ErrorKind::SessionClosed,
-        "the lock space was shut down; open a new one",
-    )
 }
 
 /// Builds a [`LockSpace`]: its nodes, and where its layout comes from.
@@ -670,36 +507,32 @@ impl LockSpaceBuilder {
                 })?,
             ),
         };
-        if let Some(missing) = layout
-            .all_nodes()
-            .into_iter()
-            .find(|n| !nodes.contains_key(*n))
-        {
+        let core = SpaceCore::new(
+            layout,
+            nodes.keys().cloned(),
+            link.is_some(),
+            Instant::now(),
+        );
+        if let Some(missing) = core.missing(core.layout()) {
             return Err(Error::new(
                 ErrorKind::PreconditionFailed,
                 format!(
                     "the layout of epoch {} names node {missing:?}, which this space was not given; add it with LockSpaceBuilder::node",
-                    layout.epoch()
+                    core.layout().epoch()
                 ),
             ));
         }
-        let epoch = layout.epoch();
+        let (layout, epoch) = (core.layout().clone(), core.reported());
         let stop = CancellationToken::new();
         let shared = Arc::new(Shared {
             nodes,
             options: self.options,
-            layout: watch::Sender::new(Arc::new(layout)),
-            running_since: StdMutex::new(Instant::now()),
-            published: AtomicU64::new(if link.is_some() { epoch } else { 0 }),
-            stopped: AtomicBool::new(false),
-            layout_error: StdMutex::new(None),
-            gate: watch::Sender::new(if link.is_some() {
-                Gate::joining()
-            } else {
-                Gate::fixed()
+            state: StdMutex::new(State {
+                core,
+                lost: HashMap::new(),
             }),
-            last_published: StdMutex::new(None),
-            uses: StdMutex::new(BTreeMap::new()),
+            layout: watch::Sender::new(layout),
+            gate: watch::Sender::new(0),
             reported: watch::Sender::new(epoch),
             _stop: link.as_ref().map(|_| stop.clone().drop_guard()),
             directory: link,
@@ -785,11 +618,7 @@ impl LockSpace {
     /// # }
     /// ```
     pub fn layout_error(&self) -> Option<Error> {
-        self.shared
-            .layout_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.with_core(|core, _| core.layout_error())
     }
 
     /// The oldest epoch this process runs now: its layout's, or that of a lock it took in
@@ -891,9 +720,8 @@ impl LockSpace {
     /// # }
     /// ```
     pub async fn shutdown(&self) {
-        self.shared.stopped.store(true, Ordering::Release);
         // Wakes the locks waiting at the gate: they end with the shutdown's error.
-        self.shared.gate.send_modify(|_| {});
+        self.shared.with_core(|core, _| core.stop());
         if let Some(link) = &self.shared.directory {
             link.shutdown().await;
         }

@@ -83,8 +83,8 @@ impl SpacePublished {
     /// The [`Published`] value behind this one (see [where it lives](SpacePublished#where-the-value-lives)).
     fn target(&self) -> Result<Published> {
         let shared = self.space.shared();
-        if shared.stopped.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(super::closed());
+        if shared.stopped() {
+            return Err(super::core::closed());
         }
         if let Some(link) = &shared.directory {
             let published = link.published(&self.name);

@@ -439,9 +439,10 @@ async fn finish_waits_for_a_member_holding_an_old_lock() {
 }
 
 /// 6. A process given n1 and n2 only cannot follow a transition onto n3: it says why,
-///    keeps epoch 1, and so holds the operator's next step back.
+///    keeps epoch 1 (so it holds the operator's next step back) and takes no lock until a
+///    layout it can run is published: no guard is handed out to be lost on arrival.
 #[tokio::test(start_paused = true)]
-async fn a_layout_naming_an_unknown_node_is_not_followed() {
+async fn a_layout_naming_an_unknown_node_is_not_followed_and_shuts_the_gate() {
     let c = Cluster::start().await;
     let (a, t, _) = reshard();
     let directory = c.directory(&a).await;
@@ -456,11 +457,25 @@ async fn a_layout_naming_an_unknown_node_is_not_followed() {
     assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
     assert_eq!(space.layout().epoch(), a.epoch());
     assert_eq!(space.running_epoch(), a.epoch());
-    // It still works in its layout.
-    unlock(take(&space, "nightly").await).await;
+    let refused = within(space.mutex("nightly").try_lock()).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::PreconditionFailed);
+    // A lock without a bound waits at the gate; `hold()` yields nothing meanwhile.
+    let mut held = space.mutex("nightly").hold();
+    let waited = tokio::time::timeout(Duration::from_secs(30), futures::StreamExt::next(&mut held));
+    assert!(waited.await.is_err(), "a guard was handed out");
     assert_eq!(within(directory.layout()).await.unwrap(), t);
     let refused = within(directory.finish()).await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::PreconditionFailed);
+    // The layout it runs, published again past the directory's steps: it takes locks.
+    let manager = c.client.session_manager(DIR, SessionOptions::new());
+    let published = manager.published(&format!("{SPACE}/layout"));
+    within(published.publish(&a.to_bytes())).await.unwrap();
+    let guard = within(futures::StreamExt::next(&mut held))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(space.layout_error().is_none());
+    unlock(guard).await;
 }
 
 /// 7. An operator who bypasses the directory's check and publishes a layout two epochs on
