@@ -130,7 +130,8 @@ async fn work(
             epoch: guard.epoch(),
             nodes: guard.nodes().to_vec(),
         };
-        if let Err(why) = locked(register).write(write) {
+        let written = locked(register).write(write);
+        if let Err(why) = written {
             println!("worker {worker}, {name}: {why}");
         }
         // The work runs only while the lock is held for sure.
@@ -272,11 +273,13 @@ async fn run(setup: &common::Setup) -> Result<(), BoxError> {
     println!("the names that moved, by their register's accepted writes:");
     for name in &moved {
         let register = registers.get(name).ok_or("no register")?;
-        let register = locked(register);
-        println!(
-            "  {name}: {}",
-            describe_move(&register.writes, a.epoch(), moving.epoch(), done.epoch())
+        let how = describe_move(
+            &locked(register).writes,
+            a.epoch(),
+            moving.epoch(),
+            done.epoch(),
         );
+        println!("  {name}: {how}");
     }
     let (mut writes, mut overlaps, mut refused) = (0, 0, 0);
     for register in registers.values() {

@@ -108,7 +108,8 @@ async fn cut_until_attached(
     emulator.net().cut();
     loop {
         within("state change", limit, states.changed()).await?;
-        match *states.borrow_and_update() {
+        let state = *states.borrow_and_update();
+        match state {
             SessionState::Attached { .. } => return Ok(()),
             SessionState::Reattaching { .. } => {}
             other => return Err(format!("session ended on a cut: {other:?}").into()),

@@ -450,6 +450,7 @@ impl Emulator {
             return false;
         };
         let stopped = listeners.remove(at);
+        drop(listeners);
         stopped.stop.cancel();
         true
     }

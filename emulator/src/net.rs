@@ -82,11 +82,10 @@ impl Net {
             return true;
         }
         refuse.until = None;
-        if refuse.count > 0 {
-            refuse.count -= 1;
-            return true;
-        }
-        false
+        let refused = refuse.count > 0;
+        refuse.count = refuse.count.saturating_sub(1);
+        drop(refuse);
+        refused
     }
 
     fn current_cut(&self) -> CancellationToken {

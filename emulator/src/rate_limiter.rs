@@ -106,7 +106,9 @@ impl RateLimiter {
             let quoter = quoters
                 .get_mut(&node)
                 .ok_or(Refused::Bare(StatusCode::SchemeError))?;
-            f(quoter, req).map_err(Refused::from)
+            let answer = f(quoter, req).map_err(Refused::from);
+            drop(quoters);
+            answer
         })
     }
 }

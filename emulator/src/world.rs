@@ -460,6 +460,7 @@ impl World {
             }),
         };
         nodes.insert(path, Arc::new(node));
+        drop(nodes);
         Ok(())
     }
 
@@ -483,6 +484,10 @@ impl World {
     pub(crate) fn drop_node(&self, path: &str) -> Result<(), AdminError> {
         // The registry stays locked until the rate limiter is gone too, so that a node
         // created again at this path gets a fresh one.
+        #[allow(
+            clippy::significant_drop_tightening,
+            reason = "held on purpose until the node's rate limiter is gone"
+        )]
         let mut nodes = self.registry_mut();
         let node = nodes.remove(path).ok_or_else(|| path_missing(path))?;
         let mut tablet = node.lock();
@@ -498,6 +503,8 @@ impl World {
             .map(|mut q| q.shutdown())
             .unwrap_or_default();
         quoters.answer(answers);
+        drop(quoters);
+        drop(nodes);
         Ok(())
     }
 

@@ -162,6 +162,10 @@ async fn connection(stream: TcpStream, register: Shared, history: Arc<Recorder>)
     }
 }
 
+#[allow(
+    clippy::significant_drop_tightening,
+    reason = "a request and its history line are one step of the register"
+)]
 fn answer(register: &Shared, history: &Recorder, request: Request) -> Reply {
     let mut register = register.lock().unwrap_or_else(PoisonError::into_inner);
     match request {

@@ -431,11 +431,16 @@ impl fmt::Debug for LoginCache {
 
 impl LoginCache {
     /// The cached token if still fresh, else the result of `fetch`, cached.
+    #[allow(
+        clippy::significant_drop_tightening,
+        reason = "one login at a time: the others wait for its token"
+    )]
     pub(crate) async fn get<F, Fut>(&self, fetch: F) -> Result<String>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<String>>,
     {
+        // Held across the fetch on purpose: one login at a time, the others wait for it.
         let mut slot = self.token.lock().await;
         if let Some((token, at)) = slot.as_ref()
             && at.elapsed() < LOGIN_RENEW_AFTER

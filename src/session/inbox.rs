@@ -316,7 +316,9 @@ impl Inbox {
         let mut mail = lock(&self.0);
         mail.closed = true;
         mail.waker = None;
-        take(&mut mail)
+        let queued = take(&mut mail);
+        drop(mail);
+        queued
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use super::layout::Layout;
 use super::lock::{SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
 use super::{LockSpace, Shared, Ticket};
-use crate::config::AcquireOptions;
+use crate::config::{AcquireOptions, MAX_DATA_LEN};
 use crate::error::{Error, ErrorKind, Result};
 use crate::recipes::{Candidate, Leader, Member, Membership, Prepare};
 use crate::session::Acquiring;
@@ -94,6 +94,7 @@ impl SpaceElection {
             prepare: Prepare::Semaphore { limit: 1 },
             guard: true,
             lock_delay: None,
+            leader: true,
         }
     }
 
@@ -113,6 +114,9 @@ impl SpaceElection {
     ///
     /// Dropping the future withdraws the candidacy.
     pub fn campaign(&self, data: &[u8]) -> Acquiring<SpaceGuard> {
+        if let Err(e) = check_leader_value(data) {
+            return Acquiring::failed(e);
+        }
         start_plain(&self.space, self.names(), Self::spec(data), None)
     }
 
@@ -143,7 +147,7 @@ impl SpaceElection {
         data: &[u8],
         timeout: Duration,
     ) -> Acquiring<Option<SpaceGuard>> {
-        let wait = Wait::timeout(timeout);
+        let wait = check_leader_value(data).and_then(|()| Wait::timeout(timeout));
         start(&self.space, self.names(), Self::spec(data), wait, None)
     }
 
@@ -166,9 +170,9 @@ impl SpaceElection {
     /// Cancel safe.
     pub async fn leader(&self) -> Result<Option<SpaceLeader>> {
         let shared = self.space.shared();
-        let (node, epoch) = observed(shared, &self.name).await?;
+        let (node, _) = observed(shared, &self.name).await?;
         let leader = shared.manager(&node)?.election(&self.name).leader().await?;
-        Ok(leader.map(|l| space_leader(l, node, epoch)))
+        Ok(leader.and_then(|l| space_leader(l, node)))
     }
 
     /// The leader, then the waiters in the order they will lead, read where every
@@ -251,25 +255,73 @@ impl SpaceElection {
         follow_place(
             self.space.shared().clone(),
             name.clone(),
-            move |shared, node, epoch| {
+            move |shared, node, _| {
                 let leaders = shared.manager(node)?.election(&name).observe();
                 let node = node.to_string();
                 Ok(leaders
-                    .map(move |l| l.map(|l| l.map(|l| space_leader(l, node.clone(), epoch))))
+                    .map(move |l| l.map(|l| l.and_then(|l| space_leader(l, node.clone()))))
                     .boxed())
             },
         )
     }
 }
 
-/// The space's view of a node's leader: read on `node`, its token in `epoch`.
-fn space_leader(l: Leader, node: String, epoch: u64) -> SpaceLeader {
-    SpaceLeader {
-        data: l.data,
-        fencing_token: FencingToken::new(epoch, l.fencing_token.order),
+/// What a space election's leader writes as its owner data in every place: its fencing
+/// token, then its value. The token is the leader's own (the one its guard carries), not
+/// one an observer could work out from the place it reads: a leader elected in a
+/// transition while it was what is published has the old place's token, and an observer
+/// that reads the new place once the next layout is published would see another order id.
+const LEADER_TAG: &str = "ydb-coordination/space-leader/1";
+
+/// The most bytes [`leader_value`] adds to a leader's value.
+const LEADER_FRAME: usize = LEADER_TAG.len() + 2 * 20 + 3;
+
+/// A leader's owner data: [`LEADER_TAG`], its token's epoch and order, a line break, then
+/// its value.
+pub(super) fn leader_value(token: FencingToken, value: &[u8]) -> Vec<u8> {
+    let mut data = format!("{LEADER_TAG} {} {}\n", token.epoch, token.order).into_bytes();
+    data.extend_from_slice(value);
+    data
+}
+
+/// Refuses a leader's value that would not fit in a semaphore's data with the token.
+pub(super) fn check_leader_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_DATA_LEN - LEADER_FRAME {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "a space leader's value is at most {} bytes (its fencing token goes with it), not {}",
+                MAX_DATA_LEN - LEADER_FRAME,
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The token and value a leader wrote ([`leader_value`]); `None` for data that is not a
+/// leader's (one not written yet: the leader is not handed its guard before it is).
+pub(super) fn read_leader_value(data: &[u8]) -> Option<(FencingToken, &[u8])> {
+    let rest = data
+        .strip_prefix(LEADER_TAG.as_bytes())?
+        .strip_prefix(b" ")?;
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let head = std::str::from_utf8(&rest[..end]).ok()?;
+    let (epoch, order) = head.split_once(' ')?;
+    let token = FencingToken::new(epoch.parse().ok()?, order.parse().ok()?);
+    Some((token, &rest[end + 1..]))
+}
+
+/// The space's view of a node's leader, read on `node`: its own token and value, or `None`
+/// while it has not written them (it is not the leader yet).
+fn space_leader(l: Leader, node: String) -> Option<SpaceLeader> {
+    let (fencing_token, data) = read_leader_value(&l.data)?;
+    Some(SpaceLeader {
+        data: data.to_vec(),
+        fencing_token,
         is_me: l.is_me,
         node,
-    }
+    })
 }
 
 /// A stream that follows one name's place in a [`LockSpace`] through its layouts

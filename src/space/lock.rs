@@ -34,6 +34,10 @@ pub(super) struct Spec {
     pub(super) guard: bool,
     /// A mutex's lock delay (see [`SpaceMutex::lock_delay`]).
     pub(super) lock_delay: Option<Duration>,
+    /// An election's: the leader writes its fencing token with its value in every place
+    /// before the guard is handed over, so that observers report the token it holds
+    /// (see `fleet::leader_value`).
+    pub(super) leader: bool,
 }
 
 impl Spec {
@@ -46,6 +50,7 @@ impl Spec {
             prepare,
             guard: false,
             lock_delay,
+            leader: false,
         }
     }
 }
@@ -101,6 +106,8 @@ struct GuardState {
     ticket: StdMutex<Option<Ticket>>,
     /// Whether the holder's release records a clean one (a lock-delay mutex, unbounded).
     clean: bool,
+    /// An election's leadership: its data carries its fencing token.
+    leader: bool,
 }
 
 impl GuardState {
@@ -151,6 +158,7 @@ impl SpaceGuard {
             deadline,
             ticket: StdMutex::new(Some(taken.ticket)),
             clean,
+            leader: taken.leader,
         });
         let dropped = CancellationToken::new();
         tokio::spawn(watch_guard(
@@ -225,6 +233,14 @@ impl SpaceGuard {
     ///
     /// Dropping the future does not withdraw the updates already requested.
     pub async fn set_data(&self, data: &[u8]) -> Result<()> {
+        let value;
+        let data = if self.state.leader {
+            super::fleet::check_leader_value(data)?;
+            value = super::fleet::leader_value(self.fencing_token(), data);
+            &value[..]
+        } else {
+            data
+        };
         let updates: Vec<_> = {
             let leases = self
                 .state
@@ -338,6 +354,8 @@ struct Taken {
     nodes: Vec<String>,
     tokens: Vec<(String, FencingToken)>,
     ticket: Ticket,
+    /// An election's leadership (see [`Spec::leader`]).
+    leader: bool,
 }
 
 /// `work`'s outcome, or `None` if the claim whose token is `lost` is lost first (its
@@ -485,15 +503,38 @@ async fn take(
             let _ = release_all(leases).await;
             continue;
         }
-        let tokens = orders
+        let tokens: Vec<(String, FencingToken)> = orders
             .into_iter()
             .map(|(name, o)| (name, layout.token(&o, published)))
             .collect();
+        if spec.leader {
+            let token = tokens.first().map(|(_, t)| *t).unwrap_or_default();
+            let value = super::fleet::leader_value(token, &spec.options.data);
+            let writes =
+                futures::future::try_join_all(leases.iter().map(|l| l.data_update(&value)));
+            match while_claimed(ticket.lost(), writes).await {
+                Some(Ok(_)) => {}
+                // The claim, or a part, was lost meanwhile: as when a part is lost above.
+                None => {
+                    let _ = release_all(leases).await;
+                    continue;
+                }
+                Some(Err(_)) if leases.iter().any(Lease::is_lost) => {
+                    let _ = release_all(leases).await;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    let _ = release_all(leases).await;
+                    return Err(e);
+                }
+            }
+        }
         return Ok(Some(Taken {
             leases,
             nodes,
             tokens,
             ticket,
+            leader: spec.leader,
         }));
     }
 }
@@ -936,6 +977,7 @@ impl SpaceSemaphore {
             prepare: Prepare::Semaphore { limit: self.limit },
             guard: true,
             lock_delay: None,
+            leader: false,
         })
     }
 
@@ -1076,6 +1118,7 @@ impl SpaceRwLock {
             prepare: Prepare::Nothing,
             guard: false,
             lock_delay: None,
+            leader: false,
         }
     }
 

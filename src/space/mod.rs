@@ -198,20 +198,18 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut SpaceCore, &mut HashMap<ClaimId, CancellationToken>) -> R,
     ) -> R {
-        let (out, effects, fire) = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let State { core, lost, .. } = &mut *state;
-            let out = f(core, lost);
-            let effects = core.take_effects();
-            let fire: Vec<CancellationToken> = effects
-                .iter()
-                .filter_map(|e| match e {
-                    Effect::Lost(claim) => lost.get(claim).cloned(),
-                    _ => None,
-                })
-                .collect();
-            (out, effects, fire)
-        };
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = &mut *guard;
+        let out = f(&mut state.core, &mut state.lost);
+        let effects = state.core.take_effects();
+        let fire: Vec<CancellationToken> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Lost(claim) => state.lost.get(claim).cloned(),
+                _ => None,
+            })
+            .collect();
+        drop(guard);
         for token in fire {
             token.cancel();
         }
@@ -736,3 +734,6 @@ impl LockSpace {
         &self.shared
     }
 }
+
+#[cfg(test)]
+mod tests;

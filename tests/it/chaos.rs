@@ -691,7 +691,8 @@ async fn inject(
                 // Only sessions whose network works: their client reads `SESSION_EXPIRED` at
                 // once. Behind a stalled network the client cannot know, and the server hands
                 // the lock on while the old token is still live (see `force_expired_before`).
-                let w = match shared.lock().holder() {
+                let holder = shared.lock().holder();
+                let w = match holder {
                     Some((w, _)) if rng.random_bool(0.5) => w,
                     _ => rng.random_range(0..WORKERS),
                 };

@@ -1226,6 +1226,60 @@ async fn next_where<T>(
     }
 }
 
+/// 23. A leader elected in the transition while it is what is published holds the old
+///     place's token for its whole term: once `B` is published and the election is read on
+///     the new place, `leader()` and `observe()` still report that token, not one made from
+///     the new place's order id.
+#[tokio::test(start_paused = true)]
+async fn a_leader_elected_in_a_transition_keeps_its_token_once_the_next_layout_is_published() {
+    let c = Cluster::start().await;
+    let (a, t, _) = reshard();
+    let directory = c.directory(&a).await;
+    let (p1, observer) = (c.following(&NODES).await, c.following(&NODES).await);
+    let name = moved(&t, 1).remove(0);
+    within(directory.begin_add("n3")).await.unwrap();
+    follows(&p1, t.epoch()).await;
+    follows(&observer, t.epoch()).await;
+    let leadership = within(p1.election(&name).campaign(b"leader"))
+        .await
+        .unwrap();
+    let token = leadership.fencing_token();
+    assert_eq!(
+        token.epoch,
+        a.epoch(),
+        "the old place's token, as A+B is published"
+    );
+    let mut leaders = observer.election(&name).observe();
+    let seen = next_where(&mut leaders, "the leader", Option::is_some).await;
+    assert_eq!(seen.map(|l| l.fencing_token), Some(token));
+
+    none_lagging(&directory).await;
+    let b = within(directory.finish()).await.unwrap();
+    follows(&observer, b.epoch()).await;
+    let read = within(observer.election(&name).leader())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.node, t.parts(&name)[1].node, "read on the new place");
+    assert_eq!(
+        (read.fencing_token, read.data.as_slice()),
+        (token, &b"leader"[..])
+    );
+    let seen = next_where(&mut leaders, "the leader on the new place", |l| {
+        l.as_ref().is_some_and(|l| l.node == read.node)
+    })
+    .await;
+    assert_eq!(seen.map(|l| l.fencing_token), Some(token));
+    // A new value keeps the token.
+    within(leadership.set_data(b"leader:2")).await.unwrap();
+    let seen = next_where(&mut leaders, "the new value", |l| {
+        l.as_ref().is_some_and(|l| l.data == b"leader:2")
+    })
+    .await;
+    assert_eq!(seen.map(|l| l.fencing_token), Some(token));
+    assert!(within(leadership.release()).await.unwrap());
+}
+
 /// 22. An observed election and a watched group follow a moved name through a reshard, as
 ///     one node's `observe()` and `watch()` follow their semaphore: the leader taken in `B`
 ///     is seen on its new place with a token of `B`'s epoch, and the member set moves with
