@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::take::{Step, Take};
 use super::{LockSpace, Shared, Ticket};
 use crate::bound::{RoundTrip, RoundTrips};
 use crate::config::{self, AcquireOptions};
@@ -21,9 +22,6 @@ use crate::session::{Acquiring, optional};
 
 /// How long a lock that could not be had in full waits for the release of its parts.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
-
-/// Between two takes of a lock without a bound whose directory read went unanswered.
-const READ_RETRY: Duration = Duration::from_millis(500);
 
 /// What a lock takes on each node.
 #[derive(Debug, Clone)]
@@ -369,7 +367,8 @@ async fn while_claimed<T>(lost: &CancellationToken, work: impl Future<Output = T
 }
 
 /// Takes `names` (sorted, each once) in every place of the layout run now, name by name
-/// and place by place; all of them or none.
+/// and place by place; all of them or none. What to do at each step is [`Take`]'s call;
+/// this carries the steps out.
 async fn take(
     shared: Arc<Shared>,
     names: Vec<String>,
@@ -386,156 +385,118 @@ async fn take(
         Wait::Forever | Wait::Within(_) => None,
         Wait::Until(d) => Some(d),
     };
+    let mut take = Take::new(names, deadline, spec.lock_delay.is_some(), spec.leader);
+    let mut ticket: Option<Ticket> = None;
+    let mut leases: Vec<Lease> = Vec::new();
+    let mut nodes: Vec<String> = Vec::new();
     loop {
-        let (entry, ticket) = shared.enter(deadline).await?;
-        let layout = entry.layout.clone();
-        let mut leases = Vec::new();
-        let mut nodes = Vec::new();
-        let mut orders = Vec::new();
-        let mut failed = None;
-        let mut lapsed = false;
-        'names: for name in &names {
-            let parts = layout.parts(name);
-            let mut mine = Vec::with_capacity(parts.len());
-            for part in &parts {
-                let taking = take_part(&shared, &part.node, name, &spec, wait, &queued, &trips);
-                let Some(taken) = while_claimed(ticket.lost(), taking).await else {
-                    lapsed = true;
-                    break 'names;
-                };
-                match taken {
-                    Ok(Some(lease)) => {
-                        mine.push(lease.fencing_token().order);
-                        leases.push(lease);
-                        nodes.push(part.node.clone());
-                    }
-                    other => {
-                        failed = Some(other.map(|_| None));
-                        break 'names;
-                    }
-                }
-            }
-            orders.push((name.clone(), mine));
-        }
-        if lapsed {
-            // The membership may be lost: give the places back and wait at the gate for
-            // the next one (bounded by the deadline there).
-            let _ = release_all(leases).await;
-            continue;
-        }
-        if let Some(outcome) = failed {
-            let _ = release_all(leases).await;
-            return outcome;
-        }
-        if let Some(delay) = spec.lock_delay {
-            let runs = lock_delay::Running {
-                epoch: layout.epoch(),
-                since: entry.running_since,
-            };
-            let settling = lock_delay::settle(&leases, delay, Some(runs), deadline);
-            match while_claimed(ticket.lost(), settling).await {
-                None => {
-                    let _ = release_all(leases).await;
-                    continue;
-                }
-                // A part lost during the delay: as below.
-                Some(Err(_)) if leases.iter().any(Lease::is_lost) => {}
-                // The delay outlasts the bound: not the caller's in time.
-                Some(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
-                    let _ = release_all(leases).await;
-                    return Ok(None);
-                }
-                Some(Err(e)) => {
-                    let _ = release_all(leases).await;
-                    return Err(e);
-                }
-                Some(Ok(())) => {}
-            }
+        if ticket.as_ref().is_some_and(|t| t.lost().is_cancelled()) {
+            take.claim_lost();
         }
         if leases.iter().any(Lease::is_lost) {
-            // A part was lost while the next was awaited: none of it is worth holding.
-            let _ = release_all(leases).await;
-            if matches!(wait, Wait::Until(d) if Instant::now() >= d) {
-                // Not `None`: no node said the lock is busy.
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    "a place of the lock was lost (its node's session ended) while the next was taken, and the bound passed; try again",
-                ));
-            }
-            continue;
+            take.part_lost();
         }
-        let published = if layout.is_transition() {
-            // Bounded by the caller's deadline, and by the membership: the places are
-            // given back rather than held while the directory does not answer.
-            let bound = match deadline {
-                None => crate::clock::later(Instant::now(), shared.directory_wait()),
-                // The lock's own bound: a read not answered by then ends it (see
-                // `crate::bound`).
-                Some(d) => crate::bound::expiry(d, trips.round_trip()),
-            };
-            let read = while_claimed(ticket.lost(), shared.published_epoch(bound)).await;
-            match read {
-                Some(Ok(p)) => p,
-                None => {
-                    let _ = release_all(leases).await;
-                    continue;
+        let lost = ticket
+            .as_ref()
+            .map_or_else(CancellationToken::new, |t| t.lost().clone());
+        match take.next(Instant::now()) {
+            Step::Enter { deadline } => match shared.enter(deadline).await {
+                Ok((entry, claimed)) => {
+                    ticket = Some(claimed);
+                    take.entered(entry);
                 }
-                Some(Err(e)) => {
-                    let _ = release_all(leases).await;
-                    if deadline.is_none() && e.kind() == ErrorKind::Unavailable {
-                        // No bound: try again in a moment, once the directory answers.
-                        tokio::time::sleep(READ_RETRY).await;
-                        continue;
+                Err(e) => take.refused(e),
+            },
+            Step::Acquire { node, name } => {
+                let taking = take_part(&shared, &node, &name, &spec, wait, &queued, &trips);
+                match while_claimed(&lost, taking).await {
+                    None => take.claim_lost(),
+                    Some(Ok(Some(lease))) => {
+                        let order = lease.fencing_token().order;
+                        leases.push(lease);
+                        nodes.push(node);
+                        take.acquired(Ok(Some(order)));
                     }
-                    return Err(Error::caused_by(
-                        e.kind(),
-                        format!(
-                            "the lock was taken in a transition, but its fencing token needs the published layout, which could not be read ({e}); try again"
-                        ),
-                        &e,
-                    ));
+                    Some(taken) => take.acquired(taken.map(|_| None)),
                 }
             }
-        } else {
-            None
-        };
-        if ticket.lost().is_cancelled() {
-            let _ = release_all(leases).await;
-            continue;
-        }
-        let tokens: Vec<(String, FencingToken)> = orders
-            .into_iter()
-            .map(|(name, o)| (name, layout.token(&o, published)))
-            .collect();
-        if spec.leader {
-            let token = tokens.first().map(|(_, t)| *t).unwrap_or_default();
-            let value = super::fleet::leader_value(token, &spec.options.data);
-            let writes =
-                futures::future::try_join_all(leases.iter().map(|l| l.data_update(&value)));
-            match while_claimed(ticket.lost(), writes).await {
-                Some(Ok(_)) => {}
-                // The claim, or a part, was lost meanwhile: as when a part is lost above.
-                None => {
-                    let _ = release_all(leases).await;
+            Step::Settle { deadline } => {
+                let (Some(delay), Some(entry)) = (spec.lock_delay, take.entry()) else {
+                    take.settled(Ok(()));
                     continue;
-                }
-                Some(Err(_)) if leases.iter().any(Lease::is_lost) => {
-                    let _ = release_all(leases).await;
-                    continue;
-                }
-                Some(Err(e)) => {
-                    let _ = release_all(leases).await;
-                    return Err(e);
+                };
+                let runs = lock_delay::Running {
+                    epoch: entry.layout.epoch(),
+                    since: entry.running_since,
+                };
+                let settling = lock_delay::settle(&leases, delay, Some(runs), deadline);
+                match while_claimed(&lost, settling).await {
+                    None => take.claim_lost(),
+                    Some(settled) => {
+                        if leases.iter().any(Lease::is_lost) {
+                            take.part_lost();
+                        }
+                        take.settled(settled);
+                    }
                 }
             }
+            Step::ReadPublished => {
+                // Bounded by the caller's bound (see `crate::bound`), and by the claim: the
+                // places are given back rather than held while the directory does not
+                // answer.
+                let bound = match deadline {
+                    None => crate::clock::later(Instant::now(), shared.directory_wait()),
+                    Some(d) => crate::bound::expiry(d, trips.round_trip()),
+                };
+                match while_claimed(&lost, shared.published_epoch(bound)).await {
+                    None => take.claim_lost(),
+                    Some(read) => take.read(read),
+                }
+            }
+            Step::WriteLeader { token } => {
+                let value = super::fleet::leader_value(token, &spec.options.data);
+                let writes =
+                    futures::future::try_join_all(leases.iter().map(|l| l.data_update(&value)));
+                match while_claimed(&lost, writes).await {
+                    None => take.claim_lost(),
+                    Some(written) => {
+                        if leases.iter().any(Lease::is_lost) {
+                            take.part_lost();
+                        }
+                        take.written(written.map(drop));
+                    }
+                }
+            }
+            Step::GiveBack => {
+                let _ = release_all(std::mem::take(&mut leases)).await;
+                nodes.clear();
+                // The claim goes once the releases are answered.
+                ticket = None;
+                take.gave_back();
+            }
+            Step::Pause(pause) => {
+                tokio::time::sleep(pause).await;
+                take.paused();
+            }
+            Step::Done(outcome) => {
+                let Some(tokens) = outcome? else {
+                    return Ok(None);
+                };
+                let ticket = ticket.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Internal,
+                        "a lock space's take ended with a lock but no claim",
+                    )
+                })?;
+                return Ok(Some(Taken {
+                    leases,
+                    nodes,
+                    tokens,
+                    ticket,
+                    leader: spec.leader,
+                }));
+            }
         }
-        return Ok(Some(Taken {
-            leases,
-            nodes,
-            tokens,
-            ticket,
-            leader: spec.leader,
-        }));
     }
 }
 

@@ -94,6 +94,7 @@ pub mod layout;
 mod lock;
 pub mod placement;
 mod published;
+pub(crate) mod take;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, PoisonError};
