@@ -165,12 +165,19 @@ enum Ev {
         worker: usize,
         wake: u64,
     },
-    /// A process sees the published layout: from its watch, or (`join`, the number of the
-    /// directory session) as the answer to the read that completes its joining.
+    /// A process sees a publication (its index among the layouts published): from its
+    /// watch, or (`join`, the number of the directory session) as the answer to the read
+    /// that completes its joining.
     Follow {
         client: usize,
-        epoch: u64,
+        published: usize,
         join: Option<u64>,
+    },
+    /// The bound of a space worker's take (`cycle`: which take).
+    SpaceBound {
+        client: usize,
+        worker: usize,
+        cycle: u64,
     },
     /// A process's read of the published layout reaches the directory.
     LayoutRead {
@@ -183,12 +190,12 @@ enum Ev {
         worker: usize,
         wake: u64,
     },
-    /// The read's answer reaches the worker.
+    /// The read's answer (the publication's index) reaches the worker.
     DirAnswer {
         client: usize,
         worker: usize,
         wake: u64,
-        epoch: u64,
+        published: usize,
     },
     /// A process's report of the epoch it runs reaches the directory, sent on its
     /// directory session `session` (the server's id).
@@ -420,7 +427,7 @@ impl World {
                     sessions_started: 0,
                     sessions: (0..node_count).map(|_| Session::new(base)).collect(),
                     workers,
-                    space: space::Process::new(space_workers, base),
+                    space: space::Process::new(space_workers, base, space.as_ref()),
                 }
             })
             .collect();
@@ -697,6 +704,7 @@ impl World {
                     Ev::Worker { client, .. } => (*client, Some(0)),
                     Ev::Close { client }
                     | Ev::Space { client, .. }
+                    | Ev::SpaceBound { client, .. }
                     | Ev::Follow { client, .. }
                     | Ev::DirAnswer { client, .. } => (*client, None),
                     _ => return,
@@ -954,17 +962,20 @@ impl World {
         }
         let touched = match ev {
             Ev::Space { worker, wake, .. } => self.space_step(c, worker, wake, now_c),
-            Ev::Follow { epoch, join, .. } => {
-                self.follow(c, epoch, join);
+            Ev::SpaceBound { worker, cycle, .. } => self.space_bound(c, worker, cycle, now_c),
+            Ev::Follow {
+                published, join, ..
+            } => {
+                self.follow(c, published, join);
                 Vec::new()
             }
             Ev::DirAnswer {
                 worker,
                 wake,
-                epoch,
+                published,
                 ..
             } => {
-                self.directory_answer(c, worker, wake, epoch);
+                self.directory_answer(c, worker, wake, published);
                 Vec::new()
             }
             _ => Vec::new(),

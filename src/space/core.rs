@@ -124,6 +124,11 @@ pub(crate) struct SpaceCore {
     reported: u64,
     stopped: bool,
     effects: Vec<Effect>,
+    /// A deliberately broken gate, for the simulation to show that its checker bites: it
+    /// lets a lock through while the published layout leaves the one run behind or cannot
+    /// be run.
+    #[cfg(test)]
+    broken_gate: bool,
 }
 
 impl SpaceCore {
@@ -155,7 +160,23 @@ impl SpaceCore {
             reported: epoch,
             stopped: false,
             effects: Vec::new(),
+            #[cfg(test)]
+            broken_gate: false,
         }
+    }
+
+    /// Breaks the gate (see the field): the simulation's broken variant.
+    #[cfg(test)]
+    pub(crate) fn break_gate(&mut self) {
+        self.broken_gate = true;
+    }
+
+    /// Whether the gate is broken (tests only; never in a build that ships).
+    fn gate_broken(&self) -> bool {
+        #[cfg(test)]
+        return self.broken_gate;
+        #[cfg(not(test))]
+        false
     }
 
     /// The effects queued so far, in order.
@@ -188,6 +209,12 @@ impl SpaceCore {
         self.reported
     }
 
+    /// The greatest epoch seen published.
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by the simulation"))]
+    pub(crate) fn published(&self) -> u64 {
+        self.published
+    }
+
     /// Why the published layout is not followed, if it is not.
     pub(crate) fn layout_error(&self) -> Option<Error> {
         self.held
@@ -218,13 +245,15 @@ impl SpaceCore {
         if self.stopped {
             return Some(closed());
         }
-        if let Some(held) = &self.held {
+        if let Some(held) = self.held.as_ref().filter(|h| {
+            !(self.gate_broken() && matches!(h, Held::Unrunnable(_) | Held::Restart(_)))
+        }) {
             return Some(held.error().clone());
         }
         if let Membership::Not(why) = &self.member {
             return Some(why.clone());
         }
-        if self.behind(self.layout.epoch()) {
+        if self.behind(self.layout.epoch()) && !self.gate_broken() {
             // The judge is about to restart: a lock taken now would be lost on arrival.
             return Some(Error::new(
                 ErrorKind::Unavailable,

@@ -27,11 +27,14 @@ async fn observed(shared: &Shared, name: &str) -> Result<(String, u64)> {
     let mut parts = layout.parts(name);
     let published = if layout.is_transition() {
         let bound = tokio::time::Instant::now() + shared.directory_wait();
-        shared.published_epoch(bound).await?
+        shared
+            .published_layout(bound)
+            .await?
+            .map(|published| super::take::published_epoch(&layout, &published))
     } else {
         None
     };
-    let (new, epoch) = layout.token_place(published);
+    let (new, epoch) = layout.token_place(published.flatten());
     let part = if new {
         parts.pop()
     } else {

@@ -448,7 +448,7 @@ async fn take(
                     None => crate::clock::later(Instant::now(), shared.directory_wait()),
                     Some(d) => crate::bound::expiry(d, trips.round_trip()),
                 };
-                match while_claimed(&lost, shared.published_epoch(bound)).await {
+                match while_claimed(&lost, shared.published_layout(bound)).await {
                     None => take.claim_lost(),
                     Some(read) => take.read(read),
                 }

@@ -325,9 +325,12 @@ impl Shared {
         Ok(manager)
     }
 
-    /// The epoch published now, read from the directory (`None` without one), waited for
-    /// until `deadline` at the most; then [`ErrorKind::Unavailable`].
-    pub(crate) async fn published_epoch(&self, deadline: Instant) -> Result<Option<u64>> {
+    /// The layout published now, read from the directory (`None` without one), waited for
+    /// until `deadline` at the most; then [`ErrorKind::Unavailable`]. The core notes its
+    /// epoch (claims two epochs behind it are lost) but does not judge it: the answer may
+    /// come after the directory's watch showed a newer layout, and an older one read late
+    /// is no contradiction (the watch, in the directory's order, is what the judge follows).
+    pub(crate) async fn published_layout(&self, deadline: Instant) -> Result<Option<Layout>> {
         let Some(link) = &self.directory else {
             return Ok(None);
         };
@@ -342,7 +345,7 @@ impl Shared {
         };
         let epoch = layout.epoch();
         self.with_core(|core, _| core.seen(epoch));
-        Ok(Some(epoch))
+        Ok(Some(layout))
     }
 
     /// How long a read of the directory may take when the caller gave no bound: the

@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::core::Entry;
+use super::layout::Layout;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::FencingToken;
 
@@ -41,7 +42,7 @@ pub(crate) enum Step {
     /// Settle the places of a lock-delay mutex (its markers, and the wait they ask for);
     /// then [`Take::settled`].
     Settle { deadline: Option<Instant> },
-    /// Read the published epoch from the directory; then [`Take::read`].
+    /// Read the published layout from the directory; then [`Take::read`].
     ReadPublished,
     /// Write the leader's token with its value on every place; then [`Take::written`].
     WriteLeader { token: FencingToken },
@@ -52,6 +53,20 @@ pub(crate) enum Step {
     Pause(Duration),
     /// The end: each name's fencing token, or `None` (a place was not granted in time).
     Done(Outcome),
+}
+
+/// The epoch a lock taken in the transition `running` counts its token by, given the
+/// layout `published` on the directory: the transition's (its old place's order id) while
+/// it is what is published, the next step's (its new place's) once that is; `None` for any
+/// other layout, which says nothing a token can rest on.
+pub(crate) fn published_epoch(running: &Layout, published: &Layout) -> Option<u64> {
+    if published == running {
+        Some(running.epoch())
+    } else if running.finish().is_ok_and(|next| next == *published) {
+        Some(published.epoch())
+    } else {
+        None
+    }
 }
 
 /// The outcome of a take: each name's fencing token, or `None` (not granted in time).
@@ -294,16 +309,27 @@ impl Take {
         };
     }
 
-    /// The directory's published epoch (`None`: no directory), or why it could not be read.
-    pub(crate) fn read(&mut self, outcome: Result<Option<u64>>) {
+    /// The directory's published layout (`None`: no directory), or why it could not be read.
+    /// Only the transition itself, or the next step it finishes into, tells the token's
+    /// place; any other layout (a contradiction, a layout the fleet moved on to) gives the
+    /// places back, and the gate, which the core shuts for such a layout, decides.
+    pub(crate) fn read(&mut self, outcome: Result<Option<Layout>>) {
         if !matches!(self.phase, Phase::Reading) {
             return;
         }
+        let running = self.entry.as_ref().map(|e| e.layout.clone());
         self.phase = match outcome {
-            Ok(epoch) => {
-                self.published = Some(epoch);
+            Ok(None) => {
+                self.published = Some(None);
                 Phase::Places
             }
+            Ok(Some(published)) => match running.and_then(|r| published_epoch(&r, &published)) {
+                Some(epoch) => {
+                    self.published = Some(Some(epoch));
+                    Phase::Places
+                }
+                None => Phase::GivingBack(Then::Retry),
+            },
             // No bound: try again in a moment, once the directory answers.
             Err(e) if self.deadline.is_none() && e.kind() == ErrorKind::Unavailable => {
                 Phase::GivingBack(Then::Pause)
@@ -359,7 +385,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::space::layout::Layout;
 
     fn entry(layout: &Layout, claim: u64) -> Entry {
         Entry {
@@ -426,9 +451,41 @@ mod tests {
         take.acquired(Ok(Some(3)));
         assert!(matches!(take.next(now), Step::ReadPublished));
         // The next layout is published: the new place's token, in its epoch.
-        take.read(Ok(Some(3)));
+        take.read(Ok(Some(t.finish().unwrap_or_else(|e| panic!("{e}")))));
         let tokens = done(take.next(now)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(tokens, Some(vec![(name, FencingToken::new(3, 3))]));
+    }
+
+    /// A read that shows neither the transition nor the layout it finishes into (a
+    /// contradiction, a later epoch) tells nothing a token can rest on: the places go back
+    /// and the gate decides.
+    #[test]
+    fn a_read_of_any_other_layout_gives_the_places_back_and_goes_back_to_the_gate() {
+        let (t, name) = moving();
+        let now = Instant::now();
+        let other = Layout::new(3, ["n1", "n9"]).unwrap_or_else(|e| panic!("{e}"));
+        let mut take = Take::new(vec![name], None, false, false);
+        take.next(now);
+        take.entered(entry(&t, 1));
+        take.next(now);
+        take.acquired(Ok(Some(40)));
+        take.next(now);
+        take.acquired(Ok(Some(3)));
+        assert!(matches!(take.next(now), Step::ReadPublished));
+        take.read(Ok(Some(other)));
+        assert!(matches!(take.next(now), Step::GiveBack));
+        take.gave_back();
+        assert!(matches!(take.next(now), Step::Enter { .. }));
+        // The transition itself: the old place's token, in the old layout's epoch.
+        take.entered(entry(&t, 2));
+        take.next(now);
+        take.acquired(Ok(Some(41)));
+        take.next(now);
+        take.acquired(Ok(Some(4)));
+        take.next(now);
+        take.read(Ok(Some(t.clone())));
+        let tokens = done(take.next(now)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tokens.map(|t| t[0].1), Some(FencingToken::new(1, 41)));
     }
 
     #[test]

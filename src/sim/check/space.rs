@@ -95,6 +95,47 @@ impl Names {
 }
 
 impl Checker {
+    /// A bounded call (a space take of `name` by `client`) ended at `at`: by `expiry`, its
+    /// bound, a round trip and 200 ms, or the rule of every bound is broken.
+    pub(crate) fn bounded_call_ended(
+        &mut self,
+        client: usize,
+        name: &str,
+        at: Instant,
+        expiry: Instant,
+    ) {
+        if at > expiry + std::time::Duration::from_millis(1) {
+            self.violation(
+                "past its bound",
+                format!(
+                    "client {client}'s bounded take of {name} ended {:?} past its bound and grace",
+                    at - expiry
+                ),
+            );
+        }
+    }
+
+    /// A space lock of `client` on `name`, taken in the layout of `epoch`, is handed over
+    /// while its process has seen `published` published: a lock lost on arrival (its claim
+    /// `lost` already, or its layout two epochs behind) is no lock to hand over.
+    pub(crate) fn space_handed_over(
+        &mut self,
+        client: usize,
+        name: &str,
+        epoch: u64,
+        published: u64,
+        lost: bool,
+    ) {
+        if lost || published.saturating_sub(epoch) >= 2 {
+            self.violation(
+                "lost on arrival",
+                format!(
+                    "client {client} handed over {name} taken in epoch {epoch} (lost: {lost}) while it had seen epoch {published} published"
+                ),
+            );
+        }
+    }
+
     /// Judges the space's exclusive names as taken with a lock delay (see [`Names`]).
     pub(crate) fn with_space_lock_delay(mut self) -> Self {
         self.space.delayed = true;

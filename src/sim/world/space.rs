@@ -1,49 +1,38 @@
-//! The lock space in the simulated world: space workers taking names in every place of
-//! their process's layout, the directory where the layout is published and the processes
-//! report the epochs they run, and an operator that reshards the space in the middle of
-//! the run.
-//!
-//! What the async shell (`crate::space`) does is done here as the world's events, with the
-//! pure [`Layout`] for the rules:
+//! The lock space in the simulated world: each process runs the space's own pure core
+//! ([`SpaceCore`]: the gate, the layout judge, claims and epochs, the membership) and takes
+//! each lock with the space's own take machine ([`Take`]); the world carries out their steps
+//! and effects as the async shell does (`crate::space`), against the node cores, the
+//! directory and the operator here.
 //!
 //! - The directory is a coordination node of its own, and each process has a session on it
 //!   like on any node, with the same faults (a stall or cut past the session timeout, the
 //!   server expiring it once it had no contact for that long), but never expired by fiat.
 //!   The process's *membership* is that session: the directory lists a member for each
-//!   directory session alive on the server, with the epoch it last reported there. On the
-//!   client's side the membership is a lease on that session: confirmed from its joining
-//!   (the session attached, the process's report sent, then the published layout read on
-//!   it) until the session's token fires at its lease-safety deadline, which comes before
-//!   the server can expire it.
-//! - A process (a client) runs one layout, its *space*, shared by its workers. It adopts a
-//!   newer one when it sees it published ([`Ev::Follow`], a delay after the publication, as
-//!   a watch on the directory session delivers it), and reports the oldest epoch it runs,
-//!   its layout's or that of a lock it holds, is taking or releasing, to the directory
+//!   directory session alive on the server, with the epoch it last reported there. The
+//!   core confirms the membership once the session attached and the published layout read
+//!   on it was judged, and loses it when the session's token fires (its lease-safety
+//!   deadline, before the server can expire it).
+//! - A process sees each publication after its own delay, as a watch on the directory
+//!   session delivers it ([`Ev::Follow`]), and reports the oldest epoch its core runs
 //!   ([`Ev::Reported`], on its directory session, in order with its reads).
-//! - A process takes space locks only while its membership is confirmed. Once it may be
-//!   lost, every lock it holds is lost, and every take in progress gives back its places,
-//!   before the server can drop the member from the list; the process joins again with a
-//!   new directory session, and only after reading the published layout on it, and
-//!   following it, does it take locks again.
-//! - A space worker takes a name in each of [`Layout::parts`], in order, one acquire at a
-//!   time on its process's session on that node; all or nothing: a part refused or timed
-//!   out, or lost before the last is held, releases what was taken. Once every part is
-//!   held, in a transition it reads the published epoch from the directory (a round trip,
-//!   read when it arrives there) and its token is [`Layout::token`] of the order ids and
-//!   that epoch. It holds the name for a while, then releases every part, the last first.
-//! - A process that sees a layout two epochs past a lock's loses that lock.
+//! - A space worker takes a name as [`Take`] says: the gate (its core), each place in order
+//!   (an acquire on its process's session on that node), a lock delay's markers, the read of
+//!   the published epoch in a transition (a round trip to the directory), giving the places
+//!   back. A bounded take is given up at its bound plus a round trip and 200 ms, as the
+//!   `Acquiring` future around it does (its places released, its claim given up).
 //! - The operator publishes the transition `A+B` once a third of the operations are done,
 //!   then `B` as soon as [`Layout::check_advance`] allows it: once no member the directory
 //!   lists reports an epoch older than the transition's (a member yet to report lags). It
 //!   looks every few tens of milliseconds, so it can take both steps while a process is
 //!   cut off from the directory.
-//!
+//! - A hostile directory ([`SpaceConfig::hostile`]) also publishes, at random moments,
+//!   layouts no process may run (the same epoch with other nodes, an older epoch, a next
+//!   step onto a node nobody was given) and then the right one again; its layouts may start
+//!   near the end of the epochs' range ([`SpaceConfig::epoch_base`]).
 //! - With a lock delay ([`SpaceConfig::lock_delay`]) an exclusive name's places are
-//!   persistent semaphores with one token: once every part is held, each place's marker is
-//!   read and its own written (`lock_delay::held` with the layout's epoch), one place after
-//!   the other, and the guard waits for what the markers ask (`lock_delay::asks`): until the
-//!   delay after a place's grant after an unclean end, until the delay after the process
-//!   began to run its layout for a marker not of that layout. A clean release writes
+//!   persistent semaphores with one unit: settling them reads each place's marker, then,
+//!   unless the wait they ask for ends past the bound, writes its own `held` one on each
+//!   (`lock_delay::held` with the layout's epoch) and waits. A clean release writes
 //!   `released` on every part, then releases them.
 //!
 //! Broken variants show that the checker bites: an operator that publishes `B` right after
@@ -51,9 +40,11 @@
 //! `A`'s rule, without reading the directory ([`SpaceConfig::old_token_rule`]), processes
 //! whose locks outlive their membership ([`SpaceConfig::locks_outlive_membership`]), a lock
 //! delay never waited (`Config::skip_delay`) and one that takes an older layout's marker at
-//! its word ([`SpaceConfig::markers_of_any_layout`]).
+//! its word ([`SpaceConfig::markers_of_any_layout`]), a gate that lets a lock through in a
+//! layout the published one has left ([`SpaceConfig::gate_ignores_layout`]), and takes with
+//! no bound around them ([`SpaceConfig::unbounded`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -61,10 +52,14 @@ use tokio::time::Instant;
 use super::{Caller, Ev, World, create_semaphore};
 use crate::config::AcquireOptions;
 use crate::emulator_core::NodeState;
+use crate::error::{Error, ErrorKind};
+use crate::session::FencingToken;
 use crate::session::core::{AcquireCmd, Answer, Command, Control, Grant, SessionCore};
 use crate::sim::check::Resource;
 use crate::sim::check::space::{LIMIT, NAMES, PartHeld, SEMAPHORE};
 use crate::space::Layout;
+use crate::space::core::{ClaimId, Effect as SpaceEffect, SpaceCore};
+use crate::space::take::{Step, Take};
 
 /// The lock space of a run.
 #[derive(Debug, Clone, Default)]
@@ -76,11 +71,11 @@ pub(crate) struct SpaceConfig {
     /// Broken workers: a transition's token by `A`'s rule (the old place's order id), with
     /// no directory read, also once `B` is published.
     pub(crate) old_token_rule: bool,
-    /// Broken processes: once they joined the directory, they take and keep locks whatever
-    /// becomes of their directory session (a lapsed membership costs no lock).
+    /// Broken processes: once they joined the directory, their core never hears that the
+    /// membership may be lost (a lapsed membership costs no lock).
     pub(crate) locks_outlive_membership: bool,
     /// The exclusive names are taken as `SpaceMutex::lock_delay` takes them (each place a
-    /// persistent semaphore with one token, its marker naming the layout's epoch) and judged
+    /// persistent semaphore with one unit, its marker naming the layout's epoch) and judged
     /// without fencing: a paused holder holds until it runs again and sees a token fired.
     /// `Config::skip_delay` breaks it: markers are kept, the delay is never waited.
     pub(crate) lock_delay: Option<Duration>,
@@ -93,13 +88,23 @@ pub(crate) struct SpaceConfig {
     /// directory session expires, `B` may be published meanwhile, and the name taken on
     /// its new place while the paused holder still has the old one.
     pub(crate) pause_at_reshard: bool,
+    /// The directory also publishes layouts no process may run, and then the right one
+    /// again (see the module docs).
+    pub(crate) hostile: bool,
+    /// The epoch of `A` (1 by default): near `u64::MAX`, the reshard's epochs reach the end
+    /// of the range.
+    pub(crate) epoch_base: u64,
+    /// A broken gate (the space core's): it lets a lock through while the published layout
+    /// says the one run is left behind or cannot be run.
+    pub(crate) gate_ignores_layout: bool,
+    /// Broken takes: nothing gives a bounded take up at its bound.
+    pub(crate) unbounded: bool,
 }
 
 /// What the lock space did in a run.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SpaceStats {
-    /// Space locks that held every place, by the layout they were taken in (`A`, `A+B`,
-    /// `B`).
+    /// Space locks handed over, by the layout they were taken in (`A`, `A+B`, `B`).
     pub(crate) held: [u64; 3],
     /// Holders in the transition whose directory read found `B` published (their token is
     /// the new place's).
@@ -108,12 +113,13 @@ pub(crate) struct SpaceStats {
     pub(crate) refused: u64,
     /// When each layout after `A` was published (virtual time since the start).
     pub(crate) steps: Vec<Duration>,
-    /// Locks lost because their process saw the published layout two epochs past theirs.
+    /// Locks (taking or held) the core made lost by the layout (left behind or
+    /// contradicted), while the membership held.
     pub(crate) claims_lost: u64,
     /// Memberships that lapsed: the directory session's token fired (the process then
     /// joins again with a new session).
     pub(crate) lapses: u64,
-    /// Locks held (every place taken) that a lapsed membership cost.
+    /// Locks held that a lapsed membership cost.
     pub(crate) lapse_locks_lost: u64,
     /// Operator steps published while a process's membership had lapsed and the process
     /// had not joined again.
@@ -123,6 +129,12 @@ pub(crate) struct SpaceStats {
     pub(crate) delayed: [u64; 2],
     /// Runs where [`SpaceConfig::pause_at_reshard`] found a holder to pause.
     pub(crate) paused_at_reshard: u64,
+    /// Layouts no process may run, published by a hostile directory.
+    pub(crate) hostile: u64,
+    /// Takes the gate refused at their bound.
+    pub(crate) refused_at_gate: u64,
+    /// Bounded takes given up at their bound (the `Acquiring` future's rule).
+    pub(crate) given_up: u64,
 }
 
 impl SpaceStats {
@@ -140,6 +152,9 @@ impl SpaceStats {
             *mine += theirs;
         }
         self.paused_at_reshard += other.paused_at_reshard;
+        self.hostile += other.hostile;
+        self.refused_at_gate += other.refused_at_gate;
+        self.given_up += other.given_up;
     }
 }
 
@@ -147,31 +162,35 @@ impl SpaceStats {
 #[derive(Debug)]
 pub(super) struct Space {
     cfg: SpaceConfig,
-    /// `A`, `A+B`, `B`: the layout of epoch `e` at `e - 1`.
+    /// `A`, `A+B`, `B`.
     layouts: Vec<Layout>,
-    /// The epoch published on the directory.
-    published: u64,
+    /// Which of [`Space::layouts`] the operator has published (0: `A`).
+    step: usize,
+    /// Every layout published, in order ([`Ev::Follow`] names one by its index).
+    published: Vec<Layout>,
+    /// A layout no process may run is published: the next look publishes the right one.
+    garbage: bool,
     /// The epoch each directory session last reported, by the session's id (on the server).
     reports: HashMap<u64, u64>,
     pub(super) stats: SpaceStats,
 }
 
-/// The last epoch of a run: `B`.
-const LAST: u64 = 3;
-
 impl Space {
     /// `A` over `nodes` nodes, `B` with one more.
     pub(super) fn new(nodes: usize, cfg: &SpaceConfig) -> Self {
         let names: Vec<String> = (0..nodes).map(node_name).collect();
-        let a = Layout::new(1, names).unwrap_or_else(|e| panic!("layout A: {e}"));
+        let base = cfg.epoch_base.max(1);
+        let a = Layout::new(base, names).unwrap_or_else(|e| panic!("layout A: {e}"));
         let moving = a
             .add_node(&node_name(nodes))
             .unwrap_or_else(|e| panic!("layout A+B: {e}"));
         let b = moving.finish().unwrap_or_else(|e| panic!("layout B: {e}"));
         Self {
             cfg: cfg.clone(),
+            published: vec![a.clone()],
             layouts: vec![a, moving, b],
-            published: 1,
+            step: 0,
+            garbage: false,
             reports: HashMap::new(),
             stats: SpaceStats::default(),
         }
@@ -189,11 +208,25 @@ impl Space {
 
     /// The reshard is over.
     pub(super) fn done(&self) -> bool {
-        self.published == LAST
+        self.step == 2 && !self.garbage
     }
 
-    fn layout(&self, epoch: u64) -> &Layout {
-        &self.layouts[epoch as usize - 1]
+    /// The layout the processes start with.
+    pub(super) fn first(&self) -> &Layout {
+        &self.layouts[0]
+    }
+
+    /// The nodes every process is given: those of every sane layout.
+    pub(super) fn given(&self) -> Vec<String> {
+        self.layouts[2].nodes().to_vec()
+    }
+
+    /// The index of a layout's epoch among `A`, `A+B`, `B` (for the stats).
+    fn phase(&self, epoch: u64) -> usize {
+        self.layouts
+            .iter()
+            .position(|l| l.epoch() == epoch)
+            .unwrap_or_default()
     }
 
     /// The lock delay of the name `name`: the exclusive names', if the run has one.
@@ -217,6 +250,11 @@ impl Space {
             .map(|name| NAMES[name])
             .collect()
     }
+
+    /// The latest publication's index.
+    fn latest(&self) -> usize {
+        self.published.len() - 1
+    }
 }
 
 /// The name of node `n` in the layouts.
@@ -233,24 +271,16 @@ fn semaphore_name() -> &'static str {
     NAMES[SEMAPHORE]
 }
 
-/// A process's lock space: the layout it runs and the locks it has in each epoch.
+/// A process's lock space: its core, what it reported, its membership and its workers.
 #[derive(Debug)]
 pub(super) struct Process {
-    /// The epoch of the layout run.
-    layout: u64,
-    /// When it began to run it (client time).
-    running_since: Instant,
-    /// The greatest epoch seen published.
-    published: u64,
-    /// How many locks (taking or held) each epoch has.
-    uses: BTreeMap<u64, usize>,
+    core: SpaceCore,
     /// The epoch last sent to the directory (0: nothing on the current session).
     reported: u64,
-    /// The directory session (its number in the client) whose membership is confirmed:
-    /// joined, and the published layout read after joining; `None` until then, or once its
-    /// token fired.
+    /// The directory session (its number in the client) whose joining completed; its token
+    /// firing may lose the membership.
     member: Option<u64>,
-    /// The process has joined once (the broken processes take locks from then on).
+    /// The process has joined once.
     joined_once: bool,
     /// When the last message sent toward the directory arrives (they arrive in order).
     dir_up: Instant,
@@ -258,12 +288,20 @@ pub(super) struct Process {
 }
 
 impl Process {
-    pub(super) fn new(workers: usize, base: Instant) -> Self {
+    pub(super) fn new(workers: usize, base: Instant, space: Option<&Space>) -> Self {
+        let (first, given) = match space {
+            Some(s) => (s.first().clone(), s.given()),
+            None => (
+                Layout::new(1, ["n0"]).unwrap_or_else(|e| panic!("{e}")),
+                vec!["n0".to_string()],
+            ),
+        };
+        let mut core = SpaceCore::new(first, given, true, base);
+        if space.is_some_and(|s| s.cfg.gate_ignores_layout) {
+            core.break_gate();
+        }
         Self {
-            layout: 1,
-            running_since: base,
-            published: 1,
-            uses: BTreeMap::new(),
+            core,
             reported: 0,
             member: None,
             joined_once: false,
@@ -272,6 +310,7 @@ impl Process {
                 .map(|_| Worker {
                     state: State::Idle,
                     wake: 0,
+                    cycles: 0,
                     lock: None,
                 })
                 .collect(),
@@ -282,31 +321,32 @@ impl Process {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Idle,
-    /// Taking the parts, one at a time.
+    /// A take in progress (what it waits for: [`Lock::doing`]).
     Taking,
-    /// Lock delay: every part held; each place's marker is read, then its own written.
-    Settling,
-    /// Lock delay: waiting out the delay the markers asked for.
-    Delaying,
-    /// Every part held; the directory read for the token is on its way.
-    Reading,
     Holding,
     /// Lock delay: a clean release writes its marker on every part first.
     Unmarking,
-    /// To release what was taken.
-    Dropping,
     /// Waiting for the releases' answers.
     Releasing,
 }
 
-impl State {
-    /// Every part is held: a lost part, a lapsed membership or a lost claim ends the lock.
-    fn has_all(self) -> bool {
-        matches!(
-            self,
-            State::Settling | State::Delaying | State::Reading | State::Holding
-        )
-    }
+/// What a take's step in progress waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Doing {
+    /// Nothing: the next step may be taken.
+    Nothing,
+    /// The gate is shut: it waits for the core to open it, or the deadline.
+    Gate,
+    /// The acquire of a place on this node (`sent`: asked, or still waiting for a session).
+    Acquire { node: usize, sent: bool },
+    /// Lock delay: the markers of the places, then the wait.
+    Settle,
+    /// The read of the published epoch, sent with this wake-up number.
+    Read(u64),
+    /// The releases of the places given back.
+    GiveBack,
+    /// The pause after an unanswered read.
+    Pause,
 }
 
 #[derive(Debug)]
@@ -314,6 +354,8 @@ struct Worker {
     state: State,
     /// The wake-up that counts (earlier ones were superseded).
     wake: u64,
+    /// Takes begun so far.
+    cycles: u64,
     lock: Option<Lock>,
 }
 
@@ -322,34 +364,42 @@ struct Worker {
 struct Lock {
     name: usize,
     count: u64,
-    /// The epoch of the layout it is taken in.
+    take: Take,
+    doing: Doing,
+    /// The claim and the epoch of the attempt through the gate.
+    claim: Option<ClaimId>,
     epoch: u64,
-    /// The nodes of its parts, in order.
-    places: Vec<usize>,
+    when: Instant,
     taken: Vec<Part>,
-    /// The bound of the whole acquire (client time).
+    /// The bound of the whole acquire (client time), and when it is given up at it.
     deadline: Option<Instant>,
-    /// The node whose acquire is on its way.
-    waiting: Option<usize>,
-    /// The node whose session it waits for.
-    needs: Option<usize>,
-    /// Its id with the checker, once it holds every part.
+    /// Its id with the checker, once handed over.
     holder: Option<u64>,
-    /// Its process saw the published layout two epochs past the lock's.
-    claim_lost: bool,
-    /// The membership it was begun under.
-    member: Option<u64>,
     /// Releases (or markers of a clean release) not answered yet.
     pending: usize,
-    /// Lock delay: the places whose markers were read and written, in order.
-    marked: usize,
-    /// Lock delay: the next place's marker was read, its own is to be written.
-    read: bool,
-    /// Lock delay: until when the guard waits (client time), and whether a marker not of
-    /// the layout run asked for it.
+    settle: Settle,
+    /// This take's number in its worker (the bound's wake-up names it).
+    cycle: u64,
+    /// The longest round trip its process's sessions showed while it ran.
+    round_trip: Duration,
+    /// The end of a pause after an unanswered read (client time).
+    pause_until: Instant,
+    /// When it began (the world's time).
+    began: Instant,
+}
+
+/// Lock delay: how far the settling of the places got.
+#[derive(Debug, Default)]
+struct Settle {
+    /// The markers read, one per place so far.
+    read: Vec<Vec<u8>>,
+    /// The places whose own marker was written.
+    written: usize,
+    /// Until when the guard waits (client time), and whether a marker not of the layout
+    /// run asked for it.
     until: Option<(Instant, bool)>,
-    /// Lock delay: every place is settled and the delay waited.
-    settled: bool,
+    /// The answer of the describe or update on its way, by node.
+    waiting: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -401,22 +451,100 @@ impl World {
         }
     }
 
+    // ---- the core ------------------------------------------------------------------------
+
+    /// Carries out what process `c`'s core queued: locks lost, the gate, the report.
+    fn space_effects(&mut self, c: usize) {
+        let effects = self.clients[c].space.core.take_effects();
+        let mut gate = false;
+        for effect in effects {
+            match effect {
+                SpaceEffect::Lost(claim) => self.claim_lost(c, claim),
+                SpaceEffect::Gate => gate = true,
+                SpaceEffect::Layout(_) | SpaceEffect::Report(_) => {}
+            }
+        }
+        self.report(c);
+        if gate {
+            // Every take waiting at the gate looks again.
+            for w in 0..self.clients[c].space.workers.len() {
+                if self.lock(c, w).is_some_and(|l| l.doing == Doing::Gate) {
+                    self.schedule(c, w, self.now);
+                }
+            }
+        }
+    }
+
+    /// The core made the lock of `claim` lost: a held lock lets go, a take gives back.
+    fn claim_lost(&mut self, c: usize, claim: ClaimId) {
+        let Some(w) = (0..self.clients[c].space.workers.len())
+            .find(|&w| self.lock(c, w).is_some_and(|l| l.claim == Some(claim)))
+        else {
+            return;
+        };
+        let state = self.worker(c, w).state;
+        // With the membership still confirmed, the layout made it lost.
+        let by_layout = self.clients[c].space.member.is_some();
+        if let Some(space) = self.space.as_mut().filter(|_| by_layout) {
+            space.stats.claims_lost += 1;
+        }
+        match state {
+            State::Holding => self.space_lost(c, w),
+            State::Taking => {
+                let Some(lock) = self.lock(c, w) else {
+                    return;
+                };
+                lock.take.claim_lost();
+                // A step that waits on the claim (the markers, the read, the pause) is
+                // dropped, as `while_claimed` drops it; an acquire on its way is given
+                // back once answered.
+                if matches!(lock.doing, Doing::Settle | Doing::Read(_) | Doing::Pause) {
+                    lock.doing = Doing::Nothing;
+                    lock.settle = Settle::default();
+                    self.schedule(c, w, self.now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The lock of worker `w` no longer holds its name: what is left of it is released.
+    fn space_lost(&mut self, c: usize, w: usize) {
+        if let Some(id) = self.lock(c, w).and_then(|l| l.holder.take()) {
+            self.checker.space_released(id);
+        }
+        self.worker(c, w).state = State::Releasing;
+        let now_c = self.client_now(c);
+        let touched = self.release_parts(c, w, now_c);
+        for n in touched {
+            self.after_client_step(c, n, now_c);
+        }
+    }
+
+    // ---- the workers ---------------------------------------------------------------------
+
     /// Client `c` has a session on node `n` again (a new one, or its own reattached): the
-    /// workers waiting for it go on; on the directory, the process reports and reads.
+    /// takes waiting for it go on; on the directory, the process reports and reads.
     pub(super) fn session_up(&mut self, c: usize, n: usize) {
         if self.directory() == Some(n) {
             return self.directory_attached(c);
         }
         for w in 0..self.clients[c].space.workers.len() {
-            if let Some(lock) = self.lock(c, w).filter(|l| l.needs == Some(n)) {
-                lock.needs = None;
+            if let Some(lock) = self.lock(c, w).filter(|l| {
+                l.doing
+                    == Doing::Acquire {
+                        node: n,
+                        sent: false,
+                    }
+            }) {
+                lock.doing = Doing::Nothing;
                 self.schedule(c, w, self.now);
             }
         }
     }
 
-    /// Parts whose token fired are lost; a lock that held every part holds no more. A
-    /// membership whose token fired costs every lock.
+    /// Parts whose token fired are lost: a take notices before it hands the lock over, a
+    /// held lock lets go. A membership whose token fired costs every lock (the core says).
     pub(super) fn observe_space_tokens(&mut self, c: usize) {
         self.observe_membership(c);
         for w in 0..self.clients[c].space.workers.len() {
@@ -436,19 +564,16 @@ impl World {
             for key in lost {
                 self.checker.ended(self.now, key, true);
             }
-            if self.worker(c, w).state.has_all() {
-                self.space_lost(c, w);
+            match self.worker(c, w).state {
+                State::Holding => self.space_lost(c, w),
+                State::Taking => {
+                    if let Some(lock) = self.lock(c, w) {
+                        lock.take.part_lost();
+                    }
+                }
+                _ => {}
             }
         }
-    }
-
-    /// The lock of worker `w` no longer holds its name: what is left of it is released.
-    fn space_lost(&mut self, c: usize, w: usize) {
-        if let Some(id) = self.lock(c, w).and_then(|l| l.holder.take()) {
-            self.checker.space_released(id);
-        }
-        self.worker(c, w).state = State::Dropping;
-        self.schedule(c, w, self.now);
     }
 
     /// The process closes: what its workers hold is released, not lost.
@@ -466,8 +591,12 @@ impl World {
             if let Some(id) = lock.holder {
                 self.checker.space_released(id);
             }
+            if let Some(claim) = lock.claim {
+                let now_c = self.client_now(c);
+                self.clients[c].space.core.leave(now_c, claim);
+            }
         }
-        self.clients[c].space.uses.clear();
+        self.clients[c].space.core.take_effects();
     }
 
     /// Worker `w` of client `c` acts; returns the nodes whose sessions it commanded.
@@ -483,9 +612,10 @@ impl World {
         }
         match self.worker(c, w).state {
             State::Idle => self.space_begin(c, w, now_c),
-            State::Taking => self.space_take(c, w, now_c),
-            State::Settling => self.space_settle(c, w, now_c),
-            State::Delaying => self.space_delayed(c, w, now_c),
+            State::Taking => {
+                self.read_timed_out(c, w, wake);
+                self.space_take(c, w, now_c)
+            }
             State::Holding => {
                 // Releasing the first part (or marking it released) ends the hold.
                 let Some(lock) = self.lock(c, w) else {
@@ -498,114 +628,308 @@ impl World {
                 if self.space.as_ref().and_then(|s| s.delay(name)).is_some() {
                     return self.space_unmark(c, w, now_c);
                 }
-                self.space_release(c, w, now_c)
+                self.worker(c, w).state = State::Releasing;
+                self.release_parts(c, w, now_c)
             }
             State::Unmarking => {
                 if self.lock(c, w).is_none_or(|l| l.pending == 0) {
-                    return self.space_release(c, w, now_c);
+                    self.worker(c, w).state = State::Releasing;
+                    return self.release_parts(c, w, now_c);
                 }
                 Vec::new()
             }
-            State::Dropping => self.space_release(c, w, now_c),
             State::Releasing => {
                 if self.lock(c, w).is_none_or(|l| l.pending == 0) {
-                    self.space_done(c, w);
+                    self.space_done(c, w, now_c);
                 }
                 Vec::new()
             }
-            State::Reading => Vec::new(),
         }
     }
 
-    /// A new cycle: a name, maybe a bound, and the layout the process runs now.
+    /// A new cycle: a name, maybe a bound.
     fn space_begin(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
-        if self.winding_down || self.ops >= self.cfg.ops {
-            return Vec::new();
-        }
-        if !self.may_begin(c) {
+        if self.winding_down || self.ops >= self.cfg.ops || !self.clients[c].space.joined_once {
             return Vec::new(); // the process's joining wakes it
         }
-        let member = self.member(c);
-        let Some(space) = self.space.as_ref() else {
-            return Vec::new();
-        };
         let name = self.rng.range(0, NAMES.len() as u64) as usize;
         let count = if name == SEMAPHORE { 1 } else { u64::MAX };
         let deadline = self
             .rng
             .chance(0.3)
             .then(|| now_c + Duration::from_millis(self.rng.range(0, 2_000)));
-        let process = &mut self.clients[c].space;
-        // The lock's claim on its layout's epoch, as `Shared::enter` makes it.
-        let epoch = process.layout;
-        *process.uses.entry(epoch).or_default() += 1;
-        let claim_lost = process.published > epoch + 1;
-        let places = space
-            .layout(epoch)
-            .parts(NAMES[name])
-            .iter()
-            .map(|p| node_index(&p.node))
-            .collect();
-        let worker = &mut process.workers[w];
+        let settle = self.space.as_ref().and_then(|s| s.delay(name)).is_some();
+        let take = Take::new(vec![NAMES[name].to_string()], deadline, settle, false);
+        let (round_trip, began) = (self.round_trip(c), self.now);
+        let worker = self.worker(c, w);
         worker.state = State::Taking;
+        worker.cycles += 1;
+        let cycle = worker.cycles;
         worker.lock = Some(Lock {
             name,
             count,
-            epoch,
-            places,
+            take,
+            doing: Doing::Nothing,
+            claim: None,
+            epoch: 0,
+            when: now_c,
             taken: Vec::new(),
             deadline,
-            waiting: None,
-            needs: None,
             holder: None,
-            claim_lost,
-            member,
             pending: 0,
-            marked: 0,
-            read: false,
-            until: None,
-            settled: false,
+            settle: Settle::default(),
+            cycle,
+            round_trip,
+            pause_until: now_c,
+            began,
         });
-        self.report(c);
+        if let Some(d) = deadline {
+            self.schedule_bound(c, w, cycle, d, round_trip);
+        }
         self.space_take(c, w, now_c)
     }
 
-    /// The next part, or the hold once every part is taken.
-    fn space_take(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
-        let Some(lock) = self.lock(c, w).filter(|l| l.waiting.is_none()) else {
+    /// The `Acquiring` future gives a bounded take up at its bound, a round trip and 200
+    /// ms: a wake-up of its own then (looked at again if the round trip grew meanwhile).
+    fn schedule_bound(&mut self, c: usize, w: usize, cycle: u64, deadline: Instant, rtt: Duration) {
+        if self.space_cfg().unbounded {
+            return;
+        }
+        let at = self
+            .global_of(c, crate::bound::expiry(deadline, rtt))
+            .max(self.now);
+        self.push(
+            at,
+            Ev::SpaceBound {
+                client: c,
+                worker: w,
+                cycle,
+            },
+        );
+    }
+
+    /// The bound of take `cycle` of worker `w`: past it, the take is given up.
+    pub(super) fn space_bound(
+        &mut self,
+        c: usize,
+        w: usize,
+        cycle: u64,
+        now_c: Instant,
+    ) -> Vec<usize> {
+        let rtt = self.round_trip(c);
+        let Some(lock) = self.lock(c, w).filter(|l| l.cycle == cycle) else {
             return Vec::new();
         };
-        let member = lock.member;
-        if !self.may_keep(c, member) {
-            // The membership it began under may be lost: its places are given back.
-            self.worker(c, w).state = State::Dropping;
-            return self.space_release(c, w, now_c);
+        let Some(d) = lock.deadline else {
+            return Vec::new();
+        };
+        lock.round_trip = lock.round_trip.max(rtt);
+        let expiry = crate::bound::expiry(d, lock.round_trip);
+        if self.worker(c, w).state != State::Taking {
+            return Vec::new();
         }
+        if now_c < expiry {
+            let rtt = self.lock(c, w).map(|l| l.round_trip).unwrap_or_default();
+            self.schedule_bound(c, w, cycle, d, rtt);
+            return Vec::new();
+        }
+        self.give_up(c, w, now_c)
+    }
+
+    fn space_cfg(&self) -> SpaceConfig {
+        self.space
+            .as_ref()
+            .map(|s| s.cfg.clone())
+            .unwrap_or_default()
+    }
+
+    /// The longest latest round trip of process `c`'s sessions (what a bound waits past
+    /// its deadline for).
+    fn round_trip(&self, c: usize) -> Duration {
+        self.clients[c]
+            .sessions
+            .iter()
+            .filter_map(|s| s.core.as_ref().map(SessionCore::round_trip))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Carries out the take's steps until one waits for something.
+    fn space_take(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        let mut touched = Vec::new();
+        for _ in 0..64 {
+            let rtt = self.round_trip(c);
+            let Some(lock) = self.lock(c, w) else {
+                return touched;
+            };
+            lock.round_trip = lock.round_trip.max(rtt);
+            match lock.doing {
+                Doing::Nothing | Doing::Gate => {}
+                Doing::Settle => {
+                    touched.extend(self.space_settle(c, w, now_c));
+                    return touched;
+                }
+                Doing::Pause if now_c >= lock.pause_until => {
+                    lock.doing = Doing::Nothing;
+                    lock.take.paused();
+                }
+                Doing::Pause | Doing::Acquire { .. } | Doing::Read(_) | Doing::GiveBack => {
+                    return touched;
+                }
+            }
+            let step = lock.take.next(now_c);
+            match step {
+                Step::Enter { deadline } => {
+                    let entered = self.clients[c].space.core.enter();
+                    self.space_effects(c);
+                    let Some(lock) = self.lock(c, w) else {
+                        return touched;
+                    };
+                    match entered {
+                        Ok(entry) => {
+                            lock.claim = Some(entry.claim);
+                            lock.epoch = entry.layout.epoch();
+                            lock.when = entry.running_since;
+                            lock.doing = Doing::Nothing;
+                            lock.take.entered(entry);
+                        }
+                        Err(why)
+                            if why.kind() == ErrorKind::SessionClosed
+                                || deadline.is_some_and(|d| now_c >= d) =>
+                        {
+                            lock.doing = Doing::Nothing;
+                            lock.take.refused(why);
+                            if let Some(space) = self.space.as_mut() {
+                                space.stats.refused_at_gate += 1;
+                            }
+                        }
+                        Err(_) => {
+                            // Shut: the core's next gate effect wakes it, or the deadline.
+                            lock.doing = Doing::Gate;
+                            if let Some(d) = deadline {
+                                let at = self.global_of(c, d);
+                                self.schedule(c, w, at);
+                            }
+                            return touched;
+                        }
+                    }
+                }
+                Step::Acquire { node, name } => {
+                    touched.extend(self.space_acquire(c, w, node_index(&node), &name, now_c));
+                    return touched;
+                }
+                Step::Settle { .. } => {
+                    if let Some(lock) = self.lock(c, w) {
+                        lock.doing = Doing::Settle;
+                        lock.settle = Settle::default();
+                    }
+                    touched.extend(self.space_settle(c, w, now_c));
+                    return touched;
+                }
+                Step::ReadPublished => {
+                    if self.space_cfg().old_token_rule {
+                        // Broken: no read, the old layout's rule.
+                        if let Some(lock) = self.lock(c, w) {
+                            lock.take.read(Ok(None));
+                        }
+                        continue;
+                    }
+                    self.schedule_read(c, w, now_c);
+                    return touched;
+                }
+                Step::WriteLeader { .. } => {
+                    // The simulated names have no leader.
+                    if let Some(lock) = self.lock(c, w) {
+                        lock.take.written(Ok(()));
+                    }
+                }
+                Step::GiveBack => {
+                    if let Some(lock) = self.lock(c, w) {
+                        lock.doing = Doing::GiveBack;
+                    }
+                    touched.extend(self.release_parts(c, w, now_c));
+                    return touched;
+                }
+                Step::Pause(pause) => {
+                    if let Some(lock) = self.lock(c, w) {
+                        lock.doing = Doing::Pause;
+                        lock.pause_until = now_c + pause;
+                    }
+                    let at = self.global_of(c, now_c + pause);
+                    self.schedule(c, w, at);
+                    return touched;
+                }
+                Step::Done(outcome) => {
+                    self.take_ended(c, w, now_c);
+                    match outcome {
+                        Ok(Some(tokens)) => self.space_hold(c, w, &tokens),
+                        Ok(None) | Err(_) => self.space_done(c, w, now_c),
+                    }
+                    return touched;
+                }
+            }
+        }
+        touched
+    }
+
+    /// The `Acquiring` future around a bounded take is dropped at its bound: its places
+    /// are released (not waited for) and its claim given up.
+    fn give_up(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+        if let Some(space) = self.space.as_mut() {
+            space.stats.given_up += 1;
+        }
+        self.take_ended(c, w, now_c);
+        let touched = self.release_parts(c, w, now_c);
+        if let Some(lock) = self.lock(c, w) {
+            lock.pending = 0;
+        }
+        self.space_done(c, w, now_c);
+        touched
+    }
+
+    /// A bounded take ended: by its bound, a round trip and 200 ms, or the rule is broken.
+    /// A process paused meanwhile ran no code at all, its bound's included: not judged.
+    fn take_ended(&mut self, c: usize, w: usize, now_c: Instant) {
+        let paused_until = self.clients[c].paused_until;
+        let Some(lock) = self.lock(c, w) else {
+            return;
+        };
+        if let Some(d) = lock.deadline.filter(|_| paused_until <= lock.began) {
+            let expiry = crate::bound::expiry(d, lock.round_trip);
+            let name = lock.name;
+            self.checker
+                .bounded_call_ended(c, NAMES[name], now_c, expiry);
+        }
+    }
+
+    /// Asks for the place of `name` on node `n`, once the session manager has a session
+    /// there.
+    fn space_acquire(
+        &mut self,
+        c: usize,
+        w: usize,
+        n: usize,
+        name: &str,
+        now_c: Instant,
+    ) -> Vec<usize> {
         let Some(lock) = self.lock(c, w) else {
             return Vec::new();
         };
-        let Some(&node) = lock.places.get(lock.taken.len()) else {
-            return self.space_all_taken(c, w, now_c);
-        };
-        let (name, deadline) = (lock.name, lock.deadline);
-        if !self.clients[c].sessions[node].usable() {
-            // The session manager has no session there now: wait for one, or the bound.
-            if deadline.is_some_and(|d| now_c >= d) {
-                self.worker(c, w).state = State::Dropping;
-                return self.space_release(c, w, now_c);
-            }
+        let (index, deadline) = (lock.name, lock.deadline);
+        if !self.clients[c].sessions[n].usable() {
+            // The session manager has no session there now: wait for one (the bound, if
+            // any, gives the take up).
             if let Some(lock) = self.lock(c, w) {
-                lock.needs = Some(node);
-            }
-            if let Some(d) = deadline {
-                let at = self.global_of(c, d);
-                self.schedule(c, w, at);
+                lock.doing = Doing::Acquire {
+                    node: n,
+                    sent: false,
+                };
             }
             return Vec::new();
         }
-        let delayed = self.space.as_ref().and_then(|s| s.delay(name)).is_some();
-        let mut opts = if name == SEMAPHORE || delayed {
-            // The counted semaphore, or a lock-delay mutex's one token.
+        let delayed = self.space.as_ref().and_then(|s| s.delay(index)).is_some();
+        let mut opts = if index == SEMAPHORE || delayed {
+            // The counted semaphore, or a lock-delay mutex's one unit.
             AcquireOptions::new().count(1)
         } else {
             AcquireOptions::exclusive().ephemeral(true)
@@ -613,97 +937,120 @@ impl World {
         if let Some(d) = deadline {
             opts = opts.timeout(d.saturating_duration_since(now_c));
         }
-        let caller = self.caller(c, node, Caller::Space(w));
+        let caller = self.caller(c, n, Caller::Space(w));
         if let Some(lock) = self.lock(c, w) {
-            lock.waiting = Some(node);
+            lock.doing = Doing::Acquire {
+                node: n,
+                sent: true,
+            };
         }
         let cmd = Command::Acquire(AcquireCmd {
             caller,
-            name: NAMES[name].into(),
+            name: name.into(),
             opts,
             requested_at: now_c,
         });
-        if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
+        if let Some(core) = self.clients[c].sessions[n].core.as_mut() {
             core.command(now_c, cmd);
         }
-        vec![node]
+        vec![n]
     }
 
-    /// Every part is taken: the lock holds its name (unless a part was lost meanwhile),
-    /// once its places are settled if it has a lock delay, and its token comes from the
-    /// order ids and, in a transition, the directory.
-    fn space_all_taken(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
-        let Some(lock) = self.lock(c, w) else {
-            return Vec::new();
-        };
-        if lock.claim_lost || lock.taken.iter().any(|p| p.held.token.is_cancelled()) {
-            // A part was lost while the next was awaited: none of it is worth holding.
-            self.worker(c, w).state = State::Dropping;
-            self.schedule(c, w, self.now);
-            return Vec::new();
-        }
-        let (name, settled) = (lock.name, lock.settled);
-        if !settled && self.space.as_ref().and_then(|s| s.delay(name)).is_some() {
-            self.worker(c, w).state = State::Settling;
-            return self.space_settle(c, w, now_c);
-        }
-        let Some(lock) = self.lock(c, w) else {
-            return Vec::new();
-        };
-        let (name, count, epoch) = (lock.name, lock.count, lock.epoch);
-        let parts = lock.taken.iter().map(|p| p.held.clone()).collect();
-        let id = self
-            .checker
-            .space_held(self.now, c, name, count, epoch, parts);
-        self.ops += 1;
-        if let Some(lock) = self.lock(c, w) {
-            lock.holder = Some(id);
-        }
-        let Some(space) = self.space.as_mut() else {
-            return Vec::new();
-        };
-        space.stats.held[epoch as usize - 1] += 1;
-        if space.layout(epoch).is_transition() && !space.cfg.old_token_rule {
-            self.worker(c, w).state = State::Reading;
-            self.schedule_read(c, w);
-        } else {
-            // A stable layout's token, or (broken) a transition's by the old rule.
-            self.space_hold(c, w, None);
-        }
-        Vec::new()
-    }
-
-    /// Lock delay: the next place's marker is read, then its own written on it, in order;
-    /// once every place's is, the guard waits until the latest the markers asked for.
+    /// Lock delay: reads each place's marker, then (unless the wait they ask for ends past
+    /// the bound) writes its own on each, then waits; then the take goes on.
     fn space_settle(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
-        let Some(lock) = self.lock(c, w).filter(|l| l.waiting.is_none()) else {
+        let skip = self.cfg.skip_delay;
+        let Some((delay, any_layout)) = self
+            .space
+            .as_ref()
+            .map(|s| (s.cfg.lock_delay, s.cfg.markers_of_any_layout))
+        else {
             return Vec::new();
         };
-        let member = lock.member;
-        let lost = lock.claim_lost || lock.taken.iter().any(|p| p.held.token.is_cancelled());
-        if lost || !self.may_keep(c, member) {
-            self.worker(c, w).state = State::Dropping;
-            return self.space_release(c, w, now_c);
+        let Some(lock) = self.lock(c, w) else {
+            return Vec::new();
+        };
+        if lock.doing != Doing::Settle || lock.settle.waiting.is_some() {
+            return Vec::new();
+        }
+        let places = lock.taken.len();
+        let (epoch, running_since) = (lock.epoch, lock.when);
+        // Every marker read: what they ask for, judged once.
+        if lock.settle.read.len() == places
+            && lock.settle.written == 0
+            && lock.settle.until.is_none()
+        {
+            let mut waits = Vec::new();
+            for (part, data) in lock.taken.iter().zip(&lock.settle.read) {
+                let asks = crate::recipes::lock_delay::asks(data, part.order_id, Some(epoch));
+                if let Some(delay) = delay.filter(|_| !skip) {
+                    if asks.after_grant {
+                        waits.push((part.since + delay, false));
+                    }
+                    if asks.after_start && !any_layout {
+                        waits.push((running_since + delay, true));
+                    }
+                }
+            }
+            let until = waits.into_iter().max_by_key(|w| w.0);
+            if until.is_some_and(|(u, _)| lock.deadline.is_some_and(|d| u > d)) {
+                // Past the bound: not the caller's in time; nothing is written.
+                lock.doing = Doing::Nothing;
+                let outcome = Err(Error::new(
+                    ErrorKind::NotAcquired,
+                    "the delay outlasts the bound",
+                ));
+                lock.take.settled(outcome);
+                self.schedule(c, w, self.now);
+                return Vec::new();
+            }
+            lock.settle.until = Some(until.unwrap_or((now_c, false)));
         }
         let Some(lock) = self.lock(c, w) else {
             return Vec::new();
         };
-        let Some(part) = lock.taken.get(lock.marked) else {
-            let until = lock.until.map(|(until, _)| until);
-            self.worker(c, w).state = State::Delaying;
-            let at = until.map_or(self.now, |u| self.global_of(c, u).max(self.now));
-            self.schedule(c, w, at);
+        let (read, written) = (lock.settle.read.len(), lock.settle.written);
+        let next = if read < places { read } else { written };
+        if read == places && written == places {
+            // Every marker is written: the wait, then the take goes on.
+            let until = lock.settle.until;
+            if let Some((u, _)) = until
+                && now_c < u
+            {
+                let at = self.global_of(c, u).max(self.now);
+                self.schedule(c, w, at);
+                return Vec::new();
+            }
+            if let Some((u, by_layout)) = until
+                && u > lock.taken.first().map_or(u, |p| p.since)
+                && let Some(space) = self.space.as_mut()
+            {
+                space.stats.delayed[usize::from(by_layout)] += 1;
+            }
+            let Some(lock) = self.lock(c, w) else {
+                return Vec::new();
+            };
+            lock.doing = Doing::Nothing;
+            lock.take.settled(Ok(()));
+            return self.space_take(c, w, now_c);
+        }
+        let Some(part) = lock.taken.get(next) else {
             return Vec::new();
         };
         let (node, order, session_no) = (part.held.node, part.order_id, part.held.key.1);
         let name = NAMES[lock.name].to_string();
-        let data = lock
-            .read
-            .then(|| crate::recipes::lock_delay::held(order, Some(lock.epoch)));
+        let data = (read == places).then(|| crate::recipes::lock_delay::held(order, Some(epoch)));
         let s = &self.clients[c].sessions[node];
         if !s.usable() || s.session_no != session_no {
-            self.worker(c, w).state = State::Dropping;
-            return self.space_release(c, w, now_c);
+            // The session that held the place is gone: a place lost.
+            if let Some(lock) = self.lock(c, w) {
+                lock.take.part_lost();
+                lock.doing = Doing::Nothing;
+                lock.take
+                    .settled(Err(Error::new(ErrorKind::SessionExpired, "gone")));
+            }
+            self.schedule(c, w, self.now);
+            return Vec::new();
         }
         let caller = self.caller(c, node, Caller::Space(w));
         let cmd = match data {
@@ -715,60 +1062,12 @@ impl World {
             Some(data) => Command::Update { caller, name, data },
         };
         if let Some(lock) = self.lock(c, w) {
-            lock.waiting = Some(node);
+            lock.settle.waiting = Some(node);
         }
         if let Some(core) = self.clients[c].sessions[node].core.as_mut() {
             core.command(now_c, cmd);
         }
         vec![node]
-    }
-
-    /// Lock delay: the marker `data` of the next place to settle was read; what it asks
-    /// for (see `lock_delay::asks`) joins what the places before asked.
-    fn space_marker_read(&mut self, c: usize, w: usize, data: &[u8]) {
-        let Some(space) = self.space.as_ref() else {
-            return;
-        };
-        let (delay, any_layout) = (space.cfg.lock_delay, space.cfg.markers_of_any_layout);
-        let skip = self.cfg.skip_delay;
-        let running_since = self.clients[c].space.running_since;
-        let Some(lock) = self.lock(c, w) else {
-            return;
-        };
-        lock.read = true;
-        let (Some(delay), Some(part)) = (delay, lock.taken.get(lock.marked)) else {
-            return;
-        };
-        let asks = crate::recipes::lock_delay::asks(data, part.order_id, Some(lock.epoch));
-        let mut waits = Vec::new();
-        if asks.after_grant && !skip {
-            waits.push((part.since + delay, false));
-        }
-        if asks.after_start && !skip && !any_layout {
-            waits.push((running_since + delay, true));
-        }
-        lock.until = waits.into_iter().chain(lock.until).max_by_key(|w| w.0);
-    }
-
-    /// Lock delay: the wait is over (an earlier wake-up is not): the lock holds its name.
-    fn space_delayed(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
-        let Some(lock) = self.lock(c, w) else {
-            return Vec::new();
-        };
-        let until = lock.until;
-        if until.is_some_and(|(until, _)| now_c < until) {
-            return Vec::new();
-        }
-        lock.settled = true;
-        let member = lock.member;
-        if !self.may_keep(c, member) {
-            self.worker(c, w).state = State::Dropping;
-            return self.space_release(c, w, now_c);
-        }
-        if let (Some((_, by_layout)), Some(space)) = (until, self.space.as_mut()) {
-            space.stats.delayed[usize::from(by_layout)] += 1;
-        }
-        self.space_all_taken(c, w, now_c)
     }
 
     /// Lock delay: a clean release writes `released` on every part still held, then
@@ -804,7 +1103,8 @@ impl World {
             touched.push(node);
         }
         if touched.is_empty() {
-            return self.space_release(c, w, now_c);
+            self.worker(c, w).state = State::Releasing;
+            return self.release_parts(c, w, now_c);
         }
         let pending = touched.len();
         if let Some(lock) = self.lock(c, w) {
@@ -814,10 +1114,15 @@ impl World {
         touched
     }
 
-    fn schedule_read(&mut self, c: usize, w: usize) {
+    fn schedule_read(&mut self, c: usize, w: usize, now_c: Instant) {
         let worker = self.worker(c, w);
         worker.wake += 1;
         let wake = worker.wake;
+        let Some(lock) = worker.lock.as_mut() else {
+            return;
+        };
+        lock.doing = Doing::Read(wake);
+        let deadline = lock.deadline;
         let at = self.now + self.delay();
         self.push(
             at,
@@ -827,25 +1132,50 @@ impl World {
                 wake,
             },
         );
+        // Unanswered by its bound (the caller's, or the session timeout without one), the
+        // read ends `Unavailable`.
+        let bound = match deadline {
+            Some(d) => crate::bound::expiry(d, self.round_trip(c)),
+            None => now_c + self.cfg.timeout,
+        };
+        let at = self.global_of(c, bound).max(self.now);
+        self.push(
+            at,
+            Ev::Space {
+                client: c,
+                worker: w,
+                wake,
+            },
+        );
     }
 
-    /// The lock computes its token (with `published`, the epoch its directory read found)
-    /// and holds its name for a while.
-    fn space_hold(&mut self, c: usize, w: usize, published: Option<u64>) {
+    /// The lock is handed over with `tokens`: it holds its name for a while.
+    fn space_hold(&mut self, c: usize, w: usize, tokens: &[(String, FencingToken)]) {
+        let published = self.clients[c].space.core.published();
         let Some(lock) = self.lock(c, w) else {
             return;
         };
-        let orders: Vec<u64> = lock.taken.iter().map(|p| p.order_id).collect();
-        let (epoch, holder) = (lock.epoch, lock.holder);
+        let (name, count, epoch, claim) = (lock.name, lock.count, lock.epoch, lock.claim);
+        let parts = lock.taken.iter().map(|p| p.held.clone()).collect();
+        let lost = claim.is_none_or(|claim| self.clients[c].space.core.is_lost(claim));
+        self.checker
+            .space_handed_over(c, NAMES[name], epoch, published, lost);
+        let id = self
+            .checker
+            .space_held(self.now, c, name, count, epoch, parts);
+        self.ops += 1;
+        let token = tokens.first().map(|(_, t)| *t).unwrap_or_default();
+        self.checker.space_token(id, token);
         let Some(space) = self.space.as_mut() else {
             return;
         };
-        let token = space.layout(epoch).token(&orders, published);
-        if published.is_some_and(|p| p > epoch) {
+        let phase = space.phase(epoch);
+        space.stats.held[phase] += 1;
+        if space.layouts[1].epoch() == epoch && token.epoch > epoch {
             space.stats.late_transition += 1;
         }
-        if let Some(id) = holder {
-            self.checker.space_token(id, token);
+        if let Some(lock) = self.lock(c, w) {
+            lock.holder = Some(id);
         }
         self.worker(c, w).state = State::Holding;
         let hold = self.hold_time();
@@ -853,7 +1183,7 @@ impl World {
     }
 
     /// Releases every part still held, the last taken first.
-    fn space_release(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
+    fn release_parts(&mut self, c: usize, w: usize, now_c: Instant) -> Vec<usize> {
         let Some(lock) = self.lock(c, w) else {
             return Vec::new();
         };
@@ -884,27 +1214,45 @@ impl World {
         if let Some(lock) = self.lock(c, w) {
             lock.pending = pending;
         }
-        self.worker(c, w).state = State::Releasing;
         if pending == 0 {
-            self.space_done(c, w);
+            self.released(c, w, now_c);
         }
         touched
     }
 
-    /// The cycle is over: the lock gives up its epoch's claim.
-    fn space_done(&mut self, c: usize, w: usize) {
+    /// Every release is answered: a take goes on, a lock is done.
+    fn released(&mut self, c: usize, w: usize, now_c: Instant) {
+        match self.worker(c, w).state {
+            State::Taking => {
+                let Some(lock) = self.lock(c, w) else {
+                    return;
+                };
+                if lock.doing != Doing::GiveBack {
+                    return;
+                }
+                lock.doing = Doing::Nothing;
+                let claim = lock.claim.take();
+                lock.take.gave_back();
+                if let Some(claim) = claim {
+                    self.clients[c].space.core.leave(now_c, claim);
+                    self.space_effects(c);
+                }
+                self.schedule(c, w, self.now);
+            }
+            State::Releasing => self.space_done(c, w, now_c),
+            _ => {}
+        }
+    }
+
+    /// The cycle is over: the lock gives up its claim.
+    fn space_done(&mut self, c: usize, w: usize, now_c: Instant) {
         let worker = self.worker(c, w);
         worker.state = State::Idle;
-        if let Some(lock) = worker.lock.take() {
-            let uses = &mut self.clients[c].space.uses;
-            if let Some(n) = uses.get_mut(&lock.epoch) {
-                *n -= 1;
-                if *n == 0 {
-                    uses.remove(&lock.epoch);
-                }
-            }
+        worker.wake += 1;
+        if let Some(claim) = worker.lock.take().and_then(|l| l.claim) {
+            self.clients[c].space.core.leave(now_c, claim);
+            self.space_effects(c);
         }
-        self.report(c);
         let think = Duration::from_millis(self.rng.range(0, 40));
         self.schedule(c, w, self.now + think);
     }
@@ -917,34 +1265,23 @@ impl World {
             Answer::Acquire(Ok(Some(Grant { held }))) => Some(self.lease_signal(c, n, held)),
             _ => None,
         };
-        let settling =
-            state == State::Settling && self.lock(c, w).is_some_and(|l| l.waiting == Some(n));
-        match &answer {
-            Answer::Describe(Ok(d)) if settling => {
-                let data = d.data.clone();
-                self.space_marker_read(c, w, &data);
-            }
-            Answer::Done(Ok(())) if settling => {
-                if let Some(lock) = self.lock(c, w) {
-                    lock.marked += 1;
-                    lock.read = false;
-                }
-            }
-            Answer::Describe(Err(_)) | Answer::Done(Err(_)) if settling => {
-                // A marker not read or written: the grant is given back.
-                self.worker(c, w).state = State::Dropping;
-            }
-            _ => {}
-        }
+        let now_c = self.client_now(c);
         let Some(lock) = self.lock(c, w) else {
             return; // the process closed: the sessions release it
         };
+        let settling =
+            state == State::Taking && lock.doing == Doing::Settle && lock.settle.waiting == Some(n);
         match (answer, token) {
             (Answer::Acquire(Ok(Some(Grant { held }))), Some(token))
-                if state == State::Taking && lock.waiting == Some(n) =>
+                if state == State::Taking
+                    && lock.doing
+                        == (Doing::Acquire {
+                            node: n,
+                            sent: true,
+                        }) =>
             {
                 let (lease, order_id) = (held.lease(), held.order_id);
-                lock.waiting = None;
+                lock.doing = Doing::Nothing;
                 let key = (c, session_no, lease);
                 let resource = Resource::Part {
                     node: n,
@@ -961,18 +1298,44 @@ impl World {
                     since: held.since,
                     ended: false,
                 });
+                lock.take.acquired(Ok(Some(order_id)));
                 self.checker
                     .granted(self.now, key, resource, count, order_id, token);
                 self.schedule(c, w, self.now);
             }
-            (Answer::Acquire(_), _) if state == State::Taking && lock.waiting == Some(n) => {
-                // Refused, timed out or the session ended: release what was taken.
-                lock.waiting = None;
-                self.worker(c, w).state = State::Dropping;
+            (Answer::Acquire(outcome), _)
+                if state == State::Taking
+                    && lock.doing
+                        == (Doing::Acquire {
+                            node: n,
+                            sent: true,
+                        }) =>
+            {
+                // Not granted in time, refused, or the session ended.
+                lock.doing = Doing::Nothing;
+                lock.take.acquired(outcome.map(|_| None));
                 self.schedule(c, w, self.now);
             }
-            (Answer::Describe(_) | Answer::Done(_), _) if settling => {
-                lock.waiting = None;
+            (Answer::Describe(d), _) if settling => {
+                lock.settle.waiting = None;
+                match d {
+                    Ok(d) => lock.settle.read.push(d.data),
+                    Err(e) => {
+                        lock.doing = Doing::Nothing;
+                        lock.take.settled(Err(e));
+                    }
+                }
+                self.schedule(c, w, self.now);
+            }
+            (Answer::Done(done), _) if settling => {
+                lock.settle.waiting = None;
+                match done {
+                    Ok(()) => lock.settle.written += 1,
+                    Err(e) => {
+                        lock.doing = Doing::Nothing;
+                        lock.take.settled(Err(e));
+                    }
+                }
                 self.schedule(c, w, self.now);
             }
             (Answer::Done(_), _) if state == State::Unmarking => {
@@ -981,10 +1344,13 @@ impl World {
                     self.schedule(c, w, self.now);
                 }
             }
-            (Answer::Release(_), _) if state == State::Releasing => {
+            (Answer::Release(_), _)
+                if state == State::Releasing
+                    || (state == State::Taking && lock.doing == Doing::GiveBack) =>
+            {
                 lock.pending = lock.pending.saturating_sub(1);
                 if lock.pending == 0 {
-                    self.schedule(c, w, self.now);
+                    self.released(c, w, now_c);
                 }
             }
             _ => {}
@@ -993,15 +1359,14 @@ impl World {
 
     // ---- the membership ------------------------------------------------------------------
 
+    /// The layout published as the publication `index`.
+    fn publication(&self, index: usize) -> Option<Layout> {
+        self.space.as_ref()?.published.get(index).cloned()
+    }
+
     /// The directory's node, in a world with a lock space.
     fn directory(&self) -> Option<usize> {
         self.space.as_ref().map(Space::directory)
-    }
-
-    fn broken_membership(&self) -> bool {
-        self.space
-            .as_ref()
-            .is_some_and(|s| s.cfg.locks_outlive_membership)
     }
 
     /// The membership of process `c` that is confirmed now: the directory session it
@@ -1014,54 +1379,27 @@ impl World {
         live.then_some(no)
     }
 
-    /// Whether a worker of process `c` may begin a lock: while its membership is confirmed
-    /// (the broken processes: once they joined).
-    fn may_begin(&self, c: usize) -> bool {
-        if self.broken_membership() {
-            self.clients[c].space.joined_once
-        } else {
-            self.member(c).is_some()
-        }
-    }
-
-    /// Whether a lock begun under `member` may go on: its membership is still confirmed.
-    fn may_keep(&self, c: usize, member: Option<u64>) -> bool {
-        self.broken_membership() || (member.is_some() && self.member(c) == member)
-    }
-
-    /// The membership of process `c` may be lost (its directory session's token fired):
-    /// every lock it holds is lost and every take gives back its places, before the server
-    /// can drop the member from the list.
+    /// The membership of process `c` may be lost (its directory session's token fired): the
+    /// core loses every lock, before the server can drop the member from the list.
     fn observe_membership(&mut self, c: usize) {
         if self.clients[c].space.member.is_none() || self.member(c).is_some() || self.winding_down {
             return;
         }
         self.clients[c].space.member = None;
-        let broken = self.broken_membership();
-        let mut lost = 0;
-        for w in 0..self.clients[c].space.workers.len() {
-            if broken {
-                break;
-            }
-            let state = self.worker(c, w).state;
-            match state {
-                State::Reading | State::Holding => {
-                    lost += 1;
-                    self.space_lost(c, w);
-                }
-                // Settling or waiting the delay: nothing handed over yet, the places given
-                // back (an answer on its way is not waited for).
-                State::Settling | State::Delaying => self.space_lost(c, w),
-                // A take waiting for an answer gives back its places when the answer comes.
-                State::Taking if self.lock(c, w).is_some_and(|l| l.waiting.is_none()) => {
-                    self.schedule(c, w, self.now);
-                }
-                _ => {}
-            }
+        if self.space_cfg().locks_outlive_membership {
+            return; // broken: the core never hears of it
         }
+        let held = (0..self.clients[c].space.workers.len())
+            .filter(|&w| self.clients[c].space.workers[w].state == State::Holding)
+            .count() as u64;
+        self.clients[c]
+            .space
+            .core
+            .member_lost(crate::space::core::not_member());
+        self.space_effects(c);
         if let Some(space) = self.space.as_mut() {
             space.stats.lapses += 1;
-            space.stats.lapse_locks_lost += lost;
+            space.stats.lapse_locks_lost += held;
         }
     }
 
@@ -1106,13 +1444,11 @@ impl World {
 
     // ---- the directory -------------------------------------------------------------------
 
-    /// Client `c` reports the oldest epoch it runs, if that changed, on its directory
+    /// Client `c` reports the oldest epoch its core runs, if that changed, on its directory
     /// session (if it has none attached, its next attach reports).
     fn report(&mut self, c: usize) {
-        let process = &self.clients[c].space;
-        let oldest = process.uses.keys().next().copied();
-        let epoch = oldest.map_or(process.layout, |o| o.min(process.layout));
-        if epoch == process.reported || !self.dir_attached(c) {
+        let epoch = self.clients[c].space.core.reported();
+        if epoch == self.clients[c].space.reported || !self.dir_attached(c) {
             return;
         }
         let Some(session) = self
@@ -1154,12 +1490,12 @@ impl World {
         }
     }
 
-    /// A read of client `c` reaches the directory: it answers with the epoch published.
+    /// A read of client `c` reaches the directory: it answers with the layout published.
     pub(super) fn layout_read(&mut self, c: usize, join: Option<u64>) {
         if let Some(at) = self.dir_stall(c) {
             return self.push(at, Ev::LayoutRead { client: c, join });
         }
-        let Some(epoch) = self.space.as_ref().map(|s| s.published) else {
+        let Some(published) = self.space.as_ref().map(Space::latest) else {
             return;
         };
         if self.dir_attached(c) {
@@ -1168,54 +1504,23 @@ impl World {
                 at,
                 Ev::Follow {
                     client: c,
-                    epoch,
+                    published,
                     join,
                 },
             );
         }
     }
 
-    /// Client `c` sees `epoch` published: the locks two epochs behind it are lost.
-    fn seen(&mut self, c: usize, epoch: u64) {
-        let process = &mut self.clients[c].space;
-        if epoch <= process.published {
-            return;
-        }
-        process.published = epoch;
-        for w in 0..self.clients[c].space.workers.len() {
-            let state = self.worker(c, w).state;
-            let Some(lock) = self
-                .lock(c, w)
-                .filter(|l| !l.claim_lost && l.epoch + 1 < epoch)
-            else {
-                continue;
-            };
-            lock.claim_lost = true;
-            // A lock given up already (its membership lapsed) leaves nothing behind.
-            let member = lock.member;
-            let kept = !matches!(state, State::Dropping | State::Releasing);
-            if kept
-                && self.may_keep(c, member)
-                && let Some(space) = self.space.as_mut()
-            {
-                space.stats.claims_lost += 1;
-            }
-            if state.has_all() {
-                self.space_lost(c, w);
-            }
-        }
-    }
-
-    /// Client `c` sees the layout of `epoch` published on its directory session, and runs
-    /// it if it is newer; the answer to the read after joining with the session `join`
-    /// confirms the membership, and the workers take locks again.
-    pub(super) fn follow(&mut self, c: usize, epoch: u64, join: Option<u64>) {
+    /// Client `c` sees the publication `published` on its directory session: its core
+    /// judges it; the answer to the read after joining with the session `join` confirms
+    /// the membership, and the workers take locks again.
+    pub(super) fn follow(&mut self, c: usize, published: usize, join: Option<u64>) {
         if let Some(at) = self.dir_stall(c) {
             return self.push(
                 at,
                 Ev::Follow {
                     client: c,
-                    epoch,
+                    published,
                     join,
                 },
             );
@@ -1223,14 +1528,15 @@ impl World {
         if !self.dir_attached(c) {
             return;
         }
-        self.seen(c, epoch);
+        let Some(layout) = self.publication(published) else {
+            return;
+        };
         let now_c = self.client_now(c);
-        let process = &mut self.clients[c].space;
-        if epoch > process.layout {
-            process.layout = epoch;
-            process.running_since = now_c;
-            self.report(c);
-        }
+        self.clients[c]
+            .space
+            .core
+            .published_value(now_c, Ok(layout));
+        self.space_effects(c);
         let current = self
             .directory()
             .map(|d| self.clients[c].sessions[d].session_no);
@@ -1240,6 +1546,8 @@ impl World {
         let process = &mut self.clients[c].space;
         process.member = join;
         process.joined_once = true;
+        process.core.member_confirmed();
+        self.space_effects(c);
         for w in 0..self.clients[c].space.workers.len() {
             if self.worker(c, w).state == State::Idle {
                 self.schedule(c, w, self.now);
@@ -1247,9 +1555,19 @@ impl World {
         }
     }
 
-    /// A worker's read reaches the directory: it answers with the epoch published now.
+    /// A worker's read reaches the directory: it answers with the layout published now.
     pub(super) fn directory_read(&mut self, c: usize, w: usize, wake: u64) {
-        let Some(epoch) = self.space.as_ref().map(|s| s.published) else {
+        if let Some(at) = self.dir_stall(c) {
+            return self.push(
+                at,
+                Ev::DirRead {
+                    client: c,
+                    worker: w,
+                    wake,
+                },
+            );
+        }
+        let Some(published) = self.space.as_ref().map(Space::latest) else {
             return;
         };
         let at = self.now + self.delay();
@@ -1259,17 +1577,41 @@ impl World {
                 client: c,
                 worker: w,
                 wake,
-                epoch,
+                published,
             },
         );
     }
 
-    pub(super) fn directory_answer(&mut self, c: usize, w: usize, wake: u64, epoch: u64) {
-        self.seen(c, epoch);
-        let worker = self.worker(c, w);
-        if worker.wake == wake && worker.state == State::Reading {
-            self.space_hold(c, w, Some(epoch));
+    /// The read's answer: the core notes its epoch, as the shell's read does, and the take
+    /// reads its token's place from it.
+    pub(super) fn directory_answer(&mut self, c: usize, w: usize, wake: u64, published: usize) {
+        let Some(layout) = self.publication(published) else {
+            return;
+        };
+        self.clients[c].space.core.seen(layout.epoch());
+        self.space_effects(c);
+        let Some(lock) = self.lock(c, w) else {
+            return;
+        };
+        if lock.doing == Doing::Read(wake) {
+            lock.doing = Doing::Nothing;
+            lock.take.read(Ok(Some(layout)));
+            self.schedule(c, w, self.now);
         }
+    }
+
+    /// A read's bound passed before its answer (its wake-up, `wake`, came first): it ends
+    /// `Unavailable`.
+    fn read_timed_out(&mut self, c: usize, w: usize, wake: u64) {
+        let Some(lock) = self.lock(c, w) else {
+            return;
+        };
+        if lock.doing != Doing::Read(wake) {
+            return;
+        }
+        lock.doing = Doing::Nothing;
+        let silent = Error::new(ErrorKind::Unavailable, "the directory did not answer");
+        lock.take.read(Err(silent));
     }
 
     // ---- the operator --------------------------------------------------------------------
@@ -1279,13 +1621,54 @@ impl World {
         if self.space.as_ref().is_none_or(Space::done) {
             return;
         }
-        if self.operator_look() == Some(false)
+        if self.space.as_ref().is_some_and(|s| s.garbage) {
+            // The right layout again.
+            if let Some(right) = self.space.as_ref().map(|s| s.layouts[s.step].clone()) {
+                if let Some(space) = self.space.as_mut() {
+                    space.garbage = false;
+                }
+                self.publish(right);
+            }
+        } else if self.space.as_ref().is_some_and(|s| s.cfg.hostile) && self.rng.chance(0.15) {
+            self.publish_garbage();
+        } else if self.operator_look() == Some(false)
             && let Some(space) = self.space.as_mut()
         {
             space.stats.refused += 1;
         }
         let at = self.now + Duration::from_millis(self.rng.range(200, 1_000));
         self.push(at, Ev::Operator);
+    }
+
+    /// A hostile directory publishes a layout no process may run: the same epoch with other
+    /// nodes, an older epoch, or the next epoch. Each names a node nobody was given, so
+    /// that no process runs it whatever epoch it runs itself (a layout of a newer epoch that
+    /// a lagging process could run would split the fleet, which no process can tell from a
+    /// real step: the directory's steps are what prevent it).
+    fn publish_garbage(&mut self) {
+        let Some(space) = self.space.as_ref() else {
+            return;
+        };
+        let right = &space.layouts[space.step];
+        let first = space.given().first().cloned().unwrap_or_default();
+        let kind = self.rng.range(0, 3);
+        let epoch = match kind {
+            0 => right.epoch(),
+            1 => right.epoch().saturating_sub(1).max(1),
+            _ => right.epoch().saturating_add(1),
+        };
+        let garbage = Layout::new(epoch, [first.as_str(), "n99"]);
+        let Ok(garbage) = garbage else {
+            return;
+        };
+        if garbage == *right {
+            return;
+        }
+        if let Some(space) = self.space.as_mut() {
+            space.garbage = true;
+            space.stats.hostile += 1;
+        }
+        self.publish(garbage);
     }
 
     /// The directory node's timers ran (a member's session may have expired): the operator,
@@ -1301,29 +1684,45 @@ impl World {
     /// whether it was published. The operator looks at every change of the members and
     /// their reports, so it steps the moment [`Layout::check_advance`] allows it.
     fn operator_look(&mut self) -> Option<bool> {
-        let space = self.space.as_ref().filter(|s| !s.done())?;
-        let published = space.published;
+        let space = self.space.as_ref().filter(|s| !s.done() && !s.garbage)?;
+        if space.step == 2 {
+            return None;
+        }
         // The reshard starts a third into the run; its second step is tried from then on.
-        if published == 1 && self.ops < self.cfg.ops / 3 {
+        if space.step == 0 && self.ops < self.cfg.ops / 3 {
             return None;
         }
         let next = if space.cfg.skip_transition {
-            LAST
+            2
         } else {
             let members = self.nodes[space.directory()]
                 .state
                 .session_ids()
                 .into_iter()
                 .map(|id| (id, space.reports.get(&id).copied().unwrap_or(0)));
-            let allowed = space
-                .layout(published)
-                .check_advance(space.layout(published + 1), members);
+            let allowed =
+                space.layouts[space.step].check_advance(&space.layouts[space.step + 1], members);
             if allowed.is_err() {
                 return Some(false);
             }
-            published + 1
+            space.step + 1
         };
-        self.publish(next);
+        let layout = space.layouts[next].clone();
+        if let Some(space) = self.space.as_mut() {
+            space.step = next;
+            space.stats.steps.push(self.now - self.base);
+        }
+        let lapsed = self
+            .clients
+            .iter()
+            .any(|c| c.space.joined_once && c.space.member.is_none());
+        if let Some(space) = self.space.as_mut() {
+            space.stats.steps_in_lapse += u64::from(lapsed);
+        }
+        if next == 1 {
+            self.pause_at_reshard();
+        }
+        self.publish(layout);
         Some(true)
     }
 
@@ -1333,9 +1732,10 @@ impl World {
         let Some(space) = self.space.as_ref().filter(|s| s.cfg.pause_at_reshard) else {
             return;
         };
-        let node = |name: usize| space.layout(1).parts(NAMES[name])[0].node.clone();
+        let node = |layout: &Layout, name: usize| layout.parts(NAMES[name])[0].node.clone();
+        let a_epoch = space.layouts[0].epoch();
         let moves: Vec<bool> = (0..NAMES.len())
-            .map(|n| node(n) != space.layout(LAST).parts(NAMES[n])[0].node)
+            .map(|n| node(&space.layouts[0], n) != node(&space.layouts[2], n))
             .collect();
         let holders: Vec<usize> = (0..self.clients.len())
             .filter(|&c| {
@@ -1343,7 +1743,7 @@ impl World {
                     && self.clients[c].space.workers.iter().any(|w| {
                         w.state == State::Holding
                             && w.lock.as_ref().is_some_and(|l| {
-                                l.epoch == 1 && moves[l.name] && l.name != SEMAPHORE
+                                l.epoch == a_epoch && moves[l.name] && l.name != SEMAPHORE
                             })
                     })
             })
@@ -1369,21 +1769,13 @@ impl World {
         }
     }
 
-    /// Publishes the layout of `epoch`; each process sees it after its own delay.
-    fn publish(&mut self, epoch: u64) {
-        let since = self.now - self.base;
-        let lapsed = self
-            .clients
-            .iter()
-            .any(|c| c.space.joined_once && c.space.member.is_none());
-        if let Some(space) = self.space.as_mut() {
-            space.published = epoch;
-            space.stats.steps.push(since);
-            space.stats.steps_in_lapse += u64::from(lapsed);
-        }
-        if epoch == 2 {
-            self.pause_at_reshard();
-        }
+    /// Publishes `layout`; each process sees it after its own delay.
+    fn publish(&mut self, layout: Layout) {
+        let Some(space) = self.space.as_mut() else {
+            return;
+        };
+        space.published.push(layout);
+        let published = space.latest();
         for c in 0..self.clients.len() {
             let delay = if self.rng.chance(0.2) {
                 Duration::from_millis(self.rng.range(500, 5_000))
@@ -1392,7 +1784,7 @@ impl World {
             };
             let follow = Ev::Follow {
                 client: c,
-                epoch,
+                published,
                 join: None,
             };
             self.push(self.now + delay, follow);
