@@ -1,8 +1,10 @@
 //! The controller: runs the server (the emulator, or a real YDB given by
-//! `YDB_CONNECTION_STRING`), the register, a fault proxy and a process per worker; injects
-//! the seeded faults one at a time and reshards the lock space meanwhile; at the end checks
+//! `YDB_CONNECTION_STRING`) and records its own history of it, the register, a link per
+//! worker and server node and a process per worker; injects the seeded faults one at a time
+//! and reshards the lock space meanwhile, with a partition at each step; at the end checks
 //! that nothing was left on the server, runs the checker and prints the summary.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -17,15 +19,17 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
 use tokio::time::sleep;
-use ydb_coordination::emulator::{Emulator, FaultProxy};
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::emulator::observe::{Change as NodeChange, OwnerEnd, SessionEnd};
 use ydb_coordination::space::{Layout, SpaceDirectory};
 use ydb_coordination::{
     Client, ErrorKind, SessionManager, SessionOptions, auth::Credentials, config::DescribeOptions,
     config::NodeConfig,
 };
 
-use crate::check::{self, CHECKS, Params, Report};
+use crate::check::{self, CHECKS, Check, Params, Report};
 use crate::history::{self, Kind, Phase, Recorder, What, now};
+use crate::link::{Dir, Link};
 use crate::register;
 use crate::worker::{COUNTER, LEADER, MUTEX_NAMES, POOL, SPACE_NAMES, register_name};
 
@@ -38,6 +42,9 @@ const SPACE: &str = "soak";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The description of every session the emulator started, by (node path, session id).
+type Owners = Arc<std::sync::Mutex<std::collections::HashMap<(String, u64), String>>>;
+
 /// A deliberately broken mode, to show that the checker catches what it is there for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Bite {
@@ -45,7 +52,19 @@ pub(crate) enum Bite {
     KeepWriting,
     /// The operator publishes the new layout at once, without the transition step.
     SkipTransition,
+    /// Every worker's clock runs at [`SLOW_CLOCK`] of the machine's, beyond the documented
+    /// assumption (a client clock at most 10% slow): tokens fire after the server expired
+    /// the session.
+    SlowClock,
 }
+
+/// The rate of the one worker whose clock runs at another rate, within the documented
+/// assumption (the margin, a tenth of the session timeout, absorbs up to 10%).
+const CLOCK_RATE: f64 = 0.95;
+/// The rate of every worker's clock in the slow-clock bite, beyond the assumption.
+const SLOW_CLOCK: f64 = 0.75;
+/// Where Debian's libfaketime is; the clock-rate worker needs it.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// The run's command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -72,6 +91,10 @@ pub(crate) struct RunArgs {
     /// Keep the histories after a passing run too (they are always kept after a failure).
     #[arg(long)]
     pub(crate) keep: bool,
+    /// A check to leave out of the verdict (its violations are still listed), for a known
+    /// open defect; repeated for more.
+    #[arg(long, value_parser = check::parse_check)]
+    pub(crate) ignore: Vec<Check>,
 }
 
 /// The command line of `check`.
@@ -82,6 +105,9 @@ pub(crate) struct CheckArgs {
     /// The session timeout the run had.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub(crate) session_timeout: Duration,
+    /// A check to leave out of the verdict, as the run's `--ignore`.
+    #[arg(long, value_parser = check::parse_check)]
+    pub(crate) ignore: Vec<Check>,
 }
 
 /// Checks kept histories again; the exit code is as a run's.
@@ -93,19 +119,23 @@ pub(crate) fn recheck(args: &CheckArgs) -> u8 {
             return 2;
         }
     };
-    let report = check::check(
-        &events,
-        Params {
-            liveness_window: nanos(args.session_timeout * 2),
-        },
-    );
+    let params = Params {
+        ignored: args.ignore.clone(),
+        ..Params::new(args.session_timeout)
+    };
+    let report = check::check(&events, params);
     println!(
         "{} events ({unreadable} lines damaged), {} operations",
         events.len(),
         report.operations
     );
     for check in CHECKS {
-        println!("  {check}: {}", report.count(check));
+        let ignored = if report.ignored.contains(&check) {
+            " (ignored)"
+        } else {
+            ""
+        };
+        println!("  {check}: {}{ignored}", report.count(check));
     }
     for v in &report.violations {
         println!("  [{}] {}", v.check, v.message);
@@ -155,6 +185,11 @@ enum Fault {
     Kill,
     /// The worker's connections break and new ones are dropped for a while.
     Blackhole,
+    /// One of the worker's links (to the directory, or to one node) breaks and drops new
+    /// connections for a while; the others work.
+    LinkBlackhole,
+    /// One direction of one of the worker's links, or of all of them, stops for a while.
+    OneWay,
     /// The worker's traffic stops without any connection closing.
     Stall,
     /// The worker's connections break once.
@@ -168,11 +203,13 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 9] = [
+    const ALL: [Fault; 11] = [
         Fault::PauseShort,
         Fault::PauseLong,
         Fault::Kill,
         Fault::Blackhole,
+        Fault::LinkBlackhole,
+        Fault::OneWay,
         Fault::Stall,
         Fault::Reset,
         Fault::Delay,
@@ -186,6 +223,8 @@ impl Fault {
             Fault::PauseLong => "sigstop-long",
             Fault::Kill => "sigkill",
             Fault::Blackhole => "proxy-blackhole",
+            Fault::LinkBlackhole => "link-blackhole",
+            Fault::OneWay => "one-way",
             Fault::Stall => "proxy-stall",
             Fault::Reset => "proxy-reset",
             Fault::Delay => "proxy-delay",
@@ -225,7 +264,7 @@ impl Nodes {
     }
 }
 
-/// One worker place (its proxy is `Run::proxies[index]`) and the process running there now.
+/// One worker place (its links are `Run::links[index]`) and the process running there now.
 struct Slot {
     index: usize,
     incarnation: u32,
@@ -261,8 +300,16 @@ struct Run {
     register: register::Shared,
     register_addr: SocketAddr,
     until: u64,
-    /// Each worker's proxy, by slot.
-    proxies: Vec<FaultProxy>,
+    /// Each worker's links, by slot: one per node it uses (`locks`, `n1`..`n4`) and one to
+    /// the directory, by the node's last path segment.
+    links: Vec<BTreeMap<String, Link>>,
+    /// The slot whose worker's clock runs at [`CLOCK_RATE`] (none without libfaketime).
+    clock_slot: Option<usize>,
+    /// The longest hold of this run (several session timeouts, from the seed).
+    max_hold: Duration,
+    /// Whose each session is, by (node path, session id): its description, the worker's
+    /// process name (empty for the controller's), as the server was told.
+    owners: Owners,
     /// Held while a fault is in place, so that faults (the operator's partition too) come
     /// one at a time.
     fault_lock: tokio::sync::Mutex<()>,
@@ -326,9 +373,26 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         .ok()
         .filter(|s| !s.is_empty());
     let emulated = Nodes::under("/local/soak");
+    let server_rec = Arc::new(Recorder::create(&dir.join("server.jsonl"), "server")?);
+    let owners: Owners = Arc::default();
     let (emulator, connection) = match &external {
         None => {
-            let mut builder = Emulator::builder().database("/local");
+            let (log, known) = (server_rec.clone(), owners.clone());
+            let mut builder = Emulator::builder().database("/local").observer(
+                move |node: &str, change: &NodeChange| {
+                    if let NodeChange::SessionStarted {
+                        session,
+                        description,
+                    } = change
+                    {
+                        known
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .insert((node.to_string(), *session), description.clone());
+                    }
+                    server_event(&log, node, change);
+                },
+            );
             for node in emulated.all() {
                 builder = builder.node(node);
             }
@@ -375,10 +439,20 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
             .detail(first.to_string()),
     );
 
-    let mut proxies = Vec::new();
+    let mut links = Vec::new();
     for _ in 0..args.workers {
-        proxies.push(FaultProxy::start(upstream).await?);
+        let mut mine = BTreeMap::new();
+        for node in nodes.all() {
+            mine.insert(
+                crate::worker::last_segment(node),
+                Link::start(upstream).await?,
+            );
+        }
+        links.push(mine);
     }
+    let mut draw = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let max_hold = args.session_timeout * draw.random_range(1..=4);
+    let clock_slot = faketime_ready(&args).then(|| draw.random_range(0..args.workers));
     let start = now();
     let until = start + nanos(args.duration);
     let run = Arc::new(Run {
@@ -394,7 +468,10 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         register,
         register_addr,
         until,
-        proxies,
+        links,
+        clock_slot,
+        max_hold,
+        owners,
         fault_lock: tokio::sync::Mutex::new(()),
         args,
     });
@@ -433,7 +510,8 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
 
     let (events, unreadable) = history::load(&dir)?;
     let params = Params {
-        liveness_window: nanos(run.args.session_timeout * 2),
+        ignored: run.args.ignore.clone(),
+        ..Params::new(run.args.session_timeout)
     };
     let report = check::check(&events, params);
     print_summary(
@@ -460,6 +538,89 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         emulator.shutdown().await;
     }
     Ok(verdict)
+}
+
+/// The server's history: one line per change of a node, stamped on the machine's clock as
+/// the node makes it (under its lock, before any message it causes leaves).
+fn server_event(rec: &Recorder, node: &str, change: &NodeChange) {
+    let node = crate::worker::last_segment(node);
+    let event = |kind, session: u64| {
+        rec.event(rec.op(), kind, Phase::Info)
+            .node(&node)
+            .session(session)
+    };
+    let event = match change {
+        NodeChange::SessionStarted {
+            session,
+            description,
+        } => event(Kind::ServerSession, *session).detail(description.as_str()),
+        NodeChange::Attached { session } => event(Kind::Attach, *session),
+        NodeChange::Detached { session } => event(Kind::Detach, *session),
+        NodeChange::SessionEnded { session, why } => {
+            event(Kind::SessionEnd, *session).detail(match why {
+                SessionEnd::Stopped => "stopped",
+                SessionEnd::Expired => "expired",
+                SessionEnd::Forced => "forced",
+                _ => "other",
+            })
+        }
+        NodeChange::Granted {
+            semaphore,
+            session,
+            order_id,
+            count,
+            limit,
+        } => event(Kind::Grant, *session)
+            .name(semaphore)
+            .value(*order_id)
+            .token([*limit, *order_id, *count]),
+        NodeChange::Released {
+            semaphore,
+            session,
+            order_id,
+            why,
+        } => event(Kind::Revoke, *session)
+            .name(semaphore)
+            .value(*order_id)
+            .detail(match why {
+                OwnerEnd::Released => "released",
+                OwnerEnd::SessionEnded => "session-ended",
+                OwnerEnd::Deleted => "deleted",
+                _ => "other",
+            }),
+        NodeChange::Restarted => rec.event(rec.op(), Kind::Restart, Phase::Info).node(&node),
+        _ => return,
+    };
+    rec.record(&event);
+}
+
+/// Whether a worker's clock can be made to run at another rate: libfaketime is installed
+/// (`apt-get install libfaketime`), and the server is the emulator (a real server's clock is
+/// not ours to compare). Without it in CI the run fails; elsewhere it says what to install.
+fn faketime_ready(args: &RunArgs) -> bool {
+    let installed = std::path::Path::new(LIBFAKETIME).exists();
+    if !installed {
+        let note = "no libfaketime: every worker's clock runs at the machine's rate (apt-get install libfaketime)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            eprintln!("soak: {note}; CI needs it");
+            std::process::exit(2);
+        }
+        eprintln!("soak: {note}");
+    }
+    installed && args.bite != Some(Bite::SlowClock)
+}
+
+/// `LD_PRELOAD` and `FAKETIME` that make a process's clocks run at `rate` from now on.
+/// libfaketime starts its clocks at the given time, for `CLOCK_MONOTONIC` too: that is set
+/// to the machine's monotonic time now, so that the absolute deadlines the process hands
+/// the kernel (a futex's) stay near the real clock.
+fn faketime_env(rate: f64) -> [(&'static str, String); 3] {
+    let secs = now() / 1_000_000_000;
+    [
+        ("LD_PRELOAD", LIBFAKETIME.to_string()),
+        ("FAKETIME_FMT", "%s".to_string()),
+        ("FAKETIME", format!("@{secs} x{rate}")),
+    ]
 }
 
 /// How a run ended.
@@ -508,19 +669,6 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         .arg(&process)
         .arg("--history")
         .arg(run.dir.join(format!("{process}.jsonl")))
-        .arg("--connection")
-        .arg(
-            run.proxies[slot.index]
-                .connection_string(&run.database)
-                .replace(
-                    "grpc://",
-                    if run.tls_domain.is_some() {
-                        "grpcs://"
-                    } else {
-                        "grpc://"
-                    },
-                ),
-        )
         .arg("--register")
         .arg(run.register_addr.to_string())
         .arg("--lock-node")
@@ -541,13 +689,36 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
     for (name, path) in &run.nodes.space {
         cmd.arg("--space-node").arg(format!("{name}={path}"));
     }
+    for (node, link) in &run.links[slot.index] {
+        let scheme = if run.tls_domain.is_some() {
+            "grpcs://"
+        } else {
+            "grpc://"
+        };
+        let connection = link
+            .connection_string(&run.database)
+            .replace("grpc://", scheme);
+        cmd.arg("--link").arg(format!("{node}={connection}"));
+    }
+    cmd.arg("--max-hold-ms")
+        .arg(run.max_hold.as_millis().to_string());
+    let rate = match run.args.bite {
+        Some(Bite::SlowClock) => Some(SLOW_CLOCK),
+        _ => (run.clock_slot == Some(slot.index)).then_some(CLOCK_RATE),
+    };
+    if let Some(rate) = rate {
+        cmd.envs(faketime_env(rate));
+    }
     if let Some(domain) = &run.tls_domain {
         cmd.arg("--tls-domain").arg(domain);
     }
     if run.args.bite == Some(Bite::KeepWriting) {
         cmd.arg("--keep-writing");
     }
-    if run.args.bite.is_some() {
+    if matches!(
+        run.args.bite,
+        Some(Bite::KeepWriting | Bite::SkipTransition)
+    ) {
         cmd.arg("--long-holds");
     }
     let child = cmd
@@ -555,11 +726,12 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()?;
+    let clock = rate.map_or(String::new(), |r| format!(", clock rate {r}"));
     run.rec.record(
         &run.rec
             .event(run.rec.op(), Kind::Start, Phase::Info)
             .target(&process)
-            .detail(format!("pid {}", child.id())),
+            .detail(format!("pid {}{clock}", child.id())),
     );
     slot.child = Some(child);
     slot.gone = false;
@@ -608,6 +780,14 @@ fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
         .map(Slot::process)
         .collect();
     let fenced = |what, _: &str| matches!(what, What::Mutex | What::Election | What::Space);
+    // Most faults go to a holder in the middle of a long hold: one that spans the session
+    // timeout, so that the fault can cost it its lease while it works.
+    if rng.random_bool(0.7)
+        && let Some(holder) = long_holder(run, Some(&alive), fenced)
+        && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+    {
+        return slot.index;
+    }
     if let Some(holder) = newest_holder(&run.dir, Some(&alive), fenced)
         && let Some(slot) = slots.iter().find(|s| s.process() == holder)
     {
@@ -679,12 +859,14 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         run.rec.record(&begin);
         // The controller's own session is no worker's: the expiry fault spares it.
         let own = admin.try_current().map(|s| s.id());
-        let note = inject(run, &mut slots[at], fault, own, &mut rng).await;
+        let mut links = "all".to_string();
+        let note = inject(run, &mut slots[at], fault, own, &mut rng, &mut links).await;
         run.rec.record(
             &run.rec
                 .event(op, Kind::Fault, Phase::Ok)
                 .detail(fault.name())
-                .name(&note),
+                .name(&note)
+                .node(&links),
         );
         n += 1;
         health(run, slots, admin).await;
@@ -699,16 +881,19 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     n
 }
 
-/// Injects one fault and heals it; returns a note for the history.
+/// Injects one fault and heals it; returns a note for the history, and sets `touched` to
+/// the links it acted on when not all of the worker's (`directory`, `n2`, ...).
 async fn inject(
     run: &Run,
     slot: &mut Slot,
     fault: Fault,
     own: Option<u64>,
     rng: &mut StdRng,
+    touched: &mut String,
 ) -> String {
     let timeout = run.args.session_timeout;
-    let net = run.proxies[slot.index].net();
+    let links = &run.links[slot.index];
+    let all = || links.values();
     match fault {
         Fault::PauseShort | Fault::PauseLong => {
             let long = fault == Fault::PauseLong;
@@ -723,7 +908,7 @@ async fn inject(
             // a keepalive would): the connections break, the session's timeout runs, and
             // another holder is granted while this one sleeps.
             if long {
-                net.cut();
+                all().for_each(Link::cut);
             }
             sleep(pause).await;
             signal(run, slot, Signal::SIGCONT, Kind::Cont);
@@ -753,10 +938,62 @@ async fn inject(
                 Duration::from_secs(1),
                 timeout + Duration::from_secs(1),
             );
-            net.refuse_for(d);
-            net.cut();
+            for link in all() {
+                link.refuse_for(d);
+                link.cut();
+            }
             sleep(d).await;
             format!("for {d:?}")
+        }
+        Fault::LinkBlackhole => {
+            // The directory half the time: the membership then lapses while every node is
+            // still reached, the case the lock space's gate is for.
+            let node = if rng.random_bool(0.5) {
+                "directory".to_string()
+            } else {
+                let nodes: Vec<&String> = links.keys().filter(|n| *n != "directory").collect();
+                nodes[rng.random_range(0..nodes.len())].clone()
+            };
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(3),
+            );
+            if let Some(link) = links.get(&node) {
+                link.refuse_for(d);
+                link.cut();
+            }
+            touched.clone_from(&node);
+            sleep(d).await;
+            format!("{node} for {d:?}")
+        }
+        Fault::OneWay => {
+            let dir = if rng.random_bool(0.5) {
+                Dir::Up
+            } else {
+                Dir::Down
+            };
+            let one: Option<String> = rng.random_bool(0.5).then(|| {
+                let nodes: Vec<&String> = links.keys().collect();
+                nodes[rng.random_range(0..nodes.len())].clone()
+            });
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(2),
+            );
+            let chosen: Vec<&Link> = match &one {
+                Some(node) => links.get(node).into_iter().collect(),
+                None => all().collect(),
+            };
+            chosen.iter().for_each(|l| l.stall(dir));
+            if let Some(node) = &one {
+                touched.clone_from(node);
+            }
+            sleep(d).await;
+            chosen.iter().for_each(|l| l.heal());
+            let which = one.as_deref().unwrap_or("every link");
+            format!("{} on {which} for {d:?}", dir.name())
         }
         Fault::Stall => {
             let d = between(
@@ -764,21 +1001,21 @@ async fn inject(
                 Duration::from_secs(1),
                 timeout + Duration::from_secs(2),
             );
-            net.stall();
+            all().for_each(|l| l.stall(Dir::Both));
             sleep(d).await;
-            net.resume();
+            all().for_each(Link::heal);
             format!("for {d:?}")
         }
         Fault::Reset => {
-            net.cut();
+            all().for_each(Link::cut);
             "once".to_string()
         }
         Fault::Delay => {
             let delay = between(rng, Duration::from_millis(50), Duration::from_millis(400));
             let d = between(rng, Duration::from_secs(1), Duration::from_secs(3));
-            net.delay(delay);
+            all().for_each(|l| l.delay(Dir::Both, delay));
             sleep(d).await;
-            net.delay(Duration::ZERO);
+            all().for_each(Link::heal);
             format!("{delay:?} for {d:?}")
         }
         Fault::TabletRestart => {
@@ -791,13 +1028,28 @@ async fn inject(
             let Some(e) = &run.emulator else {
                 return "no emulator".to_string();
             };
-            // A session of the lock node or of a space node, at random.
-            let nodes: Vec<&str> = std::iter::once(run.nodes.lock.as_str())
+            // A session of the lock node, of a space node or of the directory (a member's:
+            // its membership ends), at random.
+            let nodes: Vec<&str> = [run.nodes.lock.as_str(), run.nodes.directory.as_str()]
+                .into_iter()
                 .chain(run.nodes.space.iter().map(|(_, p)| p.as_str()))
                 .collect();
             let node = nodes[rng.random_range(0..nodes.len())];
             let mut ids = e.session_ids(node);
-            ids.retain(|id| Some(*id) != own);
+            {
+                let owners = run
+                    .owners
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // A worker's session: the controller's own (the operator's on the
+                // directory, the describer's on the lock node) are spared.
+                ids.retain(|id| {
+                    Some(*id) != own
+                        && owners
+                            .get(&(node.to_string(), *id))
+                            .is_some_and(|d| d.starts_with('w'))
+                });
+            }
             if ids.is_empty() {
                 return format!("no session on {node}");
             }
@@ -870,14 +1122,21 @@ async fn health(run: &Run, slots: &mut [Slot], admin: &SessionManager) {
 async fn operator(run: Arc<Run>, directory: SpaceDirectory, options: SessionOptions) -> usize {
     let duration = nanos(run.args.duration);
     let start = run.until - duration;
+    // A partition at every step: the directory alone at least once, the others in a
+    // seeded order.
+    let mut cuts = [Cut::Directory, Cut::Stall, Cut::Node, Cut::Directory];
+    cuts.shuffle(&mut StdRng::seed_from_u64(run.seed.rotate_left(29)));
     let mut steps = 0;
-    for (at, change) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))] {
+    for (i, (at, change)) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))]
+        .into_iter()
+        .enumerate()
+    {
         let when = start + duration / 100 * at;
         sleep(nanos_to(when.saturating_sub(now()))).await;
         steps += if run.args.bite == Some(Bite::SkipTransition) {
             skip_transition(&run, &directory, &options, change).await
         } else {
-            reshard(&run, &directory, change).await
+            reshard(&run, &directory, change, [cuts[2 * i], cuts[2 * i + 1]]).await
         };
     }
     steps
@@ -972,19 +1231,79 @@ fn newest_holder(
         .map(|((process, _), _)| process)
 }
 
+/// Among the `alive` processes, one in the middle of a long hold of a `wanted` lock (a
+/// planned hold of at least a session timeout, begun half a second ago or more and with a
+/// second or more to go), the one whose hold has the longest to go.
+fn long_holder(
+    run: &Run,
+    alive: Option<&[String]>,
+    wanted: impl Fn(What, &str) -> bool,
+) -> Option<String> {
+    let (events, _) = history::load(&run.dir).ok()?;
+    let at = now();
+    let timeout = nanos(run.args.session_timeout);
+    let mut open: std::collections::HashMap<(String, u64), u64> = Default::default();
+    for e in &events {
+        match (e.kind, e.phase, e.what, e.name.as_deref(), e.value) {
+            (Kind::Acquire, Phase::Ok, Some(what), Some(name), Some(hold_ms))
+                if wanted(what, name) && alive.is_none_or(|a| a.contains(&e.process)) =>
+            {
+                let hold = hold_ms.saturating_mul(1_000_000);
+                let middle = e.ts + 500_000_000 <= at && at + 1_000_000_000 <= e.ts + hold;
+                if hold >= timeout && middle {
+                    open.insert((e.process.clone(), e.op), e.ts + hold);
+                }
+            }
+            (Kind::Release, Phase::Invoke, ..) | (Kind::Fired | Kind::Token, ..) => {
+                if let Some(lease) = e.lease {
+                    open.remove(&(e.process.clone(), lease));
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .max_by_key(|(_, end)| *end)
+        .map(|((process, _), _)| process)
+}
+
 /// The worker slot of a process name `w{slot}.{incarnation}`.
 fn slot_of(process: &str) -> Option<usize> {
     process.strip_prefix('w')?.split('.').next()?.parse().ok()
 }
 
-/// A reshard's first step, published while the last writer of a moving name (most likely
-/// its holder) is cut off by a stall of its proxy: the holder keeps its lock on the old node
-/// and sees no new layout until the stall ends or its lease expires, the case the two-step
-/// reshard is made for. The stall is a fault like the others, one at a time with them.
+/// How a reshard step is partitioned from a holder of a moving name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Every link of the holder stalls (connections stay open).
+    Stall,
+    /// The holder's link to the directory alone is blackholed: its membership lapses while
+    /// it still reaches every node.
+    Directory,
+    /// The holder's link to the name's old node alone is blackholed.
+    Node,
+}
+
+impl Cut {
+    fn name(self) -> &'static str {
+        match self {
+            Cut::Stall => "stall-during-reshard",
+            Cut::Directory => "directory-partition-during-reshard",
+            Cut::Node => "node-partition-during-reshard",
+        }
+    }
+}
+
+/// A reshard step, published while a holder of a moving name (its last writer if none
+/// holds one) is cut off by `cut` for a session timeout and more: the holder keeps its
+/// lock on the old node and sees no new layout until the cut ends or its lease expires,
+/// the case the two-step reshard and the membership are made for. The cut is a fault like
+/// the others, one at a time with them.
 async fn under_partition<T>(
     run: &Run,
     directory: &SpaceDirectory,
     change: Change,
+    cut: Cut,
     step: impl Future<Output = T>,
 ) -> T {
     let names = moving_names(directory, change).await;
@@ -1011,39 +1330,69 @@ async fn under_partition<T>(
     let Some((writer, slot)) = writer.and_then(|w| slot_of(&w).map(|s| (w, s))) else {
         return step.await;
     };
-    let Some(proxy) = run.proxies.get(slot) else {
+    let Some(links) = run.links.get(slot) else {
         return step.await;
     };
+    // The old node of the first moving name (where its holder holds it now).
+    let old = match directory.layout().await {
+        Ok(layout) => names
+            .first()
+            .and_then(|n| layout.parts(n).first().map(|p| p.node.clone())),
+        Err(_) => None,
+    };
+    let chosen: Vec<(&String, &Link)> = links
+        .iter()
+        .filter(|(node, _)| match cut {
+            Cut::Stall => true,
+            Cut::Directory => node.as_str() == "directory",
+            Cut::Node => old.as_deref() == Some(node.as_str()),
+        })
+        .collect();
     let _one_at_a_time = run.fault_lock.lock().await;
     let op = run.rec.op();
-    let name = "proxy-stall-during-reshard";
     run.rec.record(
         &run.rec
             .event(op, Kind::Fault, Phase::Invoke)
-            .detail(name)
+            .detail(cut.name())
             .target(&writer),
     );
-    proxy.net().stall();
+    // Long enough for the holder's lease (or membership) to lapse.
+    let hold = run.args.session_timeout + Duration::from_secs(1);
+    for (_, link) in &chosen {
+        match cut {
+            Cut::Stall => link.stall(Dir::Both),
+            Cut::Directory | Cut::Node => {
+                link.refuse_for(hold);
+                link.cut();
+            }
+        }
+    }
     let started = now();
     let result = step.await;
-    // Long enough for the holder's lease to lapse.
-    let hold = nanos(run.args.session_timeout + Duration::from_secs(1));
-    sleep(nanos_to((started + hold).saturating_sub(now()))).await;
-    proxy.net().resume();
+    sleep(nanos_to((started + nanos(hold)).saturating_sub(now()))).await;
+    for (_, link) in &chosen {
+        link.heal();
+    }
+    let cut_off: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
     run.rec.record(
         &run.rec
             .event(op, Kind::Fault, Phase::Ok)
-            .detail(name)
-            .name(&format!("{change}, holder of {}", names.join(","))),
+            .detail(cut.name())
+            .node(&cut_off.join("+"))
+            .name(&format!(
+                "{change}, holder of {} cut from {}",
+                names.join(","),
+                cut_off.join("+")
+            )),
     );
     result
 }
 
-/// The two steps of a reshard, each retried while members still run an older layout; the
-/// first under a partition of a holder.
-async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize {
+/// The two steps of a reshard, each retried while members still run an older layout, each
+/// under a partition of a holder (`cuts`, one per step).
+async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [Cut; 2]) -> usize {
     let mut steps = 0;
-    for step in ["begin", "finish"] {
+    for (step, cut) in ["begin", "finish"].into_iter().zip(cuts) {
         let op = run.rec.op();
         run.rec.record(
             &run.rec
@@ -1076,11 +1425,7 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize
                 }
             }
         };
-        let result = if step == "begin" {
-            under_partition(run, directory, change, attempts).await
-        } else {
-            attempts.await
-        };
+        let result = under_partition(run, directory, change, cut, attempts).await;
         match result {
             Ok(_) => steps += 1,
             Err(e) => {
@@ -1128,7 +1473,7 @@ async fn skip_transition(
         }
         result.map(|()| next)
     };
-    let attempt = under_partition(run, directory, change, attempt);
+    let attempt = under_partition(run, directory, change, Cut::Stall, attempt);
     match tokio::time::timeout(run.args.session_timeout * 5, attempt).await {
         Ok(Ok(_)) => 1,
         Ok(Err(e)) => {
@@ -1311,7 +1656,12 @@ fn print_summary(
     }
     println!("violations by check:");
     for check in CHECKS {
-        println!("  {check}: {}", report.count(check));
+        let ignored = if report.ignored.contains(&check) {
+            " (ignored)"
+        } else {
+            ""
+        };
+        println!("  {check}: {}{ignored}", report.count(check));
     }
     for v in report.violations.iter().take(20) {
         println!("  [{}] {}", v.check, v.message);
