@@ -161,6 +161,8 @@ pub(crate) struct Report {
     pub(crate) lost_updates: usize,
     pub(crate) reshard_steps: usize,
     pub(crate) grants: BTreeMap<What, usize>,
+    /// What the server's history counts: grants, session ends by why, tablet restarts.
+    pub(crate) server: BTreeMap<String, usize>,
     /// Checks left out of the verdict (their violations are still listed): a known open
     /// defect, named on the command line (`--ignore`).
     pub(crate) ignored: Vec<Check>,
@@ -280,6 +282,17 @@ fn count(events: &[Event], report: &mut Report) {
             }
             ("controller", Kind::Reshard, Phase::Ok) if e.name.as_deref() != Some("init") => {
                 report.reshard_steps += 1;
+            }
+            ("server", Kind::Grant, _) => *report.server.entry("grants".into()).or_default() += 1,
+            ("server", Kind::Restart, _) => {
+                *report.server.entry("tablet restarts".into()).or_default() += 1;
+            }
+            ("server", Kind::SessionEnd, _) => {
+                let why = e.detail.as_deref().unwrap_or("other");
+                *report
+                    .server
+                    .entry(format!("sessions ended ({why})"))
+                    .or_default() += 1;
             }
             _ => {}
         }

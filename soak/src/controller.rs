@@ -188,6 +188,11 @@ enum Fault {
     /// One of the worker's links (to the directory, or to one node) breaks and drops new
     /// connections for a while; the others work.
     LinkBlackhole,
+    /// A worker in the middle of a long hold of a lock node's lock loses every link for
+    /// longer than the session timeout while it runs: the server expires its session and
+    /// grants the lock to the next waiter, and only the lease's deadline has stopped the
+    /// holder first.
+    HolderCut,
     /// One direction of one of the worker's links, or of all of them, stops for a while.
     OneWay,
     /// The worker's traffic stops without any connection closing.
@@ -203,12 +208,13 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 11] = [
+    const ALL: [Fault; 12] = [
         Fault::PauseShort,
         Fault::PauseLong,
         Fault::Kill,
         Fault::Blackhole,
         Fault::LinkBlackhole,
+        Fault::HolderCut,
         Fault::OneWay,
         Fault::Stall,
         Fault::Reset,
@@ -224,6 +230,7 @@ impl Fault {
             Fault::Kill => "sigkill",
             Fault::Blackhole => "proxy-blackhole",
             Fault::LinkBlackhole => "link-blackhole",
+            Fault::HolderCut => "holder-cut",
             Fault::OneWay => "one-way",
             Fault::Stall => "proxy-stall",
             Fault::Reset => "proxy-reset",
@@ -780,6 +787,15 @@ fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
         .map(Slot::process)
         .collect();
     let fenced = |what, _: &str| matches!(what, What::Mutex | What::Election | What::Space);
+    if fault == Fault::HolderCut {
+        let on_node = |what, _: &str| matches!(what, What::Mutex | What::Election);
+        if let Some(holder) = long_holder(run, Some(&alive), on_node)
+            .or_else(|| newest_holder(&run.dir, Some(&alive), on_node))
+            && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+        {
+            return slot.index;
+        }
+    }
     // Most faults go to a holder in the middle of a long hold: one that spans the session
     // timeout, so that the fault can cost it its lease while it works.
     if rng.random_bool(0.7)
@@ -938,6 +954,15 @@ async fn inject(
                 Duration::from_secs(1),
                 timeout + Duration::from_secs(1),
             );
+            for link in all() {
+                link.refuse_for(d);
+                link.cut();
+            }
+            sleep(d).await;
+            format!("for {d:?}")
+        }
+        Fault::HolderCut => {
+            let d = timeout + between(rng, Duration::from_millis(500), Duration::from_secs(2));
             for link in all() {
                 link.refuse_for(d);
                 link.cut();
@@ -1425,7 +1450,14 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [C
                 }
             }
         };
+        // The fleet learns of the last step late: every worker's directory link is slow
+        // while it is published, so that locks are taken in the transition after the next
+        // layout was published (their tokens must follow the new layout's rule).
+        let slow = (step == "finish").then(|| slow_directories(run));
         let result = under_partition(run, directory, change, cut, attempts).await;
+        if let Some(op) = slow {
+            heal_directories(run, op);
+        }
         match result {
             Ok(_) => steps += 1,
             Err(e) => {
@@ -1439,6 +1471,41 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [C
         }
     }
     steps
+}
+
+/// How slow every worker's directory link is while the last step of a reshard is published.
+const SLOW_DIRECTORY: Duration = Duration::from_millis(300);
+
+/// Slows every worker's directory link (a fault of every process, in the history); returns
+/// the fault's op for [`heal_directories`].
+fn slow_directories(run: &Run) -> u64 {
+    let op = run.rec.op();
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Invoke)
+            .detail("directory-delay-during-reshard"),
+    );
+    for links in &run.links {
+        if let Some(link) = links.get("directory") {
+            link.delay(Dir::Both, SLOW_DIRECTORY);
+        }
+    }
+    op
+}
+
+fn heal_directories(run: &Run, op: u64) {
+    for links in &run.links {
+        if let Some(link) = links.get("directory") {
+            link.heal();
+        }
+    }
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Ok)
+            .detail("directory-delay-during-reshard")
+            .name(&format!("{SLOW_DIRECTORY:?} each way"))
+            .node("directory"),
+    );
 }
 
 /// The broken operator: publishes the new stable layout straight over the old one, with
@@ -1596,6 +1663,12 @@ fn known_names(run: &Run, node: &str) -> Vec<String> {
     }
 }
 
+/// `a 1, b 2`: counts by what, for the summary.
+fn listed<'a, K: std::fmt::Display>(counts: impl Iterator<Item = (K, &'a usize)>) -> String {
+    let parts: Vec<String> = counts.map(|(what, n)| format!("{what} {n}")).collect();
+    parts.join(", ")
+}
+
 fn print_summary(
     run: &Run,
     report: &Report,
@@ -1612,8 +1685,15 @@ fn print_summary(
     };
     println!("---- soak summary (seed {}) ----", run.seed);
     println!(
-        "server: {mode}; network faults through per-worker TCP proxies (no network namespaces)"
+        "server: {mode}; network faults through a TCP relay per worker and node (no network namespaces)"
     );
+    if let Some(slot) = run.clock_slot {
+        println!("clock: w{slot}.* runs its clock at {CLOCK_RATE} of the machine's");
+    }
+    if run.args.bite == Some(Bite::SlowClock) {
+        println!("clock: every worker runs its clock at {SLOW_CLOCK} of the machine's");
+    }
+    println!("longest hold: {:?}", run.max_hold);
     if let Some(bite) = run.args.bite {
         println!("bite mode: {bite:?} (the verdict must fail)");
     }
@@ -1627,12 +1707,8 @@ fn print_summary(
         report.processes
     );
     println!("operations invoked by workers: {}", report.operations);
-    let grants: Vec<String> = report
-        .grants
-        .iter()
-        .map(|(w, n)| format!("{w:?} {n}"))
-        .collect();
-    println!("grants: {}", grants.join(", "));
+    let grants = report.grants.iter().map(|(w, n)| (format!("{w:?}"), n));
+    println!("grants: {}", listed(grants));
     let total: usize = report.faults.values().sum();
     println!("faults: {total} ({faults} from the schedule, the rest the operator's)");
     for (kind, n) in &report.faults {
@@ -1651,6 +1727,7 @@ fn print_summary(
         report.reshard_steps
     );
     println!("semaphores described at the end: {described}");
+    println!("server history: {}", listed(report.server.iter()));
     if unreadable > 0 {
         println!("history lines damaged or lost: {unreadable}");
     }

@@ -218,7 +218,10 @@ fn index(events: &[Event]) -> World<'_> {
                                 .push((from, e.ts));
                         }
                     }
-                    None if kind == "tablet-restart" => w.everyone.push((from, e.ts)),
+                    // Faults of every process: a tablet restart, every directory link slow.
+                    None if kind == "tablet-restart" || kind.starts_with("directory-delay") => {
+                        w.everyone.push((from, e.ts));
+                    }
                     None => {}
                 }
             }
