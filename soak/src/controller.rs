@@ -314,6 +314,8 @@ struct Run {
     clock_slot: Option<usize>,
     /// The longest hold of this run (several session timeouts, from the seed).
     max_hold: Duration,
+    /// When the quiet tail begins: no fault from then on (the liveness check needs it).
+    quiet_from: u64,
     /// Whose each session is, by (node path, session id): its description, the worker's
     /// process name (empty for the controller's), as the server was told.
     owners: Owners,
@@ -478,6 +480,7 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         links,
         clock_slot,
         max_hold,
+        quiet_from: until.saturating_sub(nanos(args.session_timeout * 2 + Duration::from_secs(3))),
         owners,
         fault_lock: tokio::sync::Mutex::new(()),
         args,
@@ -840,7 +843,6 @@ fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
 /// every worker to make progress). Returns the number of faults.
 async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) -> usize {
     let mut rng = StdRng::seed_from_u64(run.seed);
-    let timeout = run.args.session_timeout;
     let kinds: Vec<Fault> = Fault::ALL
         .into_iter()
         .filter(|f| run.emulator.is_some() || !f.server_side())
@@ -851,8 +853,7 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     // The victims depend on what the workers do; their own generator keeps the schedule of
     // kinds and durations the same for a seed.
     let mut picks = StdRng::seed_from_u64(run.seed.rotate_left(17));
-    let tail = nanos(timeout * 2 + Duration::from_secs(3));
-    let faults_until = run.until.saturating_sub(tail);
+    let faults_until = run.quiet_from;
     // The workers' start: give them a moment to open their spaces.
     sleep(Duration::from_secs(2)).await;
     let mut n = 0;
@@ -1322,22 +1323,24 @@ impl Cut {
 /// A reshard step, published while a holder of a moving name (its last writer if none
 /// holds one) is cut off by `cut` for a session timeout and more: the holder keeps its
 /// lock on the old node and sees no new layout until the cut ends or its lease expires,
-/// the case the two-step reshard and the membership are made for. The cut is a fault like
-/// the others, one at a time with them.
+/// the case the two-step reshard and the membership are made for. With `first_cut` the
+/// step waits for the cut; else it is tried at once and the cut comes when the faults
+/// before it are healed.
 async fn under_partition<T>(
-    run: &Run,
+    run: &Arc<Run>,
     directory: &SpaceDirectory,
     change: Change,
     cut: Cut,
+    first_cut: bool,
     step: impl Future<Output = T>,
 ) -> T {
     let names = moving_names(directory, change).await;
-    // A moving name is held about half the time: wait a little for a holder.
+    // A moving name is held about half the time: wait a little for a holder, one in the
+    // middle of a long hold if there is one (it holds on through the step).
     let mut holder = None;
     for _ in 0..HOLDER_POLLS {
-        holder = newest_holder(&run.dir, None, |what, name| {
-            what == What::Space && names.contains(&name)
-        });
+        let moving = |what, name: &str| what == What::Space && names.contains(&name);
+        holder = long_holder(run, None, moving).or_else(|| newest_holder(&run.dir, None, moving));
         if holder.is_some() {
             break;
         }
@@ -1365,57 +1368,75 @@ async fn under_partition<T>(
             .and_then(|n| layout.parts(n).first().map(|p| p.node.clone())),
         Err(_) => None,
     };
-    let chosen: Vec<(&String, &Link)> = links
-        .iter()
-        .filter(|(node, _)| match cut {
+    let chosen: Vec<String> = links
+        .keys()
+        .filter(|node| match cut {
             Cut::Stall => true,
             Cut::Directory => node.as_str() == "directory",
             Cut::Node => old.as_deref() == Some(node.as_str()),
         })
+        .cloned()
         .collect();
-    let _one_at_a_time = run.fault_lock.lock().await;
-    let op = run.rec.op();
-    run.rec.record(
-        &run.rec
-            .event(op, Kind::Fault, Phase::Invoke)
-            .detail(cut.name())
-            .target(&writer),
-    );
-    // Long enough for the holder's lease (or membership) to lapse.
+    // The cut is a fault like the others, one at a time with them; it lasts long enough
+    // for the holder's lease (or membership) to lapse, however long the step takes (it
+    // waits for members that lag), and the operator goes on as soon as the step is
+    // published.
+    let (applied, on_applied) = tokio::sync::oneshot::channel();
     let hold = run.args.session_timeout + Duration::from_secs(1);
-    for (_, link) in &chosen {
-        match cut {
-            Cut::Stall => link.stall(Dir::Both),
-            Cut::Directory | Cut::Node => {
-                link.refuse_for(hold);
-                link.cut();
+    let run = run.clone();
+    tokio::spawn(async move {
+        let _one_at_a_time = run.fault_lock.lock().await;
+        let Some(links) = run.links.get(slot) else {
+            return;
+        };
+        let op = run.rec.op();
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Fault, Phase::Invoke)
+                .detail(cut.name())
+                .target(&writer),
+        );
+        for link in chosen.iter().filter_map(|n| links.get(n)) {
+            match cut {
+                Cut::Stall => link.stall(Dir::Both),
+                Cut::Directory | Cut::Node => {
+                    link.refuse_for(hold);
+                    link.cut();
+                }
             }
         }
+        let _ = applied.send(());
+        sleep(hold).await;
+        chosen
+            .iter()
+            .filter_map(|n| links.get(n))
+            .for_each(Link::heal);
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Fault, Phase::Ok)
+                .detail(cut.name())
+                .node(&chosen.join("+"))
+                .name(&format!(
+                    "{change}, holder of {} cut from {}",
+                    names.join(","),
+                    chosen.join("+")
+                )),
+        );
+    });
+    if first_cut {
+        let _ = on_applied.await;
     }
-    let started = now();
-    let result = step.await;
-    sleep(nanos_to((started + nanos(hold)).saturating_sub(now()))).await;
-    for (_, link) in &chosen {
-        link.heal();
-    }
-    let cut_off: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
-    run.rec.record(
-        &run.rec
-            .event(op, Kind::Fault, Phase::Ok)
-            .detail(cut.name())
-            .node(&cut_off.join("+"))
-            .name(&format!(
-                "{change}, holder of {} cut from {}",
-                names.join(","),
-                cut_off.join("+")
-            )),
-    );
-    result
+    step.await
 }
 
 /// The two steps of a reshard, each retried while members still run an older layout, each
 /// under a partition of a holder (`cuts`, one per step).
-async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [Cut; 2]) -> usize {
+async fn reshard(
+    run: &Arc<Run>,
+    directory: &SpaceDirectory,
+    change: Change,
+    cuts: [Cut; 2],
+) -> usize {
     let mut steps = 0;
     for (step, cut) in ["begin", "finish"].into_iter().zip(cuts) {
         let op = run.rec.op();
@@ -1452,12 +1473,14 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [C
         };
         // The fleet learns of the last step late: every worker's directory link is slow
         // while it is published, so that locks are taken in the transition after the next
-        // layout was published (their tokens must follow the new layout's rule).
-        let slow = (step == "finish").then(|| slow_directories(run));
-        let result = under_partition(run, directory, change, cut, attempts).await;
-        if let Some(op) = slow {
-            heal_directories(run, op);
-        }
+        // layout was published (their tokens must follow the new layout's rule). No fault
+        // in the quiet tail of the run.
+        let result = if now() >= run.quiet_from {
+            attempts.await
+        } else {
+            slow_directories(run);
+            under_partition(run, directory, change, cut, step == "begin", attempts).await
+        };
         match result {
             Ok(_) => steps += 1,
             Err(e) => {
@@ -1473,12 +1496,14 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change, cuts: [C
     steps
 }
 
-/// How slow every worker's directory link is while the last step of a reshard is published.
-const SLOW_DIRECTORY: Duration = Duration::from_millis(300);
+/// How slow every worker's directory link is while a reshard step is published.
+const SLOW_DIRECTORY: Duration = Duration::from_millis(800);
 
-/// Slows every worker's directory link (a fault of every process, in the history); returns
-/// the fault's op for [`heal_directories`].
-fn slow_directories(run: &Run) -> u64 {
+/// Slows every worker's directory link (a fault of every process, in the history): the
+/// fleet learns of a step late, so that locks are taken in a transition after the next
+/// layout was published (their tokens must follow the new layout's rule). It heals itself
+/// a session timeout and a second later.
+fn slow_directories(run: &Arc<Run>) {
     let op = run.rec.op();
     run.rec.record(
         &run.rec
@@ -1490,7 +1515,11 @@ fn slow_directories(run: &Run) -> u64 {
             link.delay(Dir::Both, SLOW_DIRECTORY);
         }
     }
-    op
+    let run = run.clone();
+    tokio::spawn(async move {
+        sleep(run.args.session_timeout + Duration::from_secs(1)).await;
+        heal_directories(&run, op);
+    });
 }
 
 fn heal_directories(run: &Run, op: u64) {
@@ -1511,7 +1540,7 @@ fn heal_directories(run: &Run, op: u64) {
 /// The broken operator: publishes the new stable layout straight over the old one, with
 /// neither the transition nor the wait for the members.
 async fn skip_transition(
-    run: &Run,
+    run: &Arc<Run>,
     directory: &SpaceDirectory,
     options: &SessionOptions,
     change: Change,
@@ -1540,7 +1569,7 @@ async fn skip_transition(
         }
         result.map(|()| next)
     };
-    let attempt = under_partition(run, directory, change, Cut::Stall, attempt);
+    let attempt = under_partition(run, directory, change, Cut::Stall, true, attempt);
     match tokio::time::timeout(run.args.session_timeout * 5, attempt).await {
         Ok(Ok(_)) => 1,
         Ok(Err(e)) => {

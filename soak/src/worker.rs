@@ -703,7 +703,18 @@ async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
     let mut client = register::Client::new(ctx.register);
     let what = What::Space;
     while ctx.running() {
-        let name = SPACE_NAMES[rng.random_range(0..SPACE_NAMES.len())];
+        // In a transition, mostly a name that moves: its locks are taken in both places,
+        // and their tokens follow the rule of the layout published by then.
+        let layout = space.layout();
+        let moving: Vec<&str> = SPACE_NAMES
+            .into_iter()
+            .filter(|n| layout.parts(n).len() > 1)
+            .collect();
+        let name = if !moving.is_empty() && rng.random_bool(0.8) {
+            moving[rng.random_range(0..moving.len())]
+        } else {
+            SPACE_NAMES[rng.random_range(0..SPACE_NAMES.len())]
+        };
         let mutex = space.mutex(name);
         if let Some((lease, guard)) =
             acquire(&ctx, what, name, mutex.lock_timeout(ACQUIRE_WAIT)).await
