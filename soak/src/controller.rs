@@ -858,10 +858,16 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     sleep(Duration::from_secs(2)).await;
     let mut n = 0;
     while now() < faults_until {
+        // The holder cut is drawn three times as often as the others: it is the fault the
+        // lease deadline exists for.
         let fault = if n < first.len() {
             first[n]
         } else {
-            kinds[rng.random_range(0..kinds.len())]
+            let weighted = kinds.len() + 2;
+            kinds
+                .get(rng.random_range(0..weighted))
+                .copied()
+                .unwrap_or(Fault::HolderCut)
         };
         let at = victim(run, slots, fault, &mut picks);
         let op = run.rec.op();
@@ -1143,22 +1149,38 @@ async fn health(run: &Run, slots: &mut [Slot], admin: &SessionManager) {
     }
 }
 
-/// Reshards the lock space twice while the workers run: adds `n4` at a quarter of the run,
-/// removes `n1` past the half. Returns the steps published.
+/// Reshards the lock space four times while the workers run: adds `n4` at a fifth of the
+/// run, removes `n1` at two fifths, adds it back at three fifths and removes `n4` at three
+/// quarters (each in two steps). Returns the steps published.
 async fn operator(run: Arc<Run>, directory: SpaceDirectory, options: SessionOptions) -> usize {
     let duration = nanos(run.args.duration);
     let start = run.until - duration;
-    // A partition at every step: the directory alone at least once, the others in a
+    // A partition at every step: the directory alone at least twice, the others in a
     // seeded order.
-    let mut cuts = [Cut::Directory, Cut::Stall, Cut::Node, Cut::Directory];
+    let mut cuts = [
+        Cut::Directory,
+        Cut::Stall,
+        Cut::Node,
+        Cut::Directory,
+        Cut::Stall,
+        Cut::Node,
+        Cut::Directory,
+        Cut::Node,
+    ];
     cuts.shuffle(&mut StdRng::seed_from_u64(run.seed.rotate_left(29)));
+    let changes = [
+        (20, Change::Add("n4")),
+        (40, Change::Remove("n1")),
+        (60, Change::Add("n1")),
+        (75, Change::Remove("n4")),
+    ];
     let mut steps = 0;
-    for (i, (at, change)) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (at, change)) in changes.into_iter().enumerate() {
         let when = start + duration / 100 * at;
         sleep(nanos_to(when.saturating_sub(now()))).await;
+        if now() >= run.quiet_from {
+            break;
+        }
         steps += if run.args.bite == Some(Bite::SkipTransition) {
             skip_transition(&run, &directory, &options, change).await
         } else {
@@ -1478,8 +1500,30 @@ async fn reshard(
         let result = if now() >= run.quiet_from {
             attempts.await
         } else {
-            slow_directories(run);
-            under_partition(run, directory, change, cut, step == "begin", attempts).await
+            // Slow until a while after the step is published (it may wait long for
+            // members that lag), and never into the quiet tail.
+            let (published, heal) = tokio::sync::oneshot::channel::<()>();
+            let slow = run.clone();
+            tokio::spawn(async move {
+                let op = slow_directories(&slow);
+                let tail = sleep(nanos_to(slow.quiet_from.saturating_sub(now())));
+                tokio::pin!(tail);
+                tokio::select! {
+                    _ = &mut tail => {}
+                    _ = heal => {
+                        let after = slow.args.session_timeout + Duration::from_secs(1);
+                        tokio::select! {
+                            _ = &mut tail => {}
+                            _ = sleep(after) => {}
+                        }
+                    }
+                }
+                heal_directories(&slow, op);
+            });
+            let result =
+                under_partition(run, directory, change, cut, step == "begin", attempts).await;
+            let _ = published.send(());
+            result
         };
         match result {
             Ok(_) => steps += 1,
@@ -1501,9 +1545,9 @@ const SLOW_DIRECTORY: Duration = Duration::from_millis(800);
 
 /// Slows every worker's directory link (a fault of every process, in the history): the
 /// fleet learns of a step late, so that locks are taken in a transition after the next
-/// layout was published (their tokens must follow the new layout's rule). It heals itself
-/// a session timeout and a second later.
-fn slow_directories(run: &Arc<Run>) {
+/// layout was published (their tokens must follow the new layout's rule). Returns the
+/// fault's op for [`heal_directories`].
+fn slow_directories(run: &Arc<Run>) -> u64 {
     let op = run.rec.op();
     run.rec.record(
         &run.rec
@@ -1515,11 +1559,7 @@ fn slow_directories(run: &Arc<Run>) {
             link.delay(Dir::Both, SLOW_DIRECTORY);
         }
     }
-    let run = run.clone();
-    tokio::spawn(async move {
-        sleep(run.args.session_timeout + Duration::from_secs(1)).await;
-        heal_directories(&run, op);
-    });
+    op
 }
 
 fn heal_directories(run: &Run, op: u64) {

@@ -165,24 +165,34 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         .description(&args.process);
     let manager = client_of(&last_segment(&args.lock_node))?
         .session_manager(&args.lock_node, options.clone());
-    let mut space = LockSpace::builder().session_options(options);
-    for node in &args.space_nodes {
-        let (name, path) = node
-            .split_once('=')
-            .ok_or_else(|| format!("--space-node {node:?} is not name=path"))?;
-        space = space.node(name, client_of(name)?, path);
-    }
-    let space = timeout(
-        timeout_ * 4,
-        space
-            .directory(
-                client_of(&last_segment(&args.directory))?,
-                &args.directory,
-                &args.space,
-            )
-            .open(),
-    )
-    .await??;
+    // Opening the space joins the directory: under faults and load (a slow directory link
+    // during a reshard, a partition) it may take more than its bound; a worker tries again
+    // until its deadline rather than give up.
+    let open = || -> Result<_, BoxError> {
+        let mut space = LockSpace::builder().session_options(options.clone());
+        for node in &args.space_nodes {
+            let (name, path) = node
+                .split_once('=')
+                .ok_or_else(|| format!("--space-node {node:?} is not name=path"))?;
+            space = space.node(name, client_of(name)?, path);
+        }
+        let directory = client_of(&last_segment(&args.directory))?;
+        Ok(space
+            .directory(directory, &args.directory, &args.space)
+            .open())
+    };
+    let space = loop {
+        let failed = match timeout(timeout_ * 4, open()?).await {
+            Ok(Ok(space)) => break space,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not open in {:?}", timeout_ * 4),
+        };
+        if now() >= args.until {
+            return Err(format!("the lock space could not be opened: {failed}").into());
+        }
+        eprintln!("worker: the lock space did not open ({failed}); trying again");
+        sleep(Duration::from_millis(500)).await;
+    };
     let ctx = Arc::new(Ctx {
         rec,
         register: args.register,
