@@ -506,12 +506,14 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
     // The workers stop by themselves at `until`; give them their closing time.
     let closing = run.args.session_timeout * 3 + Duration::from_secs(5);
     wait_for_exit(&run, &mut slots, closing).await;
-    directory.shutdown().await;
+    // Every closing is bounded: a broken library must not keep the verdict from coming.
+    let closing_bound = run.args.session_timeout * 3;
+    let _ = tokio::time::timeout(closing_bound, directory.shutdown()).await;
     // A killed worker's sessions end on the server one session timeout after their last
     // contact: only then must nothing be left.
     sleep(run.args.session_timeout + Duration::from_millis(1500)).await;
     let leftovers = describe_leftovers(&run, &admin).await;
-    admin.shutdown().await;
+    let _ = tokio::time::timeout(closing_bound, admin.shutdown()).await;
     if run.external.is_some() {
         for node in run.nodes.all() {
             let _ = run.client.drop_node(node).await;
@@ -1469,7 +1471,9 @@ async fn reshard(
         );
         // Members paused or cut off hold a step back until they catch up or their
         // membership expires: a few session timeouts.
-        let deadline = now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10));
+        // (never past the workers' end: a step then has no fleet left to wait for).
+        let deadline =
+            (now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10))).min(run.until);
         let attempts = async {
             loop {
                 let attempt = async {
@@ -1713,7 +1717,7 @@ async fn describe_leftovers(run: &Run, admin: &SessionManager) -> usize {
             }
         }
         if node != run.nodes.lock {
-            source.shutdown().await;
+            let _ = tokio::time::timeout(run.args.session_timeout * 3, source.shutdown()).await;
         }
     }
     described
