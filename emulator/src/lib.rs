@@ -112,6 +112,7 @@
 //! `net.rs` is the loopback TCP layer the fault controls act on.
 
 mod net;
+pub mod observe;
 mod proto;
 mod quoter;
 mod rate_limiter;
@@ -197,6 +198,7 @@ pub struct EmulatorBuilder {
     users: Vec<(String, String)>,
     tokens: Vec<String>,
     tls: Option<Tls>,
+    observer: Option<world::SharedObserver>,
 }
 
 /// A server certificate chain and its private key, both PEM.
@@ -222,6 +224,7 @@ impl Default for EmulatorBuilder {
             users: Vec::new(),
             tokens: Vec::new(),
             tls: None,
+            observer: None,
         }
     }
 }
@@ -297,6 +300,14 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Tells `observer` every change of every coordination node's sessions and owners, in
+    /// each node's order (see [`observe`] and [`observe::Observer`] for an example): a
+    /// server-side history for a checker. Without one, nothing is recorded.
+    pub fn observer(mut self, observer: impl observe::Observer) -> Self {
+        self.observer = Some(world::SharedObserver(Arc::new(observer)));
+        self
+    }
+
     /// Binds the listener and starts serving.
     ///
     /// # Errors
@@ -311,7 +322,7 @@ impl EmulatorBuilder {
         let listener = TcpListener::bind(self.listen).await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let world = World::default();
+        let world = World::observed(self.observer);
         for path in &self.nodes {
             let path = if path.starts_with('/') {
                 path.clone()

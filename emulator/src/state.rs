@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tokio::time::{Duration, Instant};
 
+use crate::observe::{Change, OwnerEnd, SessionEnd};
 use crate::proto::{
     self, IssueMessage, NodeConfigProto, SemaphoreDescriptionProto, SemaphoreSessionProto,
     SessionResponse, StatusCode, session_request, session_response,
@@ -235,6 +236,9 @@ pub struct NodeState {
     semaphores: HashMap<SemId, Semaphore>,
     by_name: HashMap<String, SemId>,
     timers: BTreeSet<(Instant, TimerKey)>,
+    /// The changes made since the shell last took them, while recording
+    /// ([`NodeState::record_changes`]); `None`: not recording, nothing noted.
+    journal: Option<Vec<Change>>,
 }
 
 fn send(out: &mut Vec<Effect>, stream: StreamId, r: session_response::Response) {
@@ -294,6 +298,42 @@ impl NodeState {
             semaphores: HashMap::new(),
             by_name: HashMap::new(),
             timers: BTreeSet::new(),
+            journal: None,
+        }
+    }
+
+    /// Starts noting every change of sessions and owners (see [`crate::observe`]), for
+    /// [`NodeState::take_changes`] to hand out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ydb_coordination_emulator::core::NodeState;
+    /// use ydb_coordination_emulator::observe::Change;
+    ///
+    /// let mut node = NodeState::new(Default::default());
+    /// node.record_changes();
+    /// node.restart(tokio::time::Instant::now());
+    /// assert_eq!(node.take_changes(), vec![Change::Restarted]);
+    /// assert!(node.take_changes().is_empty());
+    /// ```
+    pub fn record_changes(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes noted since the last call, in the order they were made (none unless
+    /// [`NodeState::record_changes`] was called).
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Notes a change, when recording.
+    fn note(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(journal) = &mut self.journal {
+            journal.push(change());
         }
     }
 
@@ -390,6 +430,10 @@ impl NodeState {
                     watches: HashMap::new(),
                 },
             );
+            self.note(|| Change::SessionStarted {
+                session: id,
+                description: start.description.clone(),
+            });
             (id, None)
         } else {
             // §2.3 step 4: restore. Drop the old stream's associations, cancel the expiry.
@@ -419,6 +463,9 @@ impl NodeState {
             (id, previous)
         };
         self.streams.insert(stream, session_id);
+        self.note(|| Change::Attached {
+            session: session_id,
+        });
         send(
             &mut out,
             stream,
@@ -526,7 +573,7 @@ impl NodeState {
             R::UpdateSemaphore(u) => self.update(stream, u, &mut out),
             R::DeleteSemaphore(d) => self.delete(stream, d, &mut out),
             R::SessionStop(_) => {
-                self.delete_session(sid, &mut out);
+                self.delete_session(sid, SessionEnd::Stopped, &mut out);
                 send(
                     &mut out,
                     stream,
@@ -566,6 +613,7 @@ impl NodeState {
         if let Some(deadline) = deadline {
             self.timers.insert((deadline, TimerKey::SessionExpiry(sid)));
         }
+        self.note(|| Change::Detached { session: sid });
     }
 
     /// The earliest pending timer (detached-session expiry or waiter deadline).
@@ -587,7 +635,7 @@ impl NodeState {
                 TimerKey::SessionExpiry(sid) => {
                     if let Some(session) = self.sessions.get_mut(&sid) {
                         session.expiry = None;
-                        self.expire(sid, &mut out);
+                        self.expire(sid, SessionEnd::Expired, &mut out);
                     }
                 }
                 TimerKey::WaiterTimeout { sem, order_id } => {
@@ -626,6 +674,7 @@ impl NodeState {
         let grace = self.grace_period();
         self.timers.clear();
         self.streams.clear();
+        self.note(|| Change::Restarted);
         let mut ids: Vec<SessionId> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
         for sid in ids {
@@ -633,7 +682,8 @@ impl NodeState {
             let Some(session) = self.sessions.get_mut(&sid) else {
                 continue;
             };
-            if let Some(stream) = session.stream.take() {
+            let detached = session.stream.take();
+            if let Some(stream) = detached {
                 fail_and_close(&mut out, stream, StatusCode::Unavailable, "Link failure");
             }
             session.last_seq_no = 0;
@@ -642,6 +692,9 @@ impl NodeState {
                 .and_then(|t| deadline_after(t, session.timeout_millis));
             if let Some(deadline) = session.expiry {
                 self.timers.insert((deadline, TimerKey::SessionExpiry(sid)));
+            }
+            if detached.is_some() {
+                self.note(|| Change::Detached { session: sid });
             }
         }
         for (&sem_id, sem) in &mut self.semaphores {
@@ -673,12 +726,12 @@ impl NodeState {
         if !self.sessions.contains_key(&session_id) {
             return (false, out);
         }
-        self.expire(session_id, &mut out);
+        self.expire(session_id, SessionEnd::Forced, &mut out);
         (true, out)
     }
 
-    fn expire(&mut self, sid: SessionId, out: &mut Vec<Effect>) {
-        if let Some(stream) = self.delete_session(sid, out) {
+    fn expire(&mut self, sid: SessionId, why: SessionEnd, out: &mut Vec<Effect>) {
+        if let Some(stream) = self.delete_session(sid, why, out) {
             fail_and_close(
                 out,
                 stream,
@@ -730,8 +783,17 @@ impl NodeState {
     /// Deletes a session (TDB `DoDeleteSession`): associations first (so its own requests get
     /// nothing), then owned semaphores one by one, then waiter entries. Returns the stream the
     /// session was bound to; the caller decides what that stream hears.
-    fn delete_session(&mut self, sid: SessionId, out: &mut Vec<Effect>) -> Option<StreamId> {
+    fn delete_session(
+        &mut self,
+        sid: SessionId,
+        why: SessionEnd,
+        out: &mut Vec<Effect>,
+    ) -> Option<StreamId> {
         self.clear_associations(sid);
+        if !self.sessions.contains_key(&sid) {
+            return None;
+        }
+        self.note(|| Change::SessionEnded { session: sid, why });
         let session = self.sessions.get_mut(&sid)?;
         let stream = session.stream.take();
         let expiry = session.expiry.take();
@@ -750,7 +812,7 @@ impl NodeState {
                 .get(&sem_id)
                 .is_some_and(|sem| sem.owners.contains_key(&order_id));
             if owns {
-                self.remove_owner(sem_id, order_id, out);
+                self.remove_owner(sem_id, order_id, OwnerEnd::SessionEnded, out);
             } else {
                 waiting.push((sem_id, order_id));
             }
@@ -764,13 +826,27 @@ impl NodeState {
 
     /// Removes an owner (TDB `DoDeleteSessionSemaphore` for owners): an ephemeral semaphore
     /// left empty is deleted, otherwise the queue is processed with "owners changed".
-    fn remove_owner(&mut self, sem_id: SemId, order_id: OrderId, out: &mut Vec<Effect>) {
+    fn remove_owner(
+        &mut self,
+        sem_id: SemId,
+        order_id: OrderId,
+        why: OwnerEnd,
+        out: &mut Vec<Effect>,
+    ) {
         let Some(sem) = self.semaphores.get_mut(&sem_id) else {
             return;
         };
         let Some(owner) = sem.owners.remove(&order_id) else {
             return;
         };
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Released {
+                semaphore: sem.name.clone(),
+                session: owner.session,
+                order_id,
+                why,
+            });
+        }
         sem.count = sem.count.saturating_sub(owner.count);
         let delete = sem.ephemeral && sem.is_empty();
         if let Some(session) = self.sessions.get_mut(&owner.session) {
@@ -829,6 +905,15 @@ impl NodeState {
                 break;
             };
             sem.count = sem.count.saturating_add(waiter.count);
+            if let Some(journal) = &mut self.journal {
+                journal.push(Change::Granted {
+                    semaphore: sem.name.clone(),
+                    session: waiter.session,
+                    order_id,
+                    count: waiter.count,
+                    limit: sem.limit,
+                });
+            }
             sem.owners.insert(
                 order_id,
                 Owner {
@@ -901,7 +986,15 @@ impl NodeState {
         let owners = std::mem::take(&mut sem.owners);
         let waiters = std::mem::take(&mut sem.waiters);
         sem.count = 0;
-        for owner in owners.values() {
+        for (&order_id, owner) in &owners {
+            if let Some(journal) = &mut self.journal {
+                journal.push(Change::Released {
+                    semaphore: sem.name.clone(),
+                    session: owner.session,
+                    order_id,
+                    why: OwnerEnd::Deleted,
+                });
+            }
             if let Some(session) = self.sessions.get_mut(&owner.session) {
                 session.links.remove(&sem_id);
             }
@@ -1198,7 +1291,7 @@ impl NodeState {
         match found {
             Some((sem_id, order_id, true)) => {
                 send(out, stream, release_result(r.req_id, Outcome::OK, true));
-                self.remove_owner(sem_id, order_id, out);
+                self.remove_owner(sem_id, order_id, OwnerEnd::Released, out);
             }
             Some((sem_id, order_id, false)) => {
                 if let Some(old_req) = self

@@ -1886,3 +1886,107 @@ fn ten_thousand_semaphores_and_waiters_stay_fast() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The journal of changes (`crate::observe`)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn nothing_is_noted_unless_recording() {
+    let mut h = Harness::new();
+    let s1 = h.open(1, MINUTE);
+    h.create(1, "lock", 1);
+    h.req(1, acquire(1, "lock", 1, 0));
+    h.req(1, stop());
+    assert!(h.node.take_changes().is_empty());
+    let _ = s1;
+}
+
+#[test]
+fn the_journal_tells_every_grant_release_and_end_in_order() {
+    use crate::observe::{Change as C, OwnerEnd, SessionEnd};
+    let granted = |session: u64, order_id: u64| C::Granted {
+        semaphore: "lock".into(),
+        session,
+        order_id,
+        count: 1,
+        limit: 1,
+    };
+    let released = |session: u64, order_id: u64, why| C::Released {
+        semaphore: "lock".into(),
+        session,
+        order_id,
+        why,
+    };
+    let mut h = Harness::new();
+    h.node.record_changes();
+    let s1 = h.open(1, 1_000);
+    let s2 = h.open(2, 1_000);
+    h.create(1, "lock", 1);
+    h.req(1, acquire(1, "lock", 1, 0));
+    h.req(2, acquire(2, "lock", 1, MINUTE));
+    assert_eq!(
+        h.node.take_changes(),
+        vec![
+            C::SessionStarted {
+                session: s1,
+                description: "test".into()
+            },
+            C::Attached { session: s1 },
+            C::SessionStarted {
+                session: s2,
+                description: "test".into()
+            },
+            C::Attached { session: s2 },
+            granted(s1, 1),
+        ]
+    );
+    // The owner's stream ends; a second later its session expires and the waiter is granted.
+    h.detach(1);
+    h.at(1_000);
+    assert_eq!(
+        h.node.take_changes(),
+        vec![
+            C::Detached { session: s1 },
+            C::SessionEnded {
+                session: s1,
+                why: SessionEnd::Expired
+            },
+            released(s1, 1, OwnerEnd::SessionEnded),
+            granted(s2, 2),
+        ]
+    );
+    // A release, a forced delete under an owner, a forced expiry and a restart.
+    h.req(2, release(3, "lock"));
+    h.req(2, acquire(4, "lock", 1, 0));
+    h.req(2, delete(5, "lock", true));
+    let (found, _) = h.node.expire_session(h.now, s2);
+    assert!(found);
+    h.open(3, 1_000);
+    h.node.restart(h.now);
+    let changes = h.node.take_changes();
+    assert_eq!(
+        changes[..6],
+        [
+            released(s2, 2, OwnerEnd::Released),
+            granted(s2, 3),
+            released(s2, 3, OwnerEnd::Deleted),
+            C::SessionEnded {
+                session: s2,
+                why: SessionEnd::Forced
+            },
+            C::SessionStarted {
+                session: 3,
+                description: "test".into()
+            },
+            C::Attached { session: 3 },
+        ]
+    );
+    assert_eq!(changes[6..], [C::Restarted, C::Detached { session: 3 }]);
+    h.node.restart(h.now);
+    assert_eq!(
+        h.node.take_changes(),
+        vec![C::Restarted],
+        "nobody was attached"
+    );
+}

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::observe::Observer;
 use super::quoter::{AcquireTimeouts, Acquired, Answer, CallId, Quoter, Rejection, Units};
 use super::state::{Effect, NodeState, StreamId};
 use crate::proto::{NodeConfigProto, SessionResponse, StatusCode, session_request};
@@ -165,6 +166,19 @@ impl Counters {
 pub(crate) struct Node {
     traffic: Arc<Counters>,
     tablet: Mutex<NodeInner>,
+    /// The node's path, as the observer is told.
+    path: String,
+    observer: Option<SharedObserver>,
+}
+
+/// The observer of every node, if any (see [`crate::observe`]).
+#[derive(Clone)]
+pub(crate) struct SharedObserver(pub(crate) Arc<dyn Observer>);
+
+impl std::fmt::Debug for SharedObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 #[derive(Debug)]
@@ -183,6 +197,8 @@ impl Node {
         Tablet {
             inner: self.tablet.lock().unwrap_or_else(PoisonError::into_inner),
             traffic: &self.traffic,
+            path: &self.path,
+            observer: self.observer.as_ref(),
         }
     }
 
@@ -197,6 +213,8 @@ impl Node {
 pub(crate) struct Tablet<'a> {
     inner: MutexGuard<'a, NodeInner>,
     traffic: &'a Counters,
+    path: &'a str,
+    observer: Option<&'a SharedObserver>,
 }
 
 impl Deref for Tablet<'_> {
@@ -250,8 +268,15 @@ impl Tablet<'_> {
         self.request(now, stream, req)
     }
 
-    /// Carries out effects: messages are queued on their streams, closes end them.
+    /// Carries out effects: messages are queued on their streams, closes end them. The
+    /// observer, if any, first hears the changes that led to them, so that nobody learns of a
+    /// change before it is observed.
     pub(crate) fn apply(&mut self, effects: Vec<Effect>) {
+        if let Some(observer) = self.observer {
+            for change in self.inner.state.take_changes() {
+                observer.0.observe(self.path, &change);
+            }
+        }
         for effect in effects {
             match effect {
                 Effect::Send(stream, msg) => {
@@ -346,6 +371,8 @@ impl Quoters {
 pub(crate) struct World {
     /// The registry: every node by path. Held only to find, add or remove a node.
     nodes: RwLock<BTreeMap<String, Arc<Node>>>,
+    /// Told every change of every node, when set (before any node is created).
+    observer: Option<SharedObserver>,
     next_stream: AtomicU64,
     traffic: Arc<Counters>,
     /// The rate limiters, by node path.
@@ -353,6 +380,14 @@ pub(crate) struct World {
 }
 
 impl World {
+    /// A world whose nodes tell `observer` every change they make.
+    pub(crate) fn observed(observer: Option<SharedObserver>) -> Self {
+        Self {
+            observer,
+            ..Self::default()
+        }
+    }
+
     /// A fresh id for a new stream.
     pub(crate) fn open_stream(&self) -> StreamId {
         self.next_stream.fetch_add(1, Ordering::Relaxed) + 1
@@ -451,13 +486,19 @@ impl World {
         self.quoters()
             .by_node
             .insert(path.clone(), Quoter::default());
+        let mut state = NodeState::new(config);
+        if self.observer.is_some() {
+            state.record_changes();
+        }
         let node = Node {
             traffic: self.traffic.clone(),
             tablet: Mutex::new(NodeInner {
-                state: NodeState::new(config),
+                state,
                 streams: HashMap::new(),
                 dropped: false,
             }),
+            path: path.clone(),
+            observer: self.observer.clone(),
         };
         nodes.insert(path, Arc::new(node));
         drop(nodes);

@@ -1,8 +1,10 @@
 //! The controller: runs the server (the emulator, or a real YDB given by
-//! `YDB_CONNECTION_STRING`), the register, a fault proxy and a process per worker; injects
-//! the seeded faults one at a time and reshards the lock space meanwhile; at the end checks
+//! `YDB_CONNECTION_STRING`) and records its own history of it, the register, a link per
+//! worker and server node and a process per worker; injects the seeded faults one at a time
+//! and reshards the lock space meanwhile, with a partition at each step; at the end checks
 //! that nothing was left on the server, runs the checker and prints the summary.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -17,15 +19,17 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
 use tokio::time::sleep;
-use ydb_coordination::emulator::{Emulator, FaultProxy};
+use ydb_coordination::emulator::Emulator;
+use ydb_coordination::emulator::observe::{Change as NodeChange, OwnerEnd, SessionEnd};
 use ydb_coordination::space::{Layout, SpaceDirectory};
 use ydb_coordination::{
     Client, ErrorKind, SessionManager, SessionOptions, auth::Credentials, config::DescribeOptions,
     config::NodeConfig,
 };
 
-use crate::check::{self, CHECKS, Params, Report};
+use crate::check::{self, CHECKS, Check, Params, Report};
 use crate::history::{self, Kind, Phase, Recorder, What, now};
+use crate::link::{Dir, Link};
 use crate::register;
 use crate::worker::{COUNTER, LEADER, MUTEX_NAMES, POOL, SPACE_NAMES, register_name};
 
@@ -38,6 +42,9 @@ const SPACE: &str = "soak";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The description of every session the emulator started, by (node path, session id).
+type Owners = Arc<std::sync::Mutex<std::collections::HashMap<(String, u64), String>>>;
+
 /// A deliberately broken mode, to show that the checker catches what it is there for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Bite {
@@ -45,7 +52,19 @@ pub(crate) enum Bite {
     KeepWriting,
     /// The operator publishes the new layout at once, without the transition step.
     SkipTransition,
+    /// Every worker's clock runs at [`SLOW_CLOCK`] of the machine's, beyond the documented
+    /// assumption (a client clock at most 10% slow): tokens fire after the server expired
+    /// the session.
+    SlowClock,
 }
+
+/// The rate of the one worker whose clock runs at another rate, within the documented
+/// assumption (the margin, a tenth of the session timeout, absorbs up to 10%).
+const CLOCK_RATE: f64 = 0.95;
+/// The rate of every worker's clock in the slow-clock bite, beyond the assumption.
+const SLOW_CLOCK: f64 = 0.75;
+/// Where Debian's libfaketime is; the clock-rate worker needs it.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// The run's command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -72,6 +91,10 @@ pub(crate) struct RunArgs {
     /// Keep the histories after a passing run too (they are always kept after a failure).
     #[arg(long)]
     pub(crate) keep: bool,
+    /// A check to leave out of the verdict (its violations are still listed), for a known
+    /// open defect; repeated for more.
+    #[arg(long, value_parser = check::parse_check)]
+    pub(crate) ignore: Vec<Check>,
 }
 
 /// The command line of `check`.
@@ -82,6 +105,9 @@ pub(crate) struct CheckArgs {
     /// The session timeout the run had.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub(crate) session_timeout: Duration,
+    /// A check to leave out of the verdict, as the run's `--ignore`.
+    #[arg(long, value_parser = check::parse_check)]
+    pub(crate) ignore: Vec<Check>,
 }
 
 /// Checks kept histories again; the exit code is as a run's.
@@ -93,19 +119,23 @@ pub(crate) fn recheck(args: &CheckArgs) -> u8 {
             return 2;
         }
     };
-    let report = check::check(
-        &events,
-        Params {
-            liveness_window: nanos(args.session_timeout * 2),
-        },
-    );
+    let params = Params {
+        ignored: args.ignore.clone(),
+        ..Params::new(args.session_timeout)
+    };
+    let report = check::check(&events, params);
     println!(
         "{} events ({unreadable} lines damaged), {} operations",
         events.len(),
         report.operations
     );
     for check in CHECKS {
-        println!("  {check}: {}", report.count(check));
+        let ignored = if report.ignored.contains(&check) {
+            " (ignored)"
+        } else {
+            ""
+        };
+        println!("  {check}: {}{ignored}", report.count(check));
     }
     for v in &report.violations {
         println!("  [{}] {}", v.check, v.message);
@@ -155,6 +185,16 @@ enum Fault {
     Kill,
     /// The worker's connections break and new ones are dropped for a while.
     Blackhole,
+    /// One of the worker's links (to the directory, or to one node) breaks and drops new
+    /// connections for a while; the others work.
+    LinkBlackhole,
+    /// A worker in the middle of a long hold of a lock node's lock loses every link for
+    /// longer than the session timeout while it runs: the server expires its session and
+    /// grants the lock to the next waiter, and only the lease's deadline has stopped the
+    /// holder first.
+    HolderCut,
+    /// One direction of one of the worker's links, or of all of them, stops for a while.
+    OneWay,
     /// The worker's traffic stops without any connection closing.
     Stall,
     /// The worker's connections break once.
@@ -168,11 +208,14 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 9] = [
+    const ALL: [Fault; 12] = [
         Fault::PauseShort,
         Fault::PauseLong,
         Fault::Kill,
         Fault::Blackhole,
+        Fault::LinkBlackhole,
+        Fault::HolderCut,
+        Fault::OneWay,
         Fault::Stall,
         Fault::Reset,
         Fault::Delay,
@@ -186,6 +229,9 @@ impl Fault {
             Fault::PauseLong => "sigstop-long",
             Fault::Kill => "sigkill",
             Fault::Blackhole => "proxy-blackhole",
+            Fault::LinkBlackhole => "link-blackhole",
+            Fault::HolderCut => "holder-cut",
+            Fault::OneWay => "one-way",
             Fault::Stall => "proxy-stall",
             Fault::Reset => "proxy-reset",
             Fault::Delay => "proxy-delay",
@@ -225,7 +271,7 @@ impl Nodes {
     }
 }
 
-/// One worker place (its proxy is `Run::proxies[index]`) and the process running there now.
+/// One worker place (its links are `Run::links[index]`) and the process running there now.
 struct Slot {
     index: usize,
     incarnation: u32,
@@ -261,8 +307,18 @@ struct Run {
     register: register::Shared,
     register_addr: SocketAddr,
     until: u64,
-    /// Each worker's proxy, by slot.
-    proxies: Vec<FaultProxy>,
+    /// Each worker's links, by slot: one per node it uses (`locks`, `n1`..`n4`) and one to
+    /// the directory, by the node's last path segment.
+    links: Vec<BTreeMap<String, Link>>,
+    /// The slot whose worker's clock runs at [`CLOCK_RATE`] (none without libfaketime).
+    clock_slot: Option<usize>,
+    /// The longest hold of this run (several session timeouts, from the seed).
+    max_hold: Duration,
+    /// When the quiet tail begins: no fault from then on (the liveness check needs it).
+    quiet_from: u64,
+    /// Whose each session is, by (node path, session id): its description, the worker's
+    /// process name (empty for the controller's), as the server was told.
+    owners: Owners,
     /// Held while a fault is in place, so that faults (the operator's partition too) come
     /// one at a time.
     fault_lock: tokio::sync::Mutex<()>,
@@ -326,9 +382,26 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         .ok()
         .filter(|s| !s.is_empty());
     let emulated = Nodes::under("/local/soak");
+    let server_rec = Arc::new(Recorder::create(&dir.join("server.jsonl"), "server")?);
+    let owners: Owners = Arc::default();
     let (emulator, connection) = match &external {
         None => {
-            let mut builder = Emulator::builder().database("/local");
+            let (log, known) = (server_rec.clone(), owners.clone());
+            let mut builder = Emulator::builder().database("/local").observer(
+                move |node: &str, change: &NodeChange| {
+                    if let NodeChange::SessionStarted {
+                        session,
+                        description,
+                    } = change
+                    {
+                        known
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .insert((node.to_string(), *session), description.clone());
+                    }
+                    server_event(&log, node, change);
+                },
+            );
             for node in emulated.all() {
                 builder = builder.node(node);
             }
@@ -375,10 +448,20 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
             .detail(first.to_string()),
     );
 
-    let mut proxies = Vec::new();
+    let mut links = Vec::new();
     for _ in 0..args.workers {
-        proxies.push(FaultProxy::start(upstream).await?);
+        let mut mine = BTreeMap::new();
+        for node in nodes.all() {
+            mine.insert(
+                crate::worker::last_segment(node),
+                Link::start(upstream).await?,
+            );
+        }
+        links.push(mine);
     }
+    let mut draw = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let max_hold = args.session_timeout * draw.random_range(1..=4);
+    let clock_slot = faketime_ready(&args).then(|| draw.random_range(0..args.workers));
     let start = now();
     let until = start + nanos(args.duration);
     let run = Arc::new(Run {
@@ -394,7 +477,11 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         register,
         register_addr,
         until,
-        proxies,
+        links,
+        clock_slot,
+        max_hold,
+        quiet_from: until.saturating_sub(nanos(args.session_timeout * 2 + Duration::from_secs(3))),
+        owners,
         fault_lock: tokio::sync::Mutex::new(()),
         args,
     });
@@ -419,12 +506,14 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
     // The workers stop by themselves at `until`; give them their closing time.
     let closing = run.args.session_timeout * 3 + Duration::from_secs(5);
     wait_for_exit(&run, &mut slots, closing).await;
-    directory.shutdown().await;
+    // Every closing is bounded: a broken library must not keep the verdict from coming.
+    let closing_bound = run.args.session_timeout * 3;
+    let _ = tokio::time::timeout(closing_bound, directory.shutdown()).await;
     // A killed worker's sessions end on the server one session timeout after their last
     // contact: only then must nothing be left.
     sleep(run.args.session_timeout + Duration::from_millis(1500)).await;
     let leftovers = describe_leftovers(&run, &admin).await;
-    admin.shutdown().await;
+    let _ = tokio::time::timeout(closing_bound, admin.shutdown()).await;
     if run.external.is_some() {
         for node in run.nodes.all() {
             let _ = run.client.drop_node(node).await;
@@ -433,7 +522,8 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
 
     let (events, unreadable) = history::load(&dir)?;
     let params = Params {
-        liveness_window: nanos(run.args.session_timeout * 2),
+        ignored: run.args.ignore.clone(),
+        ..Params::new(run.args.session_timeout)
     };
     let report = check::check(&events, params);
     print_summary(
@@ -460,6 +550,89 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         emulator.shutdown().await;
     }
     Ok(verdict)
+}
+
+/// The server's history: one line per change of a node, stamped on the machine's clock as
+/// the node makes it (under its lock, before any message it causes leaves).
+fn server_event(rec: &Recorder, node: &str, change: &NodeChange) {
+    let node = crate::worker::last_segment(node);
+    let event = |kind, session: u64| {
+        rec.event(rec.op(), kind, Phase::Info)
+            .node(&node)
+            .session(session)
+    };
+    let event = match change {
+        NodeChange::SessionStarted {
+            session,
+            description,
+        } => event(Kind::ServerSession, *session).detail(description.as_str()),
+        NodeChange::Attached { session } => event(Kind::Attach, *session),
+        NodeChange::Detached { session } => event(Kind::Detach, *session),
+        NodeChange::SessionEnded { session, why } => {
+            event(Kind::SessionEnd, *session).detail(match why {
+                SessionEnd::Stopped => "stopped",
+                SessionEnd::Expired => "expired",
+                SessionEnd::Forced => "forced",
+                _ => "other",
+            })
+        }
+        NodeChange::Granted {
+            semaphore,
+            session,
+            order_id,
+            count,
+            limit,
+        } => event(Kind::Grant, *session)
+            .name(semaphore)
+            .value(*order_id)
+            .token([*limit, *order_id, *count]),
+        NodeChange::Released {
+            semaphore,
+            session,
+            order_id,
+            why,
+        } => event(Kind::Revoke, *session)
+            .name(semaphore)
+            .value(*order_id)
+            .detail(match why {
+                OwnerEnd::Released => "released",
+                OwnerEnd::SessionEnded => "session-ended",
+                OwnerEnd::Deleted => "deleted",
+                _ => "other",
+            }),
+        NodeChange::Restarted => rec.event(rec.op(), Kind::Restart, Phase::Info).node(&node),
+        _ => return,
+    };
+    rec.record(&event);
+}
+
+/// Whether a worker's clock can be made to run at another rate: libfaketime is installed
+/// (`apt-get install libfaketime`), and the server is the emulator (a real server's clock is
+/// not ours to compare). Without it in CI the run fails; elsewhere it says what to install.
+fn faketime_ready(args: &RunArgs) -> bool {
+    let installed = std::path::Path::new(LIBFAKETIME).exists();
+    if !installed {
+        let note = "no libfaketime: every worker's clock runs at the machine's rate (apt-get install libfaketime)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            eprintln!("soak: {note}; CI needs it");
+            std::process::exit(2);
+        }
+        eprintln!("soak: {note}");
+    }
+    installed && args.bite != Some(Bite::SlowClock)
+}
+
+/// `LD_PRELOAD` and `FAKETIME` that make a process's clocks run at `rate` from now on.
+/// libfaketime starts its clocks at the given time, for `CLOCK_MONOTONIC` too: that is set
+/// to the machine's monotonic time now, so that the absolute deadlines the process hands
+/// the kernel (a futex's) stay near the real clock.
+fn faketime_env(rate: f64) -> [(&'static str, String); 3] {
+    let secs = now() / 1_000_000_000;
+    [
+        ("LD_PRELOAD", LIBFAKETIME.to_string()),
+        ("FAKETIME_FMT", "%s".to_string()),
+        ("FAKETIME", format!("@{secs} x{rate}")),
+    ]
 }
 
 /// How a run ended.
@@ -508,19 +681,6 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         .arg(&process)
         .arg("--history")
         .arg(run.dir.join(format!("{process}.jsonl")))
-        .arg("--connection")
-        .arg(
-            run.proxies[slot.index]
-                .connection_string(&run.database)
-                .replace(
-                    "grpc://",
-                    if run.tls_domain.is_some() {
-                        "grpcs://"
-                    } else {
-                        "grpc://"
-                    },
-                ),
-        )
         .arg("--register")
         .arg(run.register_addr.to_string())
         .arg("--lock-node")
@@ -541,13 +701,36 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
     for (name, path) in &run.nodes.space {
         cmd.arg("--space-node").arg(format!("{name}={path}"));
     }
+    for (node, link) in &run.links[slot.index] {
+        let scheme = if run.tls_domain.is_some() {
+            "grpcs://"
+        } else {
+            "grpc://"
+        };
+        let connection = link
+            .connection_string(&run.database)
+            .replace("grpc://", scheme);
+        cmd.arg("--link").arg(format!("{node}={connection}"));
+    }
+    cmd.arg("--max-hold-ms")
+        .arg(run.max_hold.as_millis().to_string());
+    let rate = match run.args.bite {
+        Some(Bite::SlowClock) => Some(SLOW_CLOCK),
+        _ => (run.clock_slot == Some(slot.index)).then_some(CLOCK_RATE),
+    };
+    if let Some(rate) = rate {
+        cmd.envs(faketime_env(rate));
+    }
     if let Some(domain) = &run.tls_domain {
         cmd.arg("--tls-domain").arg(domain);
     }
     if run.args.bite == Some(Bite::KeepWriting) {
         cmd.arg("--keep-writing");
     }
-    if run.args.bite.is_some() {
+    if matches!(
+        run.args.bite,
+        Some(Bite::KeepWriting | Bite::SkipTransition)
+    ) {
         cmd.arg("--long-holds");
     }
     let child = cmd
@@ -555,11 +738,12 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()?;
+    let clock = rate.map_or(String::new(), |r| format!(", clock rate {r}"));
     run.rec.record(
         &run.rec
             .event(run.rec.op(), Kind::Start, Phase::Info)
             .target(&process)
-            .detail(format!("pid {}", child.id())),
+            .detail(format!("pid {}{clock}", child.id())),
     );
     slot.child = Some(child);
     slot.gone = false;
@@ -608,6 +792,23 @@ fn victim(run: &Run, slots: &[Slot], fault: Fault, rng: &mut StdRng) -> usize {
         .map(Slot::process)
         .collect();
     let fenced = |what, _: &str| matches!(what, What::Mutex | What::Election | What::Space);
+    if fault == Fault::HolderCut {
+        let on_node = |what, _: &str| matches!(what, What::Mutex | What::Election);
+        if let Some(holder) = long_holder(run, Some(&alive), on_node)
+            .or_else(|| newest_holder(&run.dir, Some(&alive), on_node))
+            && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+        {
+            return slot.index;
+        }
+    }
+    // Most faults go to a holder in the middle of a long hold: one that spans the session
+    // timeout, so that the fault can cost it its lease while it works.
+    if rng.random_bool(0.7)
+        && let Some(holder) = long_holder(run, Some(&alive), fenced)
+        && let Some(slot) = slots.iter().find(|s| s.process() == holder)
+    {
+        return slot.index;
+    }
     if let Some(holder) = newest_holder(&run.dir, Some(&alive), fenced)
         && let Some(slot) = slots.iter().find(|s| s.process() == holder)
     {
@@ -644,7 +845,6 @@ fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
 /// every worker to make progress). Returns the number of faults.
 async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) -> usize {
     let mut rng = StdRng::seed_from_u64(run.seed);
-    let timeout = run.args.session_timeout;
     let kinds: Vec<Fault> = Fault::ALL
         .into_iter()
         .filter(|f| run.emulator.is_some() || !f.server_side())
@@ -655,16 +855,21 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     // The victims depend on what the workers do; their own generator keeps the schedule of
     // kinds and durations the same for a seed.
     let mut picks = StdRng::seed_from_u64(run.seed.rotate_left(17));
-    let tail = nanos(timeout * 2 + Duration::from_secs(3));
-    let faults_until = run.until.saturating_sub(tail);
+    let faults_until = run.quiet_from;
     // The workers' start: give them a moment to open their spaces.
     sleep(Duration::from_secs(2)).await;
     let mut n = 0;
     while now() < faults_until {
+        // The holder cut is drawn three times as often as the others: it is the fault the
+        // lease deadline exists for.
         let fault = if n < first.len() {
             first[n]
         } else {
-            kinds[rng.random_range(0..kinds.len())]
+            let weighted = kinds.len() + 2;
+            kinds
+                .get(rng.random_range(0..weighted))
+                .copied()
+                .unwrap_or(Fault::HolderCut)
         };
         let at = victim(run, slots, fault, &mut picks);
         let op = run.rec.op();
@@ -679,12 +884,14 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
         run.rec.record(&begin);
         // The controller's own session is no worker's: the expiry fault spares it.
         let own = admin.try_current().map(|s| s.id());
-        let note = inject(run, &mut slots[at], fault, own, &mut rng).await;
+        let mut links = "all".to_string();
+        let note = inject(run, &mut slots[at], fault, own, &mut rng, &mut links).await;
         run.rec.record(
             &run.rec
                 .event(op, Kind::Fault, Phase::Ok)
                 .detail(fault.name())
-                .name(&note),
+                .name(&note)
+                .node(&links),
         );
         n += 1;
         health(run, slots, admin).await;
@@ -699,16 +906,19 @@ async fn inject_faults(run: &Run, slots: &mut [Slot], admin: &SessionManager) ->
     n
 }
 
-/// Injects one fault and heals it; returns a note for the history.
+/// Injects one fault and heals it; returns a note for the history, and sets `touched` to
+/// the links it acted on when not all of the worker's (`directory`, `n2`, ...).
 async fn inject(
     run: &Run,
     slot: &mut Slot,
     fault: Fault,
     own: Option<u64>,
     rng: &mut StdRng,
+    touched: &mut String,
 ) -> String {
     let timeout = run.args.session_timeout;
-    let net = run.proxies[slot.index].net();
+    let links = &run.links[slot.index];
+    let all = || links.values();
     match fault {
         Fault::PauseShort | Fault::PauseLong => {
             let long = fault == Fault::PauseLong;
@@ -723,7 +933,7 @@ async fn inject(
             // a keepalive would): the connections break, the session's timeout runs, and
             // another holder is granted while this one sleeps.
             if long {
-                net.cut();
+                all().for_each(Link::cut);
             }
             sleep(pause).await;
             signal(run, slot, Signal::SIGCONT, Kind::Cont);
@@ -753,10 +963,71 @@ async fn inject(
                 Duration::from_secs(1),
                 timeout + Duration::from_secs(1),
             );
-            net.refuse_for(d);
-            net.cut();
+            for link in all() {
+                link.refuse_for(d);
+                link.cut();
+            }
             sleep(d).await;
             format!("for {d:?}")
+        }
+        Fault::HolderCut => {
+            let d = timeout + between(rng, Duration::from_millis(500), Duration::from_secs(2));
+            for link in all() {
+                link.refuse_for(d);
+                link.cut();
+            }
+            sleep(d).await;
+            format!("for {d:?}")
+        }
+        Fault::LinkBlackhole => {
+            // The directory half the time: the membership then lapses while every node is
+            // still reached, the case the lock space's gate is for.
+            let node = if rng.random_bool(0.5) {
+                "directory".to_string()
+            } else {
+                let nodes: Vec<&String> = links.keys().filter(|n| *n != "directory").collect();
+                nodes[rng.random_range(0..nodes.len())].clone()
+            };
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(3),
+            );
+            if let Some(link) = links.get(&node) {
+                link.refuse_for(d);
+                link.cut();
+            }
+            touched.clone_from(&node);
+            sleep(d).await;
+            format!("{node} for {d:?}")
+        }
+        Fault::OneWay => {
+            let dir = if rng.random_bool(0.5) {
+                Dir::Up
+            } else {
+                Dir::Down
+            };
+            let one: Option<String> = rng.random_bool(0.5).then(|| {
+                let nodes: Vec<&String> = links.keys().collect();
+                nodes[rng.random_range(0..nodes.len())].clone()
+            });
+            let d = between(
+                rng,
+                Duration::from_secs(1),
+                timeout + Duration::from_secs(2),
+            );
+            let chosen: Vec<&Link> = match &one {
+                Some(node) => links.get(node).into_iter().collect(),
+                None => all().collect(),
+            };
+            chosen.iter().for_each(|l| l.stall(dir));
+            if let Some(node) = &one {
+                touched.clone_from(node);
+            }
+            sleep(d).await;
+            chosen.iter().for_each(|l| l.heal());
+            let which = one.as_deref().unwrap_or("every link");
+            format!("{} on {which} for {d:?}", dir.name())
         }
         Fault::Stall => {
             let d = between(
@@ -764,21 +1035,21 @@ async fn inject(
                 Duration::from_secs(1),
                 timeout + Duration::from_secs(2),
             );
-            net.stall();
+            all().for_each(|l| l.stall(Dir::Both));
             sleep(d).await;
-            net.resume();
+            all().for_each(Link::heal);
             format!("for {d:?}")
         }
         Fault::Reset => {
-            net.cut();
+            all().for_each(Link::cut);
             "once".to_string()
         }
         Fault::Delay => {
             let delay = between(rng, Duration::from_millis(50), Duration::from_millis(400));
             let d = between(rng, Duration::from_secs(1), Duration::from_secs(3));
-            net.delay(delay);
+            all().for_each(|l| l.delay(Dir::Both, delay));
             sleep(d).await;
-            net.delay(Duration::ZERO);
+            all().for_each(Link::heal);
             format!("{delay:?} for {d:?}")
         }
         Fault::TabletRestart => {
@@ -791,13 +1062,28 @@ async fn inject(
             let Some(e) = &run.emulator else {
                 return "no emulator".to_string();
             };
-            // A session of the lock node or of a space node, at random.
-            let nodes: Vec<&str> = std::iter::once(run.nodes.lock.as_str())
+            // A session of the lock node, of a space node or of the directory (a member's:
+            // its membership ends), at random.
+            let nodes: Vec<&str> = [run.nodes.lock.as_str(), run.nodes.directory.as_str()]
+                .into_iter()
                 .chain(run.nodes.space.iter().map(|(_, p)| p.as_str()))
                 .collect();
             let node = nodes[rng.random_range(0..nodes.len())];
             let mut ids = e.session_ids(node);
-            ids.retain(|id| Some(*id) != own);
+            {
+                let owners = run
+                    .owners
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // A worker's session: the controller's own (the operator's on the
+                // directory, the describer's on the lock node) are spared.
+                ids.retain(|id| {
+                    Some(*id) != own
+                        && owners
+                            .get(&(node.to_string(), *id))
+                            .is_some_and(|d| d.starts_with('w'))
+                });
+            }
             if ids.is_empty() {
                 return format!("no session on {node}");
             }
@@ -865,19 +1151,42 @@ async fn health(run: &Run, slots: &mut [Slot], admin: &SessionManager) {
     }
 }
 
-/// Reshards the lock space twice while the workers run: adds `n4` at a quarter of the run,
-/// removes `n1` past the half. Returns the steps published.
+/// Reshards the lock space four times while the workers run: adds `n4` at a fifth of the
+/// run, removes `n1` at two fifths, adds it back at three fifths and removes `n4` at three
+/// quarters (each in two steps). Returns the steps published.
 async fn operator(run: Arc<Run>, directory: SpaceDirectory, options: SessionOptions) -> usize {
     let duration = nanos(run.args.duration);
     let start = run.until - duration;
+    // A partition at every step: the directory alone at least twice, the others in a
+    // seeded order.
+    let mut cuts = [
+        Cut::Directory,
+        Cut::Stall,
+        Cut::Node,
+        Cut::Directory,
+        Cut::Stall,
+        Cut::Node,
+        Cut::Directory,
+        Cut::Node,
+    ];
+    cuts.shuffle(&mut StdRng::seed_from_u64(run.seed.rotate_left(29)));
+    let changes = [
+        (20, Change::Add("n4")),
+        (40, Change::Remove("n1")),
+        (60, Change::Add("n1")),
+        (75, Change::Remove("n4")),
+    ];
     let mut steps = 0;
-    for (at, change) in [(25, Change::Add("n4")), (55, Change::Remove("n1"))] {
+    for (i, (at, change)) in changes.into_iter().enumerate() {
         let when = start + duration / 100 * at;
         sleep(nanos_to(when.saturating_sub(now()))).await;
+        if now() >= run.quiet_from {
+            break;
+        }
         steps += if run.args.bite == Some(Bite::SkipTransition) {
             skip_transition(&run, &directory, &options, change).await
         } else {
-            reshard(&run, &directory, change).await
+            reshard(&run, &directory, change, [cuts[2 * i], cuts[2 * i + 1]]).await
         };
     }
     steps
@@ -972,28 +1281,90 @@ fn newest_holder(
         .map(|((process, _), _)| process)
 }
 
+/// Among the `alive` processes, one in the middle of a long hold of a `wanted` lock (a
+/// planned hold of at least a session timeout, begun half a second ago or more and with a
+/// second or more to go), the one whose hold has the longest to go.
+fn long_holder(
+    run: &Run,
+    alive: Option<&[String]>,
+    wanted: impl Fn(What, &str) -> bool,
+) -> Option<String> {
+    let (events, _) = history::load(&run.dir).ok()?;
+    let at = now();
+    let timeout = nanos(run.args.session_timeout);
+    let mut open: std::collections::HashMap<(String, u64), u64> = Default::default();
+    for e in &events {
+        match (e.kind, e.phase, e.what, e.name.as_deref(), e.value) {
+            (Kind::Acquire, Phase::Ok, Some(what), Some(name), Some(hold_ms))
+                if wanted(what, name) && alive.is_none_or(|a| a.contains(&e.process)) =>
+            {
+                let hold = hold_ms.saturating_mul(1_000_000);
+                let middle = e.ts + 500_000_000 <= at && at + 1_000_000_000 <= e.ts + hold;
+                if hold >= timeout && middle {
+                    open.insert((e.process.clone(), e.op), e.ts + hold);
+                }
+            }
+            (Kind::Release, Phase::Invoke, ..) | (Kind::Fired | Kind::Token, ..) => {
+                if let Some(lease) = e.lease {
+                    open.remove(&(e.process.clone(), lease));
+                }
+            }
+            _ => {}
+        }
+    }
+    open.into_iter()
+        .max_by_key(|(_, end)| *end)
+        .map(|((process, _), _)| process)
+}
+
 /// The worker slot of a process name `w{slot}.{incarnation}`.
 fn slot_of(process: &str) -> Option<usize> {
     process.strip_prefix('w')?.split('.').next()?.parse().ok()
 }
 
-/// A reshard's first step, published while the last writer of a moving name (most likely
-/// its holder) is cut off by a stall of its proxy: the holder keeps its lock on the old node
-/// and sees no new layout until the stall ends or its lease expires, the case the two-step
-/// reshard is made for. The stall is a fault like the others, one at a time with them.
+/// How a reshard step is partitioned from a holder of a moving name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Every link of the holder stalls (connections stay open).
+    Stall,
+    /// The holder's link to the directory alone is blackholed: its membership lapses while
+    /// it still reaches every node.
+    Directory,
+    /// The holder's link to the name's old node alone is blackholed.
+    Node,
+}
+
+impl Cut {
+    fn name(self) -> &'static str {
+        match self {
+            Cut::Stall => "stall-during-reshard",
+            Cut::Directory => "directory-partition-during-reshard",
+            Cut::Node => "node-partition-during-reshard",
+        }
+    }
+}
+
+/// A reshard step, published while a holder of a moving name (its last writer if none
+/// holds one) is cut off by `cut` for a session timeout and more: the holder keeps its
+/// lock on the old node and sees no new layout until the cut ends or its lease expires,
+/// the case the two-step reshard and the membership are made for. With `first_cut` the
+/// step waits for the cut; else it is tried at once and the cut comes when the faults
+/// before it are healed.
 async fn under_partition<T>(
-    run: &Run,
+    run: &Arc<Run>,
     directory: &SpaceDirectory,
     change: Change,
+    cut: Cut,
+    first_cut: bool,
     step: impl Future<Output = T>,
 ) -> T {
     let names = moving_names(directory, change).await;
-    // A moving name is held about half the time: wait a little for a holder.
+    // A moving name is held about half the time: wait a little for a holder, one in the
+    // middle of a long hold if there is one (it holds on through the step).
     let mut holder = None;
     for _ in 0..HOLDER_POLLS {
-        holder = newest_holder(&run.dir, None, |what, name| {
-            what == What::Space && names.contains(&name)
-        });
+        let moving = |what, name: &str| what == What::Space && names.contains(&name);
+        holder = long_holder(run, None, moving).or_else(|| newest_holder(&run.dir, None, moving));
         if holder.is_some() {
             break;
         }
@@ -1011,39 +1382,87 @@ async fn under_partition<T>(
     let Some((writer, slot)) = writer.and_then(|w| slot_of(&w).map(|s| (w, s))) else {
         return step.await;
     };
-    let Some(proxy) = run.proxies.get(slot) else {
+    let Some(links) = run.links.get(slot) else {
         return step.await;
     };
-    let _one_at_a_time = run.fault_lock.lock().await;
-    let op = run.rec.op();
-    let name = "proxy-stall-during-reshard";
-    run.rec.record(
-        &run.rec
-            .event(op, Kind::Fault, Phase::Invoke)
-            .detail(name)
-            .target(&writer),
-    );
-    proxy.net().stall();
-    let started = now();
-    let result = step.await;
-    // Long enough for the holder's lease to lapse.
-    let hold = nanos(run.args.session_timeout + Duration::from_secs(1));
-    sleep(nanos_to((started + hold).saturating_sub(now()))).await;
-    proxy.net().resume();
-    run.rec.record(
-        &run.rec
-            .event(op, Kind::Fault, Phase::Ok)
-            .detail(name)
-            .name(&format!("{change}, holder of {}", names.join(","))),
-    );
-    result
+    // The old node of the first moving name (where its holder holds it now).
+    let old = match directory.layout().await {
+        Ok(layout) => names
+            .first()
+            .and_then(|n| layout.parts(n).first().map(|p| p.node.clone())),
+        Err(_) => None,
+    };
+    let chosen: Vec<String> = links
+        .keys()
+        .filter(|node| match cut {
+            Cut::Stall => true,
+            Cut::Directory => node.as_str() == "directory",
+            Cut::Node => old.as_deref() == Some(node.as_str()),
+        })
+        .cloned()
+        .collect();
+    // The cut is a fault like the others, one at a time with them; it lasts long enough
+    // for the holder's lease (or membership) to lapse, however long the step takes (it
+    // waits for members that lag), and the operator goes on as soon as the step is
+    // published.
+    let (applied, on_applied) = tokio::sync::oneshot::channel();
+    let hold = run.args.session_timeout + Duration::from_secs(1);
+    let run = run.clone();
+    tokio::spawn(async move {
+        let _one_at_a_time = run.fault_lock.lock().await;
+        let Some(links) = run.links.get(slot) else {
+            return;
+        };
+        let op = run.rec.op();
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Fault, Phase::Invoke)
+                .detail(cut.name())
+                .target(&writer),
+        );
+        for link in chosen.iter().filter_map(|n| links.get(n)) {
+            match cut {
+                Cut::Stall => link.stall(Dir::Both),
+                Cut::Directory | Cut::Node => {
+                    link.refuse_for(hold);
+                    link.cut();
+                }
+            }
+        }
+        let _ = applied.send(());
+        sleep(hold).await;
+        chosen
+            .iter()
+            .filter_map(|n| links.get(n))
+            .for_each(Link::heal);
+        run.rec.record(
+            &run.rec
+                .event(op, Kind::Fault, Phase::Ok)
+                .detail(cut.name())
+                .node(&chosen.join("+"))
+                .name(&format!(
+                    "{change}, holder of {} cut from {}",
+                    names.join(","),
+                    chosen.join("+")
+                )),
+        );
+    });
+    if first_cut {
+        let _ = on_applied.await;
+    }
+    step.await
 }
 
-/// The two steps of a reshard, each retried while members still run an older layout; the
-/// first under a partition of a holder.
-async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize {
+/// The two steps of a reshard, each retried while members still run an older layout, each
+/// under a partition of a holder (`cuts`, one per step).
+async fn reshard(
+    run: &Arc<Run>,
+    directory: &SpaceDirectory,
+    change: Change,
+    cuts: [Cut; 2],
+) -> usize {
     let mut steps = 0;
-    for step in ["begin", "finish"] {
+    for (step, cut) in ["begin", "finish"].into_iter().zip(cuts) {
         let op = run.rec.op();
         run.rec.record(
             &run.rec
@@ -1052,7 +1471,9 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize
         );
         // Members paused or cut off hold a step back until they catch up or their
         // membership expires: a few session timeouts.
-        let deadline = now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10));
+        // (never past the workers' end: a step then has no fleet left to wait for).
+        let deadline =
+            (now() + nanos(run.args.session_timeout * 10 + Duration::from_secs(10))).min(run.until);
         let attempts = async {
             loop {
                 let attempt = async {
@@ -1076,10 +1497,37 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize
                 }
             }
         };
-        let result = if step == "begin" {
-            under_partition(run, directory, change, attempts).await
-        } else {
+        // The fleet learns of the last step late: every worker's directory link is slow
+        // while it is published, so that locks are taken in the transition after the next
+        // layout was published (their tokens must follow the new layout's rule). No fault
+        // in the quiet tail of the run.
+        let result = if now() >= run.quiet_from {
             attempts.await
+        } else {
+            // Slow until a while after the step is published (it may wait long for
+            // members that lag), and never into the quiet tail.
+            let (published, heal) = tokio::sync::oneshot::channel::<()>();
+            let slow = run.clone();
+            tokio::spawn(async move {
+                let op = slow_directories(&slow);
+                let tail = sleep(nanos_to(slow.quiet_from.saturating_sub(now())));
+                tokio::pin!(tail);
+                tokio::select! {
+                    _ = &mut tail => {}
+                    _ = heal => {
+                        let after = slow.args.session_timeout + Duration::from_secs(1);
+                        tokio::select! {
+                            _ = &mut tail => {}
+                            _ = sleep(after) => {}
+                        }
+                    }
+                }
+                heal_directories(&slow, op);
+            });
+            let result =
+                under_partition(run, directory, change, cut, step == "begin", attempts).await;
+            let _ = published.send(());
+            result
         };
         match result {
             Ok(_) => steps += 1,
@@ -1096,10 +1544,47 @@ async fn reshard(run: &Run, directory: &SpaceDirectory, change: Change) -> usize
     steps
 }
 
+/// How slow every worker's directory link is while a reshard step is published.
+const SLOW_DIRECTORY: Duration = Duration::from_millis(800);
+
+/// Slows every worker's directory link (a fault of every process, in the history): the
+/// fleet learns of a step late, so that locks are taken in a transition after the next
+/// layout was published (their tokens must follow the new layout's rule). Returns the
+/// fault's op for [`heal_directories`].
+fn slow_directories(run: &Arc<Run>) -> u64 {
+    let op = run.rec.op();
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Invoke)
+            .detail("directory-delay-during-reshard"),
+    );
+    for links in &run.links {
+        if let Some(link) = links.get("directory") {
+            link.delay(Dir::Both, SLOW_DIRECTORY);
+        }
+    }
+    op
+}
+
+fn heal_directories(run: &Run, op: u64) {
+    for links in &run.links {
+        if let Some(link) = links.get("directory") {
+            link.heal();
+        }
+    }
+    run.rec.record(
+        &run.rec
+            .event(op, Kind::Fault, Phase::Ok)
+            .detail("directory-delay-during-reshard")
+            .name(&format!("{SLOW_DIRECTORY:?} each way"))
+            .node("directory"),
+    );
+}
+
 /// The broken operator: publishes the new stable layout straight over the old one, with
 /// neither the transition nor the wait for the members.
 async fn skip_transition(
-    run: &Run,
+    run: &Arc<Run>,
     directory: &SpaceDirectory,
     options: &SessionOptions,
     change: Change,
@@ -1128,7 +1613,7 @@ async fn skip_transition(
         }
         result.map(|()| next)
     };
-    let attempt = under_partition(run, directory, change, attempt);
+    let attempt = under_partition(run, directory, change, Cut::Stall, true, attempt);
     match tokio::time::timeout(run.args.session_timeout * 5, attempt).await {
         Ok(Ok(_)) => 1,
         Ok(Err(e)) => {
@@ -1232,7 +1717,7 @@ async fn describe_leftovers(run: &Run, admin: &SessionManager) -> usize {
             }
         }
         if node != run.nodes.lock {
-            source.shutdown().await;
+            let _ = tokio::time::timeout(run.args.session_timeout * 3, source.shutdown()).await;
         }
     }
     described
@@ -1251,6 +1736,12 @@ fn known_names(run: &Run, node: &str) -> Vec<String> {
     }
 }
 
+/// `a 1, b 2`: counts by what, for the summary.
+fn listed<'a, K: std::fmt::Display>(counts: impl Iterator<Item = (K, &'a usize)>) -> String {
+    let parts: Vec<String> = counts.map(|(what, n)| format!("{what} {n}")).collect();
+    parts.join(", ")
+}
+
 fn print_summary(
     run: &Run,
     report: &Report,
@@ -1267,8 +1758,15 @@ fn print_summary(
     };
     println!("---- soak summary (seed {}) ----", run.seed);
     println!(
-        "server: {mode}; network faults through per-worker TCP proxies (no network namespaces)"
+        "server: {mode}; network faults through a TCP relay per worker and node (no network namespaces)"
     );
+    if let Some(slot) = run.clock_slot {
+        println!("clock: w{slot}.* runs its clock at {CLOCK_RATE} of the machine's");
+    }
+    if run.args.bite == Some(Bite::SlowClock) {
+        println!("clock: every worker runs its clock at {SLOW_CLOCK} of the machine's");
+    }
+    println!("longest hold: {:?}", run.max_hold);
     if let Some(bite) = run.args.bite {
         println!("bite mode: {bite:?} (the verdict must fail)");
     }
@@ -1282,12 +1780,8 @@ fn print_summary(
         report.processes
     );
     println!("operations invoked by workers: {}", report.operations);
-    let grants: Vec<String> = report
-        .grants
-        .iter()
-        .map(|(w, n)| format!("{w:?} {n}"))
-        .collect();
-    println!("grants: {}", grants.join(", "));
+    let grants = report.grants.iter().map(|(w, n)| (format!("{w:?}"), n));
+    println!("grants: {}", listed(grants));
     let total: usize = report.faults.values().sum();
     println!("faults: {total} ({faults} from the schedule, the rest the operator's)");
     for (kind, n) in &report.faults {
@@ -1306,12 +1800,18 @@ fn print_summary(
         report.reshard_steps
     );
     println!("semaphores described at the end: {described}");
+    println!("server history: {}", listed(report.server.iter()));
     if unreadable > 0 {
         println!("history lines damaged or lost: {unreadable}");
     }
     println!("violations by check:");
     for check in CHECKS {
-        println!("  {check}: {}", report.count(check));
+        let ignored = if report.ignored.contains(&check) {
+            " (ignored)"
+        } else {
+            ""
+        };
+        println!("  {check}: {}{ignored}", report.count(check));
     }
     for v in report.violations.iter().take(20) {
         println!("  [{}] {}", v.check, v.message);

@@ -1,6 +1,10 @@
 //! The history: what every process did and saw, one JSON object a line, in a file per
 //! process. Timestamps are `CLOCK_MONOTONIC` nanoseconds, one clock for every process on the
 //! machine, so the checker can order events across files.
+//!
+//! The clock is read through the vDSO directly (rustix), not through the C library: a
+//! worker whose clock is made to run at another rate (libfaketime, preloaded into the C
+//! library's `clock_gettime`) still stamps its history on the machine's one clock.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -8,20 +12,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use nix::time::{ClockId, clock_gettime};
+use rustix::time::{ClockId, clock_gettime};
 use serde::{Deserialize, Serialize};
 
 /// Nanoseconds on `CLOCK_MONOTONIC`: comparable across the processes of one machine.
 pub(crate) fn now() -> u64 {
-    match clock_gettime(ClockId::CLOCK_MONOTONIC) {
-        Ok(ts) => {
-            let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
-            let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
-            secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-        }
-        // The clock exists on every Linux; a zero keeps the line rather than losing it.
-        Err(_) => 0,
-    }
+    let ts = clock_gettime(ClockId::Monotonic);
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// What an event is about.
@@ -62,6 +61,27 @@ pub(crate) enum Kind {
     /// The server expires the session `value` on the node `name`: its leases on that node
     /// end at this instant, whatever their holder knows.
     Expire,
+    /// A lease's token fired while its holder still held it, as a task of the worker that
+    /// watches nothing else saw it: the library's signal, whatever the holder was doing.
+    Token,
+    /// The server: a session started (`session`, on `node`; `detail`: its description, the
+    /// worker's process name).
+    ServerSession,
+    /// The server: a stream attached to `session` on `node`.
+    Attach,
+    /// The server: the stream of `session` on `node` ended; its expiry clock runs.
+    Detach,
+    /// The server: `session` on `node` ended (`detail`: `stopped`, `expired` by its timeout,
+    /// `forced` by the fault control).
+    SessionEnd,
+    /// The server: `session` on `node` was granted the semaphore `name` (`value`: the order
+    /// id, `token`: `[limit, order id, count]`).
+    Grant,
+    /// The server: `session` on `node` stopped owning `name` (`value`: the order id;
+    /// `detail`: `released`, `session-ended`, `deleted`).
+    Revoke,
+    /// The server: the tablet of `node` restarted.
+    Restart,
 }
 
 /// Where in its life an operation is.
@@ -138,6 +158,12 @@ pub(crate) struct Event {
     /// For register events: the writer's op id of the write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) target_op: Option<u64>,
+    /// The coordination node (its last path segment) of a server event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) node: Option<String>,
+    /// The session of a server event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) detail: Option<String>,
     /// The line's number in its file, from 1: a gap is a line lost (a failed write).
@@ -161,6 +187,8 @@ impl Event {
             value: None,
             target: None,
             target_op: None,
+            node: None,
+            session: None,
             detail: None,
             seq: 0,
         }
@@ -203,6 +231,16 @@ impl Event {
 
     pub(crate) fn target_op(mut self, op: u64) -> Self {
         self.target_op = Some(op);
+        self
+    }
+
+    pub(crate) fn node(mut self, node: &str) -> Self {
+        self.node = Some(node.to_string());
+        self
+    }
+
+    pub(crate) fn session(mut self, session: u64) -> Self {
+        self.session = Some(session);
         self
     }
 

@@ -9,6 +9,7 @@
 mod check;
 mod controller;
 mod history;
+mod link;
 mod register;
 mod worker;
 

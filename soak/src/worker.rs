@@ -1,6 +1,6 @@
-//! A worker process: its own client, session manager and lock space, reaching the server
-//! through its own fault proxy, running every workload at once until the deadline the
-//! controller gave it, and writing what it does to its history.
+//! A worker process: its own clients, session manager and lock space, reaching each
+//! coordination node and the directory through a link of its own, running every workload at
+//! once until the deadline the controller gave it, and writing what it does to its history.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,11 +34,16 @@ pub(crate) const LEADER: &str = "leader";
 /// Between two writes of a holder.
 const WRITE_EVERY: Duration = Duration::from_millis(100);
 /// How long an acquire waits on the server before it gives up.
-const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 /// In the keep-writing mode, how long a holder goes on writing after its token fired.
 const KEEP_WRITING_FOR: Duration = Duration::from_secs(1);
 /// In the keep-writing mode, the longest a holder holds.
 const KEEP_WRITING_HOLD: Duration = Duration::from_secs(15);
+/// How often a hold is long (from half a session timeout to `--max-hold-ms`).
+const LONG_HOLD_ODDS: f64 = 0.3;
+/// How often a holder goes deaf for a while: it keeps writing without looking at its
+/// token, so that only fencing stands between it and the next holder.
+const DEAF_ODDS: f64 = 0.1;
 
 /// The worker's command line (given by the controller).
 #[derive(Debug, Clone, clap::Args)]
@@ -49,9 +54,10 @@ pub(crate) struct WorkerArgs {
     /// The history file to append to.
     #[arg(long)]
     pub(crate) history: PathBuf,
-    /// The connection string (through this worker's proxy).
-    #[arg(long)]
-    pub(crate) connection: String,
+    /// A link to the server as `node=connection string`: `locks`, `directory` and each
+    /// space node, each through a relay of its own; repeated.
+    #[arg(long = "link")]
+    pub(crate) links: Vec<String>,
     /// The TLS name of the server, for a `grpcs://` connection through a proxy.
     #[arg(long)]
     pub(crate) tls_domain: Option<String>,
@@ -86,6 +92,10 @@ pub(crate) struct WorkerArgs {
     /// broken modes, whose effects show while a holder is cut off).
     #[arg(long)]
     pub(crate) long_holds: bool,
+    /// The longest of the long holds, in milliseconds (several session timeouts, drawn per
+    /// seed by the controller).
+    #[arg(long, default_value_t = 9_000)]
+    pub(crate) max_hold_ms: u64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -107,6 +117,7 @@ struct Ctx {
     until: u64,
     keep_writing: bool,
     long_holds: bool,
+    max_hold: Duration,
     timeout: Duration,
 }
 
@@ -129,37 +140,66 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
             .detail(format!("pid {}", std::process::id())),
     );
     let timeout_ = Duration::from_millis(args.session_timeout_ms);
-    let mut builder = Client::builder(&args.connection)
-        .discovery(false)
-        .credentials(Credentials::from_env()?);
-    if let Some(domain) = &args.tls_domain {
-        builder = builder.tls_domain(domain);
+    // A client per link: each node and the directory are reached through their own relay.
+    let mut clients = std::collections::HashMap::new();
+    for link in &args.links {
+        let (node, connection) = link
+            .split_once('=')
+            .ok_or_else(|| format!("--link {link:?} is not node=connection"))?;
+        let mut builder = Client::builder(connection)
+            .discovery(false)
+            .credentials(Credentials::from_env()?);
+        if let Some(domain) = &args.tls_domain {
+            builder = builder.tls_domain(domain);
+        }
+        let client = timeout(timeout_ * 4, builder.build()).await??;
+        clients.insert(node.to_string(), client);
     }
-    let client = timeout(timeout_ * 4, builder.build()).await??;
+    let client_of = |node: &str| {
+        clients
+            .get(node)
+            .ok_or_else(|| format!("no --link for {node}"))
+    };
     let options = SessionOptions::new()
         .timeout(timeout_)
         .description(&args.process);
-    let manager = client.session_manager(&args.lock_node, options.clone());
-    let mut space = LockSpace::builder().session_options(options);
-    for node in &args.space_nodes {
-        let (name, path) = node
-            .split_once('=')
-            .ok_or_else(|| format!("--space-node {node:?} is not name=path"))?;
-        space = space.node(name, &client, path);
-    }
-    let space = timeout(
-        timeout_ * 4,
-        space
-            .directory(&client, &args.directory, &args.space)
-            .open(),
-    )
-    .await??;
+    let manager = client_of(&last_segment(&args.lock_node))?
+        .session_manager(&args.lock_node, options.clone());
+    // Opening the space joins the directory: under faults and load (a slow directory link
+    // during a reshard, a partition) it may take more than its bound; a worker tries again
+    // until its deadline rather than give up.
+    let open = || -> Result<_, BoxError> {
+        let mut space = LockSpace::builder().session_options(options.clone());
+        for node in &args.space_nodes {
+            let (name, path) = node
+                .split_once('=')
+                .ok_or_else(|| format!("--space-node {node:?} is not name=path"))?;
+            space = space.node(name, client_of(name)?, path);
+        }
+        let directory = client_of(&last_segment(&args.directory))?;
+        Ok(space
+            .directory(directory, &args.directory, &args.space)
+            .open())
+    };
+    let space = loop {
+        let failed = match timeout(timeout_ * 4, open()?).await {
+            Ok(Ok(space)) => break space,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not open in {:?}", timeout_ * 4),
+        };
+        if now() >= args.until {
+            return Err(format!("the lock space could not be opened: {failed}").into());
+        }
+        eprintln!("worker: the lock space did not open ({failed}); trying again");
+        sleep(Duration::from_millis(500)).await;
+    };
     let ctx = Arc::new(Ctx {
         rec,
         register: args.register,
         until: args.until,
         keep_writing: args.keep_writing,
         long_holds: args.long_holds,
+        max_hold: Duration::from_millis(args.max_hold_ms),
         timeout: timeout_,
     });
     // Which sessions are this process's, so that the checker knows whose leases a
@@ -261,14 +301,47 @@ async fn acquire<G, E: std::fmt::Display>(
     None
 }
 
-fn record_granted(ctx: &Ctx, op: u64, what: What, name: &str, token: Token) {
+/// Records a grant with its token and the hold the worker plans (`value`, in
+/// milliseconds: the controller aims faults at long holds).
+fn record_granted(ctx: &Ctx, op: u64, what: What, name: &str, token: Token, hold: Duration) {
     ctx.rec.record(
         &ctx.rec
             .event(op, Kind::Acquire, Phase::Ok)
             .what(what)
             .name(name)
-            .token(token),
+            .token(token)
+            .value(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)),
     );
+}
+
+/// Watches a lease's token for its whole tenure, whatever the holder does, and records the
+/// instant it fires; stops watching when the lease is given back (drop the returned guard
+/// right before the release).
+fn watch_token(
+    ctx: &Arc<Ctx>,
+    lease: u64,
+    what: What,
+    name: &str,
+    token: CancellationToken,
+) -> tokio_util::sync::DropGuard {
+    let done = CancellationToken::new();
+    let (ctx, name, stop) = (ctx.clone(), name.to_string(), done.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => {}
+            _ = token.cancelled() => {
+                ctx.rec.record(
+                    &ctx.rec
+                        .event(ctx.rec.op(), Kind::Token, Phase::Info)
+                        .what(what)
+                        .name(&name)
+                        .lease(lease),
+                );
+            }
+        }
+    });
+    done.drop_guard()
 }
 
 fn record_fired(ctx: &Ctx, lease: u64, what: What, name: &str) {
@@ -299,14 +372,16 @@ async fn release<E: std::fmt::Display>(
     };
     rec.record(&event(Phase::Invoke));
     match timeout(ctx.timeout * 2, future).await {
-        Ok(Ok(_)) => rec.record(&event(Phase::Ok)),
+        // `value`: 1 when this release gave the lease back, 0 when it was lost already.
+        Ok(Ok(released)) => rec.record(&event(Phase::Ok).value(u64::from(released))),
         Ok(Err(e)) => rec.record(&event(Phase::Fail).detail(e.to_string())),
         Err(_) => rec.record(&event(Phase::Unknown).detail("the release outlived its bound")),
     }
 }
 
 /// One write to the register, its invoke stamped at `ts` (taken before the holder checked
-/// its token, so a write is never stamped before a fire that stopped it).
+/// its token, so a write is never stamped before a fire that stopped it). A `deaf` write is
+/// made without looking at the token (its invoke says so): only fencing judges it.
 #[allow(clippy::too_many_arguments)]
 async fn write(
     ctx: &Ctx,
@@ -317,6 +392,7 @@ async fn write(
     name: &str,
     token: Option<Token>,
     value: u64,
+    deaf: bool,
 ) -> Option<bool> {
     let op = ctx.rec.op();
     let rec = &ctx.rec;
@@ -332,7 +408,8 @@ async fn write(
             None => e,
         }
     };
-    rec.record(&event(Phase::Invoke).at(ts));
+    let invoke = event(Phase::Invoke).at(ts);
+    rec.record(&if deaf { invoke.detail(DEAF) } else { invoke });
     let request = Request::Write {
         name: name.to_string(),
         token,
@@ -353,6 +430,9 @@ async fn write(
     }
 }
 
+/// The detail of a write made without looking at the token.
+pub(crate) const DEAF: &str = "deaf";
+
 /// The register's name for a lock's name.
 pub(crate) fn register_name(what: What, name: &str) -> String {
     match what {
@@ -364,8 +444,17 @@ pub(crate) fn register_name(what: What, name: &str) -> String {
     }
 }
 
-/// Holds a lease for `hold`, writing with its token every [`WRITE_EVERY`] while it is held;
-/// stops at once when the token fires (in the keep-writing mode, a second later).
+/// How a holder holds: how long, and whether it goes deaf for a while (from `.0` into the
+/// hold, for `.1`: it writes on without looking at its token).
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    length: Duration,
+    deaf: Option<(Duration, Duration)>,
+}
+
+/// Holds a lease for `hold.length`, writing with its token every [`WRITE_EVERY`] while it is
+/// held; stops at once when the token fires (in the keep-writing mode, a second later), but
+/// not while deaf: then it notices the fire only when the deaf stretch ends.
 #[allow(clippy::too_many_arguments)]
 async fn hold_and_write(
     ctx: &Ctx,
@@ -375,15 +464,21 @@ async fn hold_and_write(
     name: &str,
     cancel: &CancellationToken,
     base: [u64; 2],
-    hold: Duration,
+    hold: Hold,
 ) {
     let target = register_name(what, name);
-    let mut end = Instant::now() + hold;
+    let start = Instant::now();
+    let mut end = start + hold.length;
+    let deaf = hold
+        .deaf
+        .map(|(after, lasts)| (start + after, start + after + lasts));
     let mut fired = false;
     let mut seq = 0;
     loop {
         let ts = now();
-        if cancel.is_cancelled() && !fired {
+        let at = Instant::now();
+        let deaf_now = deaf.is_some_and(|(from, to)| from <= at && at < to);
+        if !deaf_now && cancel.is_cancelled() && !fired {
             fired = true;
             record_fired(ctx, lease, what, name);
             if !ctx.keep_writing {
@@ -393,11 +488,22 @@ async fn hold_and_write(
         }
         let token = [base[0], base[1], seq];
         seq += 1;
-        write(ctx, client, ts, lease, what, &target, Some(token), seq).await;
+        write(
+            ctx,
+            client,
+            ts,
+            lease,
+            what,
+            &target,
+            Some(token),
+            seq,
+            deaf_now,
+        )
+        .await;
         if Instant::now() >= end || !ctx.running() {
             return;
         }
-        if fired {
+        if fired || deaf_now {
             sleep(WRITE_EVERY).await;
         } else {
             tokio::select! {
@@ -422,14 +528,36 @@ async fn hold_only(
     }
 }
 
-/// How long a holder keeps a fenced lock. The keep-writing holder holds on until a fault
-/// fires its token (within a bound), so that every such fault finds it at work.
-fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Duration {
+/// How long a holder keeps a fenced lock: mostly 200 ms to 1.5 s; often from half a session
+/// timeout to the run's longest hold (several timeouts: faults and expiries then find holders
+/// at work); now and then deaf for one to two timeouts somewhere inside. The keep-writing
+/// holder holds on until a fault fires its token (within a bound), so that every such fault
+/// finds it at work.
+fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Hold {
     if ctx.keep_writing {
-        return KEEP_WRITING_HOLD;
+        return Hold {
+            length: KEEP_WRITING_HOLD,
+            deaf: None,
+        };
     }
-    let ms = rng.random_range(200..1500);
-    Duration::from_millis(if ctx.long_holds { ms * 3 } else { ms })
+    let short = Duration::from_millis(rng.random_range(200..1500));
+    let length = if ctx.long_holds {
+        short * 3
+    } else if rng.random_bool(LONG_HOLD_ODDS) {
+        between(rng, ctx.timeout / 2, ctx.max_hold.max(ctx.timeout))
+    } else {
+        short
+    };
+    let deaf = rng.random_bool(DEAF_ODDS).then(|| {
+        let after = between(rng, Duration::ZERO, length);
+        (after, between(rng, ctx.timeout, ctx.timeout * 2))
+    });
+    Hold { length, deaf }
+}
+
+fn between(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+    Duration::from_millis(rng.random_range(lo..=hi.max(lo)))
 }
 
 async fn pause(rng: &mut StdRng) {
@@ -447,8 +575,9 @@ async fn mutex_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
             acquire(&ctx, what, name, mutex.lock_timeout(ACQUIRE_WAIT)).await
         {
             let base = [0, guard.fencing_token().order];
-            record_granted(&ctx, lease, what, name, [base[0], base[1], 0]);
             let hold = hold_time(&ctx, &mut rng);
+            record_granted(&ctx, lease, what, name, [0, base[1], 0], hold.length);
+            let watch = watch_token(&ctx, lease, what, name, guard.token());
             hold_and_write(
                 &ctx,
                 &mut client,
@@ -460,6 +589,7 @@ async fn mutex_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
                 hold,
             )
             .await;
+            drop(watch);
             release(&ctx, lease, what, name, guard.unlock()).await;
         }
         pause(&mut rng).await;
@@ -478,13 +608,11 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         if let Some((lease, guard)) =
             acquire(&ctx, what, COUNTER, mutex.lock_timeout(ACQUIRE_WAIT)).await
         {
-            record_granted(
-                &ctx,
-                lease,
-                what,
-                COUNTER,
-                [0, guard.fencing_token().order, 0],
-            );
+            // Long enough that a pause of the process often lands inside it.
+            let think = Duration::from_millis(rng.random_range(100..800));
+            let token = [0, guard.fencing_token().order, 0];
+            record_granted(&ctx, lease, what, COUNTER, token, think);
+            let watch = watch_token(&ctx, lease, what, COUNTER, guard.token());
             let rec = &ctx.rec;
             let op = rec.op();
             let read = |phase| {
@@ -501,8 +629,6 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
             match client.call(&request).await {
                 Ok(reply) => {
                     rec.record(&read(Phase::Ok).value(reply.value));
-                    // Long enough that a pause of the process often lands inside it.
-                    let think = Duration::from_millis(rng.random_range(100..800));
                     let cancel = guard.token();
                     if cancel.run_until_cancelled(sleep(think)).await.is_none() {
                         record_fired(&ctx, lease, what, COUNTER);
@@ -511,10 +637,23 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
                         sleep(think).await;
                     }
                     let value = reply.value + 1;
-                    write(&ctx, &mut client, now(), lease, what, &target, None, value).await;
+                    let (at, target) = (now(), &target);
+                    write(
+                        &ctx,
+                        &mut client,
+                        at,
+                        lease,
+                        what,
+                        target,
+                        None,
+                        value,
+                        false,
+                    )
+                    .await;
                 }
                 Err(e) => rec.record(&read(Phase::Unknown).detail(e.to_string())),
             }
+            drop(watch);
             release(&ctx, lease, what, COUNTER, guard.unlock()).await;
         }
         pause(&mut rng).await;
@@ -529,15 +668,12 @@ async fn semaphore_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         if let Some((lease, permit)) =
             acquire(&ctx, what, POOL, pool.acquire_timeout(1, ACQUIRE_WAIT)).await
         {
-            record_granted(
-                &ctx,
-                lease,
-                what,
-                POOL,
-                [0, permit.fencing_token().order, 0],
-            );
             let hold = Duration::from_millis(rng.random_range(100..800));
+            let token = [0, permit.fencing_token().order, 0];
+            record_granted(&ctx, lease, what, POOL, token, hold);
+            let watch = watch_token(&ctx, lease, what, POOL, permit.token());
             hold_only(&ctx, lease, what, POOL, &permit.token(), hold).await;
+            drop(watch);
             release(&ctx, lease, what, POOL, permit.release()).await;
         }
         pause(&mut rng).await;
@@ -560,10 +696,12 @@ async fn election_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
         .await
         {
             let base = [0, leadership.fencing_token().order];
-            record_granted(&ctx, lease, what, LEADER, [base[0], base[1], 0]);
             let term = hold_time(&ctx, &mut rng);
+            record_granted(&ctx, lease, what, LEADER, [0, base[1], 0], term.length);
             let cancel = leadership.token();
+            let watch = watch_token(&ctx, lease, what, LEADER, cancel.clone());
             hold_and_write(&ctx, &mut client, lease, what, LEADER, &cancel, base, term).await;
+            drop(watch);
             release(&ctx, lease, what, LEADER, leadership.resign()).await;
         }
         pause(&mut rng).await;
@@ -575,26 +713,39 @@ async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
     let mut client = register::Client::new(ctx.register);
     let what = What::Space;
     while ctx.running() {
-        let name = SPACE_NAMES[rng.random_range(0..SPACE_NAMES.len())];
+        // In a transition, mostly a name that moves: its locks are taken in both places,
+        // and their tokens follow the rule of the layout published by then.
+        let layout = space.layout();
+        let moving: Vec<&str> = SPACE_NAMES
+            .into_iter()
+            .filter(|n| layout.parts(n).len() > 1)
+            .collect();
+        let name = if !moving.is_empty() && rng.random_bool(0.8) {
+            moving[rng.random_range(0..moving.len())]
+        } else {
+            SPACE_NAMES[rng.random_range(0..SPACE_NAMES.len())]
+        };
         let mutex = space.mutex(name);
         if let Some((lease, guard)) =
             acquire(&ctx, what, name, mutex.lock_timeout(ACQUIRE_WAIT)).await
         {
             let token = guard.fencing_token();
             let base = [token.epoch, token.order];
+            let hold = hold_time(&ctx, &mut rng);
             ctx.rec.record(
                 &ctx.rec
                     .event(lease, Kind::Acquire, Phase::Ok)
                     .what(what)
                     .name(name)
                     .token([base[0], base[1], 0])
+                    .value(u64::try_from(hold.length.as_millis()).unwrap_or(u64::MAX))
                     .detail(format!(
                         "epoch {} on {}",
                         guard.epoch(),
                         guard.nodes().join("+")
                     )),
             );
-            let hold = hold_time(&ctx, &mut rng);
+            let watch = watch_token(&ctx, lease, what, name, guard.token());
             hold_and_write(
                 &ctx,
                 &mut client,
@@ -606,6 +757,7 @@ async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
                 hold,
             )
             .await;
+            drop(watch);
             release(&ctx, lease, what, name, guard.release()).await;
         }
         pause(&mut rng).await;

@@ -1,6 +1,6 @@
 //! The checker bites: each deliberately broken mode must fail the verdict (exit code 1) on
 //! the check it breaks. Each runs a real soak of about a minute, so they are ignored by
-//! default; CI runs them one at a time with
+//! default; CI runs them two at a time with
 //! `cargo test -p ydb-coordination-soak -- --ignored --test-threads=2`.
 
 use std::process::Command;
@@ -52,5 +52,24 @@ fn skipping_the_transition_fails_the_verdict() -> Result<()> {
     let (code, summary) = soak("skip-transition", "12", "60s")?;
     assert_eq!(code, Some(1), "the verdict must fail");
     assert!(violations(&summary, "reshard-steps") > 0, "{summary}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "a real soak of about a minute"]
+fn a_clock_slower_than_the_assumption_breaks_the_lease_deadline() -> Result<()> {
+    // The slow clock comes from Debian's libfaketime, preloaded into every worker.
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1").exists() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI needs libfaketime (apt-get install libfaketime)"
+        );
+        eprintln!("skipped: no libfaketime (apt-get install libfaketime)");
+        return Ok(());
+    }
+    let (code, summary) = soak("slow-clock", "13", "60s")?;
+    assert_eq!(code, Some(1), "the verdict must fail");
+    assert!(violations(&summary, "lease-deadline") > 0, "{summary}");
     Ok(())
 }
