@@ -165,6 +165,9 @@ impl Counters {
 pub(crate) struct Node {
     traffic: Arc<Counters>,
     tablet: Mutex<NodeInner>,
+    /// When the scheme created the node: `(plan step, transaction id)`, as YDB's
+    /// `Ydb.Scheme.Entry.created_at` reports it (§8.1).
+    created_at: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -350,6 +353,8 @@ pub(crate) struct World {
     traffic: Arc<Counters>,
     /// The rate limiters, by node path.
     quoters: Mutex<Quoters>,
+    /// The last `(plan step, transaction id)` a created node got (§8.1).
+    last_created: Mutex<(u64, u64)>,
 }
 
 impl World {
@@ -452,6 +457,7 @@ impl World {
             .by_node
             .insert(path.clone(), Quoter::default());
         let node = Node {
+            created_at: self.next_created_at(),
             traffic: self.traffic.clone(),
             tablet: Mutex::new(NodeInner {
                 state: NodeState::new(config),
@@ -501,10 +507,32 @@ impl World {
         Ok(())
     }
 
-    /// The stored config of a node.
-    pub(crate) fn describe_node(&self, path: &str) -> Result<NodeConfigProto, AdminError> {
-        self.on_node(path, |n| n.stored_config().clone())
-            .ok_or_else(|| path_missing(path))
+    /// The stored config of a node, and when it was created (`(plan step, transaction id)`).
+    pub(crate) fn describe_node(
+        &self,
+        path: &str,
+    ) -> Result<(NodeConfigProto, (u64, u64)), AdminError> {
+        let node = self.node(path).ok_or_else(|| path_missing(path))?;
+        let config = node
+            .lock_live()
+            .map(|n| n.stored_config().clone())
+            .ok_or_else(|| path_missing(path))?;
+        Ok((config, node.created_at))
+    }
+
+    /// The creation stamp of a new node: the wall clock's milliseconds as the plan step (YDB's
+    /// plan steps are the coordinators' milliseconds), kept above the last one, so that a node
+    /// dropped and created again at a path gets a greater stamp; the transaction id counts.
+    fn next_created_at(&self) -> (u64, u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut last = self
+            .last_created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *last = (now.max(last.0.saturating_add(1)), last.1 + 1);
+        *last
     }
 }
 
