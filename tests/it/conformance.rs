@@ -1200,6 +1200,20 @@ async fn create_node(
     op_status(r.into_inner().operation)
 }
 
+async fn drop_node(admin: &mut CoordinationServiceClient<Channel>, path: &str) -> i32 {
+    let r = timeout(
+        GUARD,
+        admin.drop_node(DropNodeRequest {
+            path: path.to_string(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    op_status(r.into_inner().operation)
+}
+
 async fn alter_node(
     admin: &mut CoordinationServiceClient<Channel>,
     path: &str,
@@ -1242,17 +1256,7 @@ async fn nodes_can_be_created_dropped_and_described() {
         "repeated create: {}",
         st(again)
     );
-    let r = timeout(
-        GUARD,
-        admin.drop_node(DropNodeRequest {
-            path: "/local/node1".to_string(),
-            ..Default::default()
-        }),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(st(op_status(r.into_inner().operation)), st(ok));
+    assert_eq!(st(drop_node(&mut admin, "/local/node1").await), st(ok));
 
     let (described, type_url) = describe_node(&mut admin, "/local/node2").await.unwrap();
     assert!(
@@ -1283,17 +1287,7 @@ async fn nodes_can_be_created_dropped_and_described() {
     );
     let (again, _) = describe_node(&mut admin, "/local/node1").await.unwrap();
     assert!(stamp(again.self_.unwrap().created_at) > node2_created);
-    let status = timeout(
-        GUARD,
-        admin.drop_node(DropNodeRequest {
-            path: "/local/node1".to_string(),
-            ..Default::default()
-        }),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(st(op_status(status.into_inner().operation)), st(ok));
+    assert_eq!(st(drop_node(&mut admin, "/local/node1").await), st(ok));
     // Sessions can be started on the new node but not on the dropped one.
     let mut s = Raw::open(&ch);
     s.start("/local/node2", 0, 30_000, 1, b"");
