@@ -63,6 +63,7 @@
 //! |---|---|---|---|
 //! | (always) | [`memory`] | one process | a lock around the check and the write |
 //! | (always) | [`kit`] | yours | the conformance kit every adapter passes |
+//! | `postgres` | `postgres` | PostgreSQL (tokio-postgres) | a conditional upsert in the caller's transaction; a stale check aborts it |
 //!
 //! No feature is on by default: the client's build gains no database driver.
 #![doc(test(attr(deny(warnings))))]
@@ -72,6 +73,9 @@ mod error;
 pub mod kit;
 pub mod memory;
 mod outcome;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 mod rule;
 mod store;
 mod token;

@@ -1,0 +1,309 @@
+//! Real servers for the tests, the way redis-rs's tests run theirs: one server per test
+//! binary, on a free loopback port, in a temporary directory, stopped when the binary ends.
+//!
+//! Each server runs under a small `sh` keeper whose stdin is a pipe from this process: when
+//! the test binary exits (or is killed), the pipe closes, the keeper stops the server and
+//! removes the directory. A static is never dropped, so this is how a server shared by the
+//! tests of one binary still goes away with it.
+//!
+//! A server whose binary is missing fails the test when `CI=true`, and skips it otherwise,
+//! saying what to install.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start on a loaded machine.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// Every await of a test is bounded: a bug fails the test instead of hanging it.
+pub async fn within<F: std::future::IntoFuture>(f: F) -> F::Output {
+    match tokio::time::timeout(Duration::from_secs(60), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("took more than 60 s"),
+    }
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Other ports it took (a server of several parts).
+    pub more_ports: Vec<u16>,
+    /// Its directory.
+    pub dir: PathBuf,
+    keeper: Mutex<Option<(Child, ChildStdin)>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let taken = self.keeper.get_mut().ok().and_then(Option::take);
+        if let Some((mut child, stdin)) = taken {
+            drop(stdin);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The user a server runs as: itself, or when this process is root, `postgres` (or `nobody`),
+/// since PostgreSQL refuses to run as root.
+fn unprivileged() -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    ["postgres", "nobody"].iter().find_map(|name| {
+        let user = nix::unistd::User::from_name(name).ok().flatten()?;
+        Some((user.uid.as_raw(), user.gid.as_raw()))
+    })
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// A fresh directory under the system's temporary directory, owned by `owner`.
+fn fresh_dir(kind: &str, owner: Option<(u32, u32)>) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "fence-test-{kind}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("create the server's directory");
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown the server's directory");
+    }
+    dir
+}
+
+/// Runs `program args` to its end as `user` (a setup step such as `initdb`).
+fn run_as(user: Option<(u32, u32)>, program: &Path, args: &[OsString]) {
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null());
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts `program args` under a keeper that stops it with `stop` (a signal name) and removes
+/// `dir` once this process lets go of the keeper's stdin.
+fn keep(
+    user: Option<(u32, u32)>,
+    dir: &Path,
+    stop: &str,
+    program: &Path,
+    args: &[OsString],
+) -> (Child, ChildStdin) {
+    let script = r#"
+        dir=$1; stop=$2; shift 2
+        "$@" >"$dir/server.log" 2>&1 </dev/null &
+        pid=$!
+        read -r _ || true
+        kill -s "$stop" "$pid" 2>/dev/null
+        wait "$pid"
+        rm -rf "$dir"
+    "#;
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(script)
+        .arg("keeper")
+        .arg(dir)
+        .arg(stop)
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    let mut child = command.spawn().expect("start the server's keeper");
+    let stdin = child.stdin.take().expect("the keeper's stdin");
+    (child, stdin)
+}
+
+/// Waits until `ready` says the server answers, or fails with its log.
+fn wait_ready(dir: &Path, keeper: &mut Child, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        if ready() {
+            return;
+        }
+        let log = || std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        if let Ok(Some(status)) = keeper.try_wait() {
+            panic!("the server's keeper ended ({status}); its log:\n{}", log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not start within {START_LIMIT:?}; its log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether something accepts connections on the port.
+pub fn listening(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// `None` after saying why, when the server's binary is missing and this is not CI; panics
+/// in CI.
+fn missing(what: &str, install: &str) -> Option<&'static Server> {
+    let message = format!("{what} is not installed ({install})");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{message}: CI must run the tests against the real server");
+    }
+    let _ = writeln!(std::io::stderr(), "skipped: {message}");
+    None
+}
+
+/// The first of `candidates` that exists, else `name` on the PATH.
+fn find_binary(name: &str, candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates
+        .iter()
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// PostgreSQL's binaries: Debian's newest `/usr/lib/postgresql/<version>/bin`, or the PATH.
+fn postgres_bin() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .collect()
+        })
+        .unwrap_or_default();
+    versions.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    versions.reverse();
+    let initdb = find_binary("initdb", &versions)?;
+    Some(initdb.parent()?.to_path_buf())
+}
+
+/// This test binary's PostgreSQL: user `postgres`, trust authentication, database `postgres`,
+/// on 127.0.0.1. fsync is off: the tests and the bench compare writes on one server, and a
+/// test server's data need not survive a crash of the machine.
+pub fn postgres() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let bin = postgres_bin()?;
+            let user = unprivileged();
+            let dir = fresh_dir("postgres", user);
+            let data = dir.join("data");
+            let os = |s: &str| OsString::from(s);
+            run_as(
+                user,
+                &bin.join("initdb"),
+                &[
+                    os("-D"),
+                    data.clone().into(),
+                    os("-U"),
+                    os("postgres"),
+                    os("-A"),
+                    os("trust"),
+                    os("-E"),
+                    os("UTF8"),
+                    os("--locale=C"),
+                    os("--no-sync"),
+                ],
+            );
+            let port = free_port();
+            let (mut child, stdin) = keep(
+                user,
+                &dir,
+                "INT",
+                &bin.join("postgres"),
+                &[
+                    os("-D"),
+                    data.into(),
+                    os("-p"),
+                    os(&port.to_string()),
+                    os("-k"),
+                    dir.clone().into(),
+                    os("-c"),
+                    os("listen_addresses=127.0.0.1"),
+                    os("-c"),
+                    os("fsync=off"),
+                    os("-c"),
+                    os("synchronous_commit=off"),
+                    os("-c"),
+                    os("full_page_writes=off"),
+                    os("-c"),
+                    os("max_connections=200"),
+                ],
+            );
+            let isready = bin.join("pg_isready");
+            wait_ready(&dir, &mut child, || {
+                Command::new(&isready)
+                    .args([
+                        "-q",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        &port.to_string(),
+                        "-U",
+                        "postgres",
+                    ])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+            Some(Server {
+                port,
+                more_ports: Vec::new(),
+                dir,
+                keeper: Mutex::new(Some((child, stdin))),
+            })
+        })
+        .as_ref()
+        .or_else(|| missing("PostgreSQL", "apt-get install postgresql"))
+}
+
+impl Server {
+    /// The tokio-postgres connection string of a [`postgres`] server.
+    pub fn postgres_config(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+}

@@ -1,0 +1,10 @@
+//! The integration tests of the fence crate, one binary (one link, and one server of each kind
+//! for all its tests): the conformance kit against the reference store and planted bugs, and
+//! each adapter, behind its feature, against its real server.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod kit;
+#[cfg(feature = "postgres")]
+mod postgres;
