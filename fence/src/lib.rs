@@ -64,6 +64,7 @@
 //! | (always) | [`memory`] | one process | a lock around the check and the write |
 //! | (always) | [`kit`] | yours | the conformance kit every adapter passes |
 //! | `postgres` | `postgres` | PostgreSQL (tokio-postgres) | a conditional upsert in the caller's transaction; a stale check aborts it |
+//! | `redis` | `redis` | Redis, Valkey (redis) | one Lua script checks the mark and runs the caller's writes (a failover can lose the mark) |
 //!
 //! No feature is on by default: the client's build gains no database driver.
 #![doc(test(attr(deny(warnings))))]
@@ -76,6 +77,9 @@ mod outcome;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 mod rule;
 mod store;
 mod token;

@@ -173,6 +173,40 @@ pub fn listening(port: u16) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// Starts `program args` under its keeper ([`keep`]), waits until `ready`, and returns the
+/// server on `port` (and `more_ports`).
+fn start(
+    user: Option<(u32, u32)>,
+    dir: PathBuf,
+    stop: &str,
+    program: &Path,
+    args: &[OsString],
+    ports: (u16, Vec<u16>),
+    ready: impl FnMut() -> bool,
+) -> Server {
+    let (mut child, stdin) = keep(user, &dir, stop, program, args);
+    wait_ready(&dir, &mut child, ready);
+    Server {
+        port: ports.0,
+        more_ports: ports.1,
+        dir,
+        keeper: Mutex::new(Some((child, stdin))),
+    }
+}
+
+/// The server in `cell`, started by `init` on first use; `None` (after saying why) when
+/// `init` finds no binary.
+fn shared(
+    cell: &'static OnceLock<Option<Server>>,
+    what: &str,
+    install: &str,
+    init: impl FnOnce() -> Option<Server>,
+) -> Option<&'static Server> {
+    cell.get_or_init(init)
+        .as_ref()
+        .or_else(|| missing(what, install))
+}
+
 /// `None` after saying why, when the server's binary is missing and this is not CI; panics
 /// in CI.
 fn missing(what: &str, install: &str) -> Option<&'static Server> {
@@ -224,78 +258,64 @@ fn postgres_bin() -> Option<PathBuf> {
 /// test server's data need not survive a crash of the machine.
 pub fn postgres() -> Option<&'static Server> {
     static SERVER: OnceLock<Option<Server>> = OnceLock::new();
-    SERVER
-        .get_or_init(|| {
-            let bin = postgres_bin()?;
-            let user = unprivileged();
-            let dir = fresh_dir("postgres", user);
-            let data = dir.join("data");
-            let os = |s: &str| OsString::from(s);
-            run_as(
-                user,
-                &bin.join("initdb"),
-                &[
-                    os("-D"),
-                    data.clone().into(),
-                    os("-U"),
-                    os("postgres"),
-                    os("-A"),
-                    os("trust"),
-                    os("-E"),
-                    os("UTF8"),
-                    os("--locale=C"),
-                    os("--no-sync"),
-                ],
-            );
-            let port = free_port();
-            let (mut child, stdin) = keep(
-                user,
-                &dir,
-                "INT",
-                &bin.join("postgres"),
-                &[
-                    os("-D"),
-                    data.into(),
-                    os("-p"),
-                    os(&port.to_string()),
-                    os("-k"),
-                    dir.clone().into(),
-                    os("-c"),
-                    os("listen_addresses=127.0.0.1"),
-                    os("-c"),
-                    os("fsync=off"),
-                    os("-c"),
-                    os("synchronous_commit=off"),
-                    os("-c"),
-                    os("full_page_writes=off"),
-                    os("-c"),
-                    os("max_connections=200"),
-                ],
-            );
-            let isready = bin.join("pg_isready");
-            wait_ready(&dir, &mut child, || {
-                Command::new(&isready)
-                    .args([
-                        "-q",
-                        "-h",
-                        "127.0.0.1",
-                        "-p",
-                        &port.to_string(),
-                        "-U",
-                        "postgres",
-                    ])
-                    .status()
-                    .is_ok_and(|s| s.success())
-            });
-            Some(Server {
-                port,
-                more_ports: Vec::new(),
-                dir,
-                keeper: Mutex::new(Some((child, stdin))),
-            })
-        })
-        .as_ref()
-        .or_else(|| missing("PostgreSQL", "apt-get install postgresql"))
+    shared(&SERVER, "PostgreSQL", "apt-get install postgresql", || {
+        let bin = postgres_bin()?;
+        let user = unprivileged();
+        let dir = fresh_dir("postgres", user);
+        let data = dir.join("data");
+        let os = |s: &str| OsString::from(s);
+        run_as(
+            user,
+            &bin.join("initdb"),
+            &[
+                os("-D"),
+                data.clone().into(),
+                os("-U"),
+                os("postgres"),
+                os("-A"),
+                os("trust"),
+                os("-E"),
+                os("UTF8"),
+                os("--locale=C"),
+                os("--no-sync"),
+            ],
+        );
+        let port = free_port();
+        let settings = [
+            "listen_addresses=127.0.0.1",
+            "fsync=off",
+            "synchronous_commit=off",
+            "full_page_writes=off",
+            "max_connections=200",
+        ];
+        let mut args = vec![os("-D"), data.into(), os("-p"), os(&port.to_string())];
+        args.extend([os("-k"), dir.clone().into()]);
+        args.extend(settings.iter().flat_map(|c| [os("-c"), os(c)]));
+        let isready = bin.join("pg_isready");
+        let ready = || {
+            Command::new(&isready)
+                .args([
+                    "-q",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "postgres",
+                ])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        Some(start(
+            user,
+            dir,
+            "INT",
+            &bin.join("postgres"),
+            &args,
+            (port, Vec::new()),
+            ready,
+        ))
+    })
 }
 
 impl Server {
@@ -305,5 +325,37 @@ impl Server {
             "host=127.0.0.1 port={} user=postgres dbname=postgres",
             self.port
         )
+    }
+}
+
+/// This test binary's Redis (or Valkey): no persistence, on 127.0.0.1.
+pub fn redis() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    shared(&SERVER, "Redis", "apt-get install redis-server", || {
+        let bin = find_binary("redis-server", &[]).or_else(|| find_binary("valkey-server", &[]))?;
+        let dir = fresh_dir("redis", None);
+        let port = free_port();
+        let mut args: Vec<OsString> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .chain(&["--save", "", "--appendonly", "no", "--dir"])
+            .map(OsString::from)
+            .collect();
+        args.push(dir.clone().into());
+        Some(start(
+            None,
+            dir,
+            "TERM",
+            &bin,
+            &args,
+            (port, Vec::new()),
+            || listening(port),
+        ))
+    })
+}
+
+impl Server {
+    /// The URL of a [`redis`] server.
+    pub fn redis_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
     }
 }

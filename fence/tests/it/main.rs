@@ -8,3 +8,5 @@ mod common;
 mod kit;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
