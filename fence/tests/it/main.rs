@@ -6,6 +6,8 @@
 mod common;
 
 mod kit;
+#[cfg(feature = "object-store")]
+mod objects;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
