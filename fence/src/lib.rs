@@ -66,6 +66,7 @@
 //! | `postgres` | `postgres` | PostgreSQL (tokio-postgres) | a conditional upsert in the caller's transaction; a stale check aborts it |
 //! | `redis` | `redis` | Redis, Valkey (redis) | one Lua script checks the mark and runs the caller's writes (a failover can lose the mark) |
 //! | `object-store` | `objects` | S3-compatible stores (object_store) | a compare-and-swap on the object's ETag, the token in the object |
+//! | `ydb` | `ydb` | YDB tables (ydb) | one serializable transaction reads the mark and writes |
 //!
 //! No feature is on by default: the client's build gains no database driver.
 #![doc(test(attr(deny(warnings))))]
@@ -87,8 +88,11 @@ pub mod redis;
 mod rule;
 mod store;
 mod token;
+#[cfg(feature = "ydb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ydb")))]
+pub mod ydb;
 
 pub use error::{Error, ErrorKind, Result};
-pub use outcome::{Outcome, StaleToken};
+pub use outcome::{Admission, Outcome, StaleToken};
 pub use store::{FencedStore, Record, Write};
 pub use token::{Token, WriteId};

@@ -53,6 +53,45 @@ impl Outcome {
     }
 }
 
+/// What a fence check in the caller's own transaction came to (the PostgreSQL and YDB
+/// adapters).
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination_fence::Admission;
+///
+/// let replay: Admission<()> = Admission::Replayed;
+/// assert!(replay.outcome().is_applied());
+/// ```
+#[must_use = "a stale check aborted the transaction: its holder has lost the lock and must stop"]
+#[derive(Debug)]
+pub enum Admission<T> {
+    /// The token is not below the mark, which it now is: the caller's statements may follow
+    /// in the transaction, `T`.
+    Granted(T),
+    /// The write id was applied before: the transaction was aborted (or rolled back), write
+    /// nothing more.
+    Replayed,
+    /// The mark is greater: the transaction was aborted (or rolled back), and the holder has
+    /// lost its lock.
+    Stale {
+        /// The greatest token accepted for the name.
+        current: Token,
+    },
+}
+
+impl<T> Admission<T> {
+    /// The outcome as [`FencedStore`](crate::FencedStore) reports it: `Granted` and `Replayed` are applied (once
+    /// the transaction commits, for `Granted`).
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Admission::Granted(_) | Admission::Replayed => Outcome::Applied,
+            Admission::Stale { current } => Outcome::Stale { current: *current },
+        }
+    }
+}
+
 /// A write refused as stale, as an error ([`Outcome::into_result`]).
 ///
 /// ```

@@ -40,7 +40,7 @@ use tokio_postgres::{Client, NoTls, Transaction};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::kit::Subject;
-use crate::outcome::Outcome;
+use crate::outcome::{Admission, Outcome};
 use crate::store::{FencedStore, Record, Write};
 use crate::token::{Token, WriteId};
 
@@ -51,42 +51,6 @@ const REPLAYED: &str = "YF208";
 /// The longest table name [`PgFence::with_table`] takes (PostgreSQL's 63 bytes, less the
 /// suffixes of the other objects).
 const MAX_TABLE_LEN: usize = 48;
-
-/// What a check in a transaction came to.
-///
-/// # Examples
-///
-/// ```
-/// use ydb_coordination_fence::postgres::Admission;
-///
-/// let replay: Admission<()> = Admission::Replayed;
-/// assert!(replay.outcome().is_applied());
-/// ```
-#[must_use = "a stale check aborted the transaction: its holder has lost the lock and must stop"]
-#[derive(Debug)]
-pub enum Admission<T> {
-    /// The token is not below the mark, which it now is: the caller's statements may follow
-    /// in the transaction, `T`.
-    Granted(T),
-    /// The write id was applied before: the transaction was aborted, write nothing more.
-    Replayed,
-    /// The mark is greater: the transaction was aborted, and the holder has lost its lock.
-    Stale {
-        /// The greatest token accepted for the name.
-        current: Token,
-    },
-}
-
-impl<T> Admission<T> {
-    /// The outcome as [`FencedStore`] reports it: `Granted` and `Replayed` are applied (once
-    /// the transaction commits, for `Granted`).
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Admission::Granted(_) | Admission::Replayed => Outcome::Applied,
-            Admission::Stale { current } => Outcome::Stale { current: *current },
-        }
-    }
-}
 
 /// One of the caller's statements for [`PgFence::execute`]: SQL and its parameters with their
 /// types, sent without a separate prepare (so that the whole write is one round trip).

@@ -229,6 +229,7 @@ fn missing(what: &str, install: &str) -> Option<&'static Server> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{message}: CI must run the tests against the real server");
     }
+    // Past the test harness's capture, so that the skip shows in every run's output.
     let _ = writeln!(std::io::stderr(), "skipped: {message}");
     None
 }
@@ -402,6 +403,9 @@ pub fn seaweedfs() -> Option<&'static Server> {
             "-iam=false".to_string(),
             "-master.telemetry=false".to_string(),
             "-volume.max=8".to_string(),
+            // Volumes turn read-only when the disk has less free space than this (1% of the
+            // disk by default, which a crowded build machine can be short of).
+            "-volume.minFreeSpace=256MiB".to_string(),
             "-master.volumeSizeLimitMB=64".to_string(),
         ];
         for part in parts {
@@ -415,24 +419,31 @@ pub fn seaweedfs() -> Option<&'static Server> {
             }
         }
         let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
-        // Ready when the S3 gateway creates the bucket (the filer behind it must be up).
-        let ready =
-            || s3_request(s3, "PUT", &format!("/{BUCKET}")).is_some_and(|status| status == 200);
+        // Ready when the S3 gateway creates the bucket (the filer behind it must be up) and
+        // takes an object (a volume server must be there, writable).
+        let ready = || {
+            let bucket = s3_request(s3, "PUT", &format!("/{BUCKET}"), b"");
+            // 409: created by an earlier try.
+            matches!(bucket, Some(200 | 409))
+                && s3_request(s3, "PUT", &format!("/{BUCKET}/ready"), b"ready") == Some(200)
+        };
         // Its volume server waits 10 s before it stops, if it does: the data is a test's.
         Some(start(None, dir, "KILL", &bin, &args, (s3, ports), ready))
     })
 }
 
-/// The status of a bodiless HTTP/1.1 request to 127.0.0.1:`port`, if it got one.
-fn s3_request(port: u16, method: &str, path: &str) -> Option<u16> {
+/// The status of an HTTP/1.1 request with `body` to 127.0.0.1:`port`, if it got one.
+fn s3_request(port: u16, method: &str, path: &str, body: &[u8]) -> Option<u16> {
     use std::io::Read as _;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
     );
     stream.write_all(request.as_bytes()).ok()?;
+    stream.write_all(body).ok()?;
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).ok()?;
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()

@@ -2,6 +2,9 @@
 //! for all its tests): the conformance kit against the reference store and planted bugs, and
 //! each adapter, behind its feature, against its real server.
 
+// The kit's futures over the YDB store nest the `ydb` crate's deep ones.
+#![recursion_limit = "256"]
+
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -12,3 +15,5 @@ mod objects;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "ydb")]
+mod ydb;

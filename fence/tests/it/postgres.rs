@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls};
 use ydb_coordination::FencingToken;
-use ydb_coordination_fence::postgres::{Admission, PgFence, PgStore, Sql};
+use ydb_coordination_fence::Admission;
+use ydb_coordination_fence::postgres::{PgFence, PgStore, Sql};
 use ydb_coordination_fence::{ErrorKind, FencedStore, Outcome, Token, Write, WriteId, kit};
 
 use crate::common::{self, within};
