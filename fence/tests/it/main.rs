@@ -15,5 +15,7 @@ mod objects;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "postgres")]
+mod stale_holder;
 #[cfg(feature = "ydb")]
 mod ydb;
