@@ -1,9 +1,10 @@
 //! PostgreSQL (feature `postgres`): a fence table, and a conditional upsert that runs in the
 //! same transaction as the caller's own statements.
 //!
-//! [`PgFence::setup`] creates three objects (names from [`PgFence::with_table`], `fence` by
+//! [`PgFence::setup`] creates four objects (names from [`PgFence::with_table`], `fence` by
 //! default): the table `fence (name, mark)`, the table `fence_writes (name, write_id, at)` of
-//! applied write ids, and the function `fence_verdict`. The check is one statement:
+//! applied write ids, and the functions `fence_verdict` and `fence_check(name, mark
+//! [, write_id])`. The check is one call of `fence_check`, whose statement is, at its heart:
 //!
 //! ```sql
 //! INSERT INTO fence AS f (name, mark) VALUES ($name, $token)
@@ -11,7 +12,9 @@
 //! RETURNING f.mark
 //! ```
 //!
-//! (with the write id's bookkeeping around it). It always locks the name's row until the
+//! (with the write id's bookkeeping around it). Being a function, it is what a shell job
+//! calls too (`SELECT fence_check('ledger', :'token')` in `psql`, the token from
+//! `ydb-coord lock`'s `YDB_COORD_FENCE_TOKEN`). It always locks the name's row until the
 //! transaction ends, and returns the mark after it: equal to the token, the write may go on;
 //! greater, the holder is stale, and `fence_verdict` raises an error (SQLSTATE `YF409`, the mark
 //! in its detail) that **aborts the transaction**. So nothing of a stale holder can commit, even
@@ -28,9 +31,8 @@
 //! do. Under `REPEATABLE READ` or `SERIALIZABLE`, a holder's check can fail with a
 //! serialization error when another holder of the name committed since its snapshot: retry it.
 
-use std::time::Duration;
-
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::TryFutureExt as _;
 use futures::future::{BoxFuture, maybe_done};
@@ -168,6 +170,7 @@ impl PgFence {
         let fence = quoted(table);
         let writes = quoted(&format!("{table}_writes"));
         let verdict = quoted(&format!("{table}_verdict"));
+        let check = quoted(&format!("{table}_check"));
         let setup_sql = format!(
             r#"SELECT pg_advisory_xact_lock(hashtext('ydb-coordination-fence setup'));
 CREATE TABLE IF NOT EXISTS {fence} (
@@ -192,11 +195,11 @@ BEGIN
     END IF;
     RETURN verdict;
 END
-$fence$;"#
-        );
-        // $1 name, $2 the token's mark, $3 the write id or NULL.
-        let check_sql = format!(
-            r#"WITH seen AS (
+$fence$;
+-- $1 the name, $2 the token's mark, $3 the write id or NULL.
+CREATE OR REPLACE FUNCTION {check}(fence_name text, fence_mark text, fence_write_id text DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE AS $fence$
+WITH seen AS (
     SELECT 1 FROM {writes} WHERE $3::text IS NOT NULL AND name = $1 AND write_id = $3
 ), up AS (
     INSERT INTO {fence} AS f (name, mark) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM seen)
@@ -214,8 +217,10 @@ SELECT {verdict}(
         WHEN $3 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rec) THEN 'replayed'
         ELSE 'applied'
     END,
-    (SELECT mark FROM up))"#
+    (SELECT mark FROM up))
+$fence$;"#
         );
+        let check_sql = format!("SELECT {check}($1, $2, $3)");
         let mark_sql = format!("SELECT mark FROM {fence} WHERE name = $1");
         let prune_sql =
             format!("DELETE FROM {writes} WHERE at < now() - make_interval(secs => $1)");

@@ -269,6 +269,11 @@ fn postgres_bin() -> Option<PathBuf> {
     Some(initdb.parent()?.to_path_buf())
 }
 
+/// PostgreSQL's `psql`, from the binaries the server runs from.
+pub fn psql() -> Option<PathBuf> {
+    Some(postgres_bin()?.join("psql")).filter(|p| p.is_file())
+}
+
 /// This test binary's PostgreSQL: user `postgres`, trust authentication, database `postgres`,
 /// on 127.0.0.1. fsync is off: the tests and the bench compare writes on one server, and a
 /// test server's data need not survive a crash of the machine.

@@ -244,3 +244,61 @@ async fn the_store_reads_what_it_wrote() {
         (Some(t(1)), Some(&b"\x00\xff"[..]))
     );
 }
+
+/// `examples/fenced-credit.sh`, the shell recipe, with a token: its exit status.
+fn run_recipe(pg: &common::Server, token: Token) -> std::process::ExitStatus {
+    let psql = common::psql().expect("psql beside the server");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fenced-credit.sh");
+    let path = format!(
+        "{}:{}",
+        psql.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    std::process::Command::new("sh")
+        .arg(script)
+        .env("PATH", path)
+        .env("YDB_COORD_FENCE_TOKEN", token.to_hex())
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", pg.port.to_string())
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", "postgres")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_shell_recipe_commits_with_the_current_token_and_not_with_a_stale_one() {
+    let Some(pg) = common::postgres() else { return };
+    let client = connect(pg).await;
+    let fence = PgFence::new();
+    within(fence.setup(&client)).await.unwrap();
+    within(client.batch_execute(
+        "CREATE TABLE IF NOT EXISTS accounts (id int PRIMARY KEY, balance bigint NOT NULL);
+         INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING",
+    ))
+    .await
+    .unwrap();
+    let newer = Token::new(FencingToken::new(0, u64::MAX));
+    assert_eq!(
+        within(fence.claim(&client, "ledger", newer)).await.unwrap(),
+        Outcome::Applied
+    );
+    let balance = async || -> i64 {
+        within(client.query_one("SELECT balance FROM accounts WHERE id = 1", &[]))
+            .await
+            .unwrap()
+            .get(0)
+    };
+
+    let stale = tokio::task::spawn_blocking(move || run_recipe(pg, t(1)));
+    assert_eq!(
+        within(stale).await.unwrap().code(),
+        Some(3),
+        "psql's ON_ERROR_STOP"
+    );
+    assert_eq!(balance().await, 0);
+    let current = tokio::task::spawn_blocking(move || run_recipe(pg, newer));
+    assert!(within(current).await.unwrap().success());
+    assert_eq!(balance().await, 10);
+}
