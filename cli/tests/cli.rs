@@ -108,18 +108,18 @@ fn no_wait_fails_fast_while_another_process_holds_the_lock() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// `ydb-coord lock NODE job -- sh -c SCRIPT`.
+fn lock_sh(env: &Env, script: &str) -> std::process::Output {
+    env.run(&["lock", NODE, "job", "--", "sh", "-c", script])
+}
+
 #[test]
 fn command_exit_code_and_environment_are_passed_through() {
     let env = Env::new("exitcode");
-    let o = env.run(&[
-        "lock",
-        NODE,
-        "job",
-        "--",
-        "sh",
-        "-c",
+    let o = lock_sh(
+        &env,
         "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_SESSION_ID; exit 7",
-    ]);
+    );
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     let out = stdout(&o);
     let fields: Vec<u64> = out.split_whitespace().map(|f| f.parse().unwrap()).collect();
@@ -137,15 +137,7 @@ fn command_exit_code_and_environment_are_passed_through() {
 fn the_fence_token_carries_the_node_incarnation() {
     let env = Env::new("fencetoken");
     let tokens = || {
-        let o = env.run(&[
-            "lock",
-            NODE,
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_FENCE_TOKEN",
-        ]);
+        let o = lock_sh(&env, "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_FENCE_TOKEN");
         assert!(o.status.success(), "{}", stderr(&o));
         let out = stdout(&o);
         let fields: Vec<&str> = out.split_whitespace().collect();
