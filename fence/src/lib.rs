@@ -5,8 +5,8 @@
 //! A lock alone cannot keep two holders apart: a holder that stalls past its lease (a GC
 //! pause, a SIGSTOP, a slow disk) wakes up still believing it holds the lock. Every guard of
 //! [`ydb_coordination`] hands out a [`FencingToken`](ydb_coordination::FencingToken); this crate
-//! is the other half, on the resource's side. The guide, with when a lock suffices and which
-//! adapter to take, is `docs/fencing.md` in the repository.
+//! is the other half, on the resource's side. The guide, with when a lock suffices, which
+//! adapter to take and the pitfalls, is `docs/fencing.md` in the repository.
 //!
 //! # Quick start
 //!
@@ -96,3 +96,14 @@ pub use error::{Error, ErrorKind, Result};
 pub use outcome::{Admission, Outcome, StaleToken};
 pub use store::{FencedStore, Record, Write};
 pub use token::{Token, WriteId};
+
+/// The guide's examples (`docs/fencing.md`), compiled with the doctests.
+#[cfg(all(
+    doctest,
+    feature = "postgres",
+    feature = "redis",
+    feature = "object-store",
+    feature = "ydb"
+))]
+#[doc = include_str!("../../docs/fencing.md")]
+struct Guide;

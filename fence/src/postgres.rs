@@ -1,10 +1,10 @@
 //! PostgreSQL (feature `postgres`): a fence table, and a conditional upsert that runs in the
 //! same transaction as the caller's own statements.
 //!
-//! [`PgFence::setup`] creates four objects (names from [`PgFence::with_table`], `fence` by
+//! [`PgFence::setup`] creates three objects (names from [`PgFence::with_table`], `fence` by
 //! default): the table `fence (name, mark)`, the table `fence_writes (name, write_id, at)` of
-//! applied write ids, and the functions `fence_verdict` and `fence_check(name, mark
-//! [, write_id])`. The check is one call of `fence_check`, whose statement is, at its heart:
+//! applied write ids, and the function `fence_check(name, mark [, write_id])`. The check is
+//! one call of `fence_check`, whose heart is one statement:
 //!
 //! ```sql
 //! INSERT INTO fence AS f (name, mark) VALUES ($name, $token)
@@ -16,7 +16,7 @@
 //! calls too (`SELECT fence_check('ledger', :'token')` in `psql`, the token from
 //! `ydb-coord lock`'s `YDB_COORD_FENCE_TOKEN`). It always locks the name's row until the
 //! transaction ends, and returns the mark after it: equal to the token, the write may go on;
-//! greater, the holder is stale, and `fence_verdict` raises an error (SQLSTATE `YF409`, the mark
+//! greater, the holder is stale, and `fence_check` raises an error (SQLSTATE `YF409`, the mark
 //! in its detail) that **aborts the transaction**. So nothing of a stale holder can commit, even
 //! statements sent before the answer came back: [`PgFence::execute`] sends `BEGIN`, the check,
 //! the caller's statements and `COMMIT` at once, one round trip, as a plain write of the same
@@ -136,12 +136,12 @@ fn quoted(name: &str) -> String {
 }
 
 impl PgFence {
-    /// The fence in the table `fence` (and `fence_writes`, `fence_verdict`).
+    /// The fence in the table `fence` (and `fence_writes`, `fence_check`).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The fence in the table `table` (and `<table>_writes`, `<table>_verdict`), in the
+    /// The fence in the table `table` (and `<table>_writes`, `<table>_check`), in the
     /// connection's schema search path.
     ///
     /// ```
@@ -169,7 +169,6 @@ impl PgFence {
     fn build(table: &str) -> Self {
         let fence = quoted(table);
         let writes = quoted(&format!("{table}_writes"));
-        let verdict = quoted(&format!("{table}_verdict"));
         let check = quoted(&format!("{table}_check"));
         let setup_sql = format!(
             r#"SELECT pg_advisory_xact_lock(hashtext('ydb-coordination-fence setup'));
@@ -183,41 +182,36 @@ CREATE TABLE IF NOT EXISTS {writes} (
     at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (name, write_id)
 );
-CREATE OR REPLACE FUNCTION {verdict}(verdict text, mark text) RETURNS text
-LANGUAGE plpgsql VOLATILE AS $fence$
-BEGIN
-    IF verdict = 'stale' THEN
-        RAISE EXCEPTION 'stale fencing token: the mark is %', mark
-            USING ERRCODE = '{STALE}', DETAIL = mark;
-    ELSIF verdict = 'replayed' THEN
-        RAISE EXCEPTION 'this write id was applied before'
-            USING ERRCODE = '{REPLAYED}';
-    END IF;
-    RETURN verdict;
-END
-$fence$;
--- $1 the name, $2 the token's mark, $3 the write id or NULL.
+-- $1 the name, $2 the token's mark, $3 the write id or NULL. PL/pgSQL keeps the plans of its
+-- statements for the session.
 CREATE OR REPLACE FUNCTION {check}(fence_name text, fence_mark text, fence_write_id text DEFAULT NULL)
-RETURNS text LANGUAGE sql VOLATILE AS $fence$
-WITH seen AS (
-    SELECT 1 FROM {writes} WHERE $3::text IS NOT NULL AND name = $1 AND write_id = $3
-), up AS (
-    INSERT INTO {fence} AS f (name, mark) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM seen)
+RETURNS text LANGUAGE plpgsql VOLATILE AS $fence$
+DECLARE
+    found_mark text;
+BEGIN
+    IF fence_write_id IS NOT NULL AND EXISTS (
+        SELECT 1 FROM {writes} w WHERE w.name = fence_name AND w.write_id = fence_write_id
+    ) THEN
+        RAISE EXCEPTION 'this write id was applied before' USING ERRCODE = '{REPLAYED}';
+    END IF;
+    INSERT INTO {fence} AS f (name, mark) VALUES (fence_name, fence_mark)
     ON CONFLICT (name) DO UPDATE SET mark = GREATEST(f.mark, EXCLUDED.mark)
-    RETURNING f.mark
-), rec AS (
-    INSERT INTO {writes} (name, write_id) SELECT $1, $3 FROM up WHERE $3 IS NOT NULL AND up.mark = $2
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-)
-SELECT {verdict}(
-    CASE
-        WHEN EXISTS (SELECT 1 FROM seen) THEN 'replayed'
-        WHEN (SELECT mark FROM up) <> $2 THEN 'stale'
-        WHEN $3 IS NOT NULL AND NOT EXISTS (SELECT 1 FROM rec) THEN 'replayed'
-        ELSE 'applied'
-    END,
-    (SELECT mark FROM up))
+    RETURNING f.mark INTO found_mark;
+    IF found_mark <> fence_mark THEN
+        RAISE EXCEPTION 'stale fencing token: the mark is %', found_mark
+            USING ERRCODE = '{STALE}', DETAIL = found_mark;
+    END IF;
+    IF fence_write_id IS NOT NULL THEN
+        -- Two retries of one write at once: the second waits for the first's commit here,
+        -- then finds its id.
+        INSERT INTO {writes} (name, write_id) VALUES (fence_name, fence_write_id)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'this write id was applied before' USING ERRCODE = '{REPLAYED}';
+        END IF;
+    END IF;
+    RETURN 'applied';
+END
 $fence$;"#
         );
         let check_sql = format!("SELECT {check}($1, $2, $3)");

@@ -302,3 +302,54 @@ async fn the_shell_recipe_commits_with_the_current_token_and_not_with_a_stale_on
     assert!(within(current).await.unwrap().success());
     assert_eq!(balance().await, 10);
 }
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../examples/fenced_ledger.rs"]
+mod fenced_ledger;
+
+/// The example program, against this binary's PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_runs_against_the_real_server() {
+    let Some(pg) = common::postgres() else { return };
+    within(fenced_ledger::run(&pg.postgres_config()))
+        .await
+        .unwrap();
+}
+
+/// Two retries of one write in flight at once (the first's outcome was lost, the caller
+/// retried on another connection): the second waits for the first's commit and is told its
+/// write was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_retries_of_one_write_at_once_apply_it_once() {
+    let Some(pg) = common::postgres() else { return };
+    let mut first = connect(pg).await;
+    let mut second = connect(pg).await;
+    let fence = fenced_accounts(&first, "twice").await;
+    let id = WriteId::random();
+    let Admission::Granted(tx) = within(fence.begin(&mut first, "ledger", t(1), Some(id)))
+        .await
+        .unwrap()
+    else {
+        panic!("the first attempt is granted");
+    };
+    let retry = {
+        let fence = fence.clone();
+        tokio::spawn(async move {
+            let credit = Sql::new("UPDATE twice_accounts SET balance = balance + 10 WHERE id = 1");
+            fence
+                .execute(&mut second, "ledger", t(1), Some(id), &[credit])
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!retry.is_finished(), "the retry waits on the name's row");
+    within(tx.execute(
+        "UPDATE twice_accounts SET balance = balance + 10 WHERE id = 1",
+        &[],
+    ))
+    .await
+    .unwrap();
+    within(tx.commit()).await.unwrap();
+    assert_eq!(within(retry).await.unwrap().unwrap(), Outcome::Applied);
+    assert_eq!(balance(&first, "twice").await, 10);
+}
