@@ -380,6 +380,19 @@ pub struct YdbStore {
     read_yql: String,
 }
 
+/// The store's upsert of a value and its read of a name's mark and value, for the fence
+/// table `table`.
+fn store_statements(table: &str) -> (String, String) {
+    let values = format!("{table}_values");
+    let upsert = format!(
+        "DECLARE $name AS Utf8;\nDECLARE $value AS String;\nUPSERT INTO `{values}` (name, value) VALUES ($name, $value);"
+    );
+    let read = format!(
+        "DECLARE $name AS Utf8;\n$mark = (SELECT mark FROM `{table}` WHERE name = $name);\n$value = (SELECT value FROM `{values}` WHERE name = $name);\nSELECT $mark AS mark, $value AS value;"
+    );
+    (upsert, read)
+}
+
 impl std::fmt::Debug for YdbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("YdbStore")
@@ -408,14 +421,10 @@ impl YdbStore {
             ))
             .await
             .map_err(|e| ydb_error(e, "set up the values table"))?;
+        let (upsert_yql, read_yql) = store_statements(&fence.table);
         Ok(Self {
-            upsert_yql: format!(
-                "DECLARE $name AS Utf8;\nDECLARE $value AS String;\nUPSERT INTO `{values}` (name, value) VALUES ($name, $value);"
-            ),
-            read_yql: format!(
-                "DECLARE $name AS Utf8;\nSELECT (SELECT mark FROM `{}` WHERE name = $name) AS mark, (SELECT value FROM `{values}` WHERE name = $name) AS value;",
-                fence.table
-            ),
+            upsert_yql,
+            read_yql,
             fence,
             client,
         })
@@ -533,12 +542,17 @@ mod tests {
     #[test]
     fn each_statement_declares_exactly_the_parameters_it_is_given() {
         let fence = YdbFence::with_table("app/fence").unwrap();
-        let named: HashSet<&str> = ["$current", "$seen"].into_iter().collect();
+        let named: HashSet<&str> = ["$current", "$seen", "$mark", "$value"]
+            .into_iter()
+            .collect();
+        let (upsert, read) = store_statements(&fence.table);
         for (yql, given) in [
             (&fence.read_yql, &READ_PARAMS[..]),
             (&fence.raise_yql, &RAISE_PARAMS[..]),
             (&fence.record_yql, &RECORD_PARAMS[..]),
             (&fence.mark_yql, &["$name"][..]),
+            (&upsert, &["$name", "$value"][..]),
+            (&read, &["$name"][..]),
         ] {
             let declared = declared(yql);
             assert_eq!(declared, given.iter().copied().collect(), "{yql}");
