@@ -69,7 +69,9 @@
 //! | `ydb` | `ydb` | YDB tables (ydb) | one serializable transaction reads the mark and writes |
 //!
 //! No feature is on by default: the client's build gains no database driver.
-#![doc(test(attr(deny(warnings))))]
+// The `ydb` crate's futures nest deeply: without the higher limit, the doctests merged into one
+// crate do not compile, and rustdoc builds and links each one alone (a minute more).
+#![doc(test(attr(deny(warnings), recursion_limit = "256")))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
