@@ -14,7 +14,7 @@ use ydb_grpc::ydb_proto::coordination::{
 use ydb_grpc::ydb_proto::operations::Operation;
 
 use crate::auth::Credentials;
-use crate::config::{NodeConfig, SessionOptions};
+use crate::config::{NodeConfig, NodeIncarnation, SessionOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::core::{CoreConfig, SessionCore, Terminal, start_message};
 use crate::session::driver::{self, DriverIo};
@@ -412,6 +412,59 @@ impl Client {
     ///
     /// Cancel safe.
     pub async fn describe_node(&self, path: &str) -> Result<NodeConfig> {
+        let result = self.describe_node_result(path).await?;
+        Ok(result
+            .config
+            .as_ref()
+            .map(NodeConfig::from_proto)
+            .unwrap_or_default())
+    }
+
+    /// When the node was created, as the server reports it in the node's scheme entry
+    /// (`created_at`): a node dropped and created again at the same path has a greater
+    /// incarnation, and its fencing tokens start again at 1. `None` when the server does not
+    /// report it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// use ydb_coordination::{Client, config::NodeConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// client.create_node("app", NodeConfig::new()).await?;
+    /// let first = client.node_incarnation("app").await?;
+    /// client.drop_node("app").await?;
+    /// client.create_node("app", NodeConfig::new()).await?;
+    /// let again = client.node_incarnation("app").await?;
+    /// assert!(again > first);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotFound`] if the node does not exist.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn node_incarnation(&self, path: &str) -> Result<Option<NodeIncarnation>> {
+        let result = self.describe_node_result(path).await?;
+        Ok(result
+            .self_
+            .and_then(|entry| entry.created_at)
+            .filter(|at| at.plan_step != 0 || at.tx_id != 0)
+            .map(|at| NodeIncarnation {
+                plan_step: at.plan_step,
+                tx_id: at.tx_id,
+            }))
+    }
+
+    async fn describe_node_result(&self, path: &str) -> Result<DescribeNodeResult> {
         let what = format!("describe node {path:?}");
         let message = DescribeNodeRequest {
             path: self.full_path(path),
@@ -422,12 +475,7 @@ impl Client {
                 Ok(c.describe_node(r).await?.into_inner().operation)
             })
             .await?;
-        let result: DescribeNodeResult = transport::unpack(Some(operation), &what)?;
-        Ok(result
-            .config
-            .as_ref()
-            .map(NodeConfig::from_proto)
-            .unwrap_or_default())
+        transport::unpack(Some(operation), &what)
     }
 
     /// Starts a session on a coordination node, retrying transient failures for up to

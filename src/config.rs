@@ -693,6 +693,44 @@ impl NodeConfig {
     }
 }
 
+/// When the scheme created a coordination node: its `(plan step, transaction id)`, from
+/// [`Client::node_incarnation`](crate::Client::node_incarnation).
+///
+/// A node dropped and created again at the same path is a new incarnation: its order ids, and
+/// so its [fencing tokens](crate::FencingToken), start again at 1, while its incarnation is
+/// greater than the old one's (plan steps only grow in a database). A resource that orders
+/// tokens by `(incarnation, token)` keeps refusing the old node's holders after the node is
+/// recreated, and accepts the new node's.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::config::NodeIncarnation;
+///
+/// let first = NodeIncarnation { plan_step: 1_700_000_000_000, tx_id: 7 };
+/// let again = NodeIncarnation { plan_step: 1_700_000_000_500, tx_id: 3 };
+/// assert!(again > first && again.to_u128() > first.to_u128());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct NodeIncarnation {
+    /// The plan step of the node's creation.
+    pub plan_step: u64,
+    /// The transaction id of the node's creation.
+    pub tx_id: u64,
+}
+
+impl NodeIncarnation {
+    /// The incarnation as one number, `plan_step << 64 | tx_id`, ordered as it is.
+    ///
+    /// ```
+    /// # use ydb_coordination::config::NodeIncarnation;
+    /// assert_eq!(NodeIncarnation { plan_step: 1, tx_id: 2 }.to_u128(), (1u128 << 64) | 2);
+    /// ```
+    pub const fn to_u128(self) -> u128 {
+        ((self.plan_step as u128) << 64) | self.tx_id as u128
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{Instant, timeout};
-use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, Session, config::DescribeOptions};
+use ydb_coordination::config::{DescribeOptions, NodeIncarnation};
+use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, Session};
+use ydb_coordination_fence::Token as FenceToken;
 
 use super::child;
 use super::duration;
@@ -54,10 +56,11 @@ pub(crate) struct Request {
 pub(crate) async fn run(
     session: Session,
     req: &Request,
+    incarnation: ydb_coordination::Result<Option<NodeIncarnation>>,
     out: Out,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let result = hold_and_run(&session, req, out, signals).await;
+    let result = hold_and_run(&session, req, incarnation, out, signals).await;
     session.close().await;
     result
 }
@@ -65,6 +68,7 @@ pub(crate) async fn run(
 async fn hold_and_run(
     session: &Session,
     req: &Request,
+    incarnation: ydb_coordination::Result<Option<NodeIncarnation>>,
     out: Out,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
@@ -90,10 +94,29 @@ async fn hold_and_run(
             ),
         ));
     }
-    let env = [
+    let mut env = vec![
         ("YDB_COORD_FENCING_TOKEN", lease.fencing_token().to_string()),
         ("YDB_COORD_SESSION_ID", session.id().to_string()),
     ];
+    // The fence's form of the token, with the node's incarnation so that a node created
+    // again (its order ids start at 1) still orders after the old one; left unset, with a
+    // warning, when the node could not be described.
+    match incarnation {
+        Ok(incarnation) => {
+            let token = FenceToken::new(lease.fencing_token())
+                .incarnation(incarnation.unwrap_or_default());
+            env.push(("YDB_COORD_FENCE_TOKEN", token.to_hex()));
+        }
+        Err(e) => out.event(
+            json!({"event": "warning", "node": req.node, "unset": "YDB_COORD_FENCE_TOKEN", "error": e.to_string()}),
+            || {
+                format!(
+                    "warning: YDB_COORD_FENCE_TOKEN is not set: the node {} could not be described ({e})",
+                    req.node
+                )
+            },
+        ),
+    }
     let on_lost = || {
         out.event(
             json!({

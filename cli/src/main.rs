@@ -85,8 +85,9 @@ Examples:
   ydb-coord lock /local/app config --shared -- ./read-config.sh
 
 The command runs in the process group of a small guard process, with YDB_COORD_FENCING_TOKEN (increases with
-each new holder: pass it to the resource you protect) and YDB_COORD_SESSION_ID in its
-environment. SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease
+each new holder: pass it to the resource you protect), YDB_COORD_FENCE_TOKEN (the same with the
+node's incarnation, 64 hex digits, as the ydb-coordination-fence crate stores it) and
+YDB_COORD_SESSION_ID in its environment. SIGINT, SIGTERM and SIGHUP sent to ydb-coord are forwarded to it. If the lease
 may have been lost while it runs (the session expired or could not be confirmed in time), it
 gets SIGTERM, then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in
 time: 75. Otherwise ydb-coord exits with the command's exit code.
@@ -1043,7 +1044,9 @@ async fn locked(conn: &Conn, path: &str, mut request: Request, out: Out) -> Resu
     let session = signals
         .interruptible(conn.session(&client, &request.node, description))
         .await?;
-    lock::run(session, &request, out, &mut signals).await
+    // For the fence's token: a node created again restarts its order ids (lock.rs).
+    let incarnation = client.node_incarnation(&request.node).await;
+    lock::run(session, &request, incarnation, out, &mut signals).await
 }
 
 /// The tokens and users `ydb-coord emulator` accepts (none: no checking).

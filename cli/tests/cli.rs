@@ -108,18 +108,18 @@ fn no_wait_fails_fast_while_another_process_holds_the_lock() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// `ydb-coord lock NODE job -- sh -c SCRIPT`.
+fn lock_sh(env: &Env, script: &str) -> std::process::Output {
+    env.run(&["lock", NODE, "job", "--", "sh", "-c", script])
+}
+
 #[test]
 fn command_exit_code_and_environment_are_passed_through() {
     let env = Env::new("exitcode");
-    let o = env.run(&[
-        "lock",
-        NODE,
-        "job",
-        "--",
-        "sh",
-        "-c",
+    let o = lock_sh(
+        &env,
         "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_SESSION_ID; exit 7",
-    ]);
+    );
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     let out = stdout(&o);
     let fields: Vec<u64> = out.split_whitespace().map(|f| f.parse().unwrap()).collect();
@@ -128,6 +128,36 @@ fn command_exit_code_and_environment_are_passed_through() {
 
     let o = env.run(&["lock", NODE, "job", "--", "no-such-command-ydb-coord"]);
     assert_one_line_error(&o, 127, "no-such-command-ydb-coord");
+}
+
+/// `YDB_COORD_FENCE_TOKEN` is the token as the fence stores it, with the node's incarnation:
+/// a holder on the node created again (its order ids start at 1) still comes after one on the
+/// old node.
+#[test]
+fn the_fence_token_carries_the_node_incarnation() {
+    let env = Env::new("fencetoken");
+    let tokens = || {
+        let o = lock_sh(&env, "echo $YDB_COORD_FENCING_TOKEN $YDB_COORD_FENCE_TOKEN");
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(fields.len(), 2, "{out}");
+        let fence = ydb_coordination_fence::Token::from_hex(fields[1]).unwrap();
+        assert_eq!(fence.fencing().order.to_string(), fields[0]);
+        assert_ne!(fence.node_incarnation(), Default::default());
+        fence
+    };
+    let first = tokens();
+    let second = tokens();
+    assert!(second > first);
+    assert!(env.run(&["node", "drop", NODE]).status.success());
+    assert!(env.run(&["node", "create", NODE]).status.success());
+    let recreated = tokens();
+    assert!(
+        recreated.fencing() <= second.fencing(),
+        "the order ids start again"
+    );
+    assert!(recreated > second, "{recreated} after {second}");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
+use ydb_grpc::ydb_proto::VirtualTimestamp;
 use ydb_grpc::ydb_proto::auth::{LoginRequest, LoginResponse, LoginResult};
 use ydb_grpc::ydb_proto::coordination::{
     AlterNodeRequest, AlterNodeResponse, CreateNodeRequest, CreateNodeResponse,
@@ -638,13 +639,14 @@ impl CoordinationService {
                 shared,
                 req,
                 |shared, path, _: DescribeNodeRequest| {
-                    let config = shared.world.describe_node(&path)?;
+                    let (config, (plan_step, tx_id)) = shared.world.describe_node(&path)?;
                     let name = path.rsplit('/').next().unwrap_or_default().to_string();
                     let result = DescribeNodeResult {
                         self_: Some(Entry {
                             name,
                             owner: "root@builtin".to_string(),
                             r#type: entry::Type::CoordinationNode as i32,
+                            created_at: Some(VirtualTimestamp { plan_step, tx_id }),
                             ..Entry::default()
                         }),
                         config: Some(config),

@@ -169,6 +169,9 @@ pub(crate) struct Node {
     /// The node's path, as the observer is told.
     path: String,
     observer: Option<SharedObserver>,
+    /// When the scheme created the node: `(plan step, transaction id)`, as YDB's
+    /// `Ydb.Scheme.Entry.created_at` reports it (§8.1).
+    created_at: (u64, u64),
 }
 
 /// The observer of every node, if any (see [`crate::observe`]).
@@ -377,6 +380,8 @@ pub(crate) struct World {
     traffic: Arc<Counters>,
     /// The rate limiters, by node path.
     quoters: Mutex<Quoters>,
+    /// The last `(plan step, transaction id)` a created node got (§8.1).
+    last_created: Mutex<(u64, u64)>,
 }
 
 impl World {
@@ -491,6 +496,7 @@ impl World {
             state.record_changes();
         }
         let node = Node {
+            created_at: self.next_created_at(),
             traffic: self.traffic.clone(),
             tablet: Mutex::new(NodeInner {
                 state,
@@ -549,10 +555,32 @@ impl World {
         Ok(())
     }
 
-    /// The stored config of a node.
-    pub(crate) fn describe_node(&self, path: &str) -> Result<NodeConfigProto, AdminError> {
-        self.on_node(path, |n| n.stored_config().clone())
-            .ok_or_else(|| path_missing(path))
+    /// The stored config of a node, and when it was created (`(plan step, transaction id)`).
+    pub(crate) fn describe_node(
+        &self,
+        path: &str,
+    ) -> Result<(NodeConfigProto, (u64, u64)), AdminError> {
+        let node = self.node(path).ok_or_else(|| path_missing(path))?;
+        let config = node
+            .lock_live()
+            .map(|n| n.stored_config().clone())
+            .ok_or_else(|| path_missing(path))?;
+        Ok((config, node.created_at))
+    }
+
+    /// The creation stamp of a new node: the wall clock's milliseconds as the plan step (YDB's
+    /// plan steps are the coordinators' milliseconds), kept above the last one, so that a node
+    /// dropped and created again at a path gets a greater stamp; the transaction id counts.
+    fn next_created_at(&self) -> (u64, u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut last = self
+            .last_created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *last = (now.max(last.0.saturating_add(1)), last.1 + 1);
+        *last
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tonic::transport::Channel;
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{AcquireOptions, Client, SessionOptions, config::DescribeOptions};
+use ydb_grpc::ydb_proto::VirtualTimestamp;
 use ydb_grpc::ydb_proto::coordination::{
     AlterNodeRequest, Config, ConsistencyMode, CreateNodeRequest, DescribeNodeRequest,
     DescribeNodeResult, DropNodeRequest,
@@ -1199,6 +1200,20 @@ async fn create_node(
     op_status(r.into_inner().operation)
 }
 
+async fn drop_node(admin: &mut CoordinationServiceClient<Channel>, path: &str) -> i32 {
+    let r = timeout(
+        GUARD,
+        admin.drop_node(DropNodeRequest {
+            path: path.to_string(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    op_status(r.into_inner().operation)
+}
+
 async fn alter_node(
     admin: &mut CoordinationServiceClient<Channel>,
     path: &str,
@@ -1241,17 +1256,7 @@ async fn nodes_can_be_created_dropped_and_described() {
         "repeated create: {}",
         st(again)
     );
-    let r = timeout(
-        GUARD,
-        admin.drop_node(DropNodeRequest {
-            path: "/local/node1".to_string(),
-            ..Default::default()
-        }),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(st(op_status(r.into_inner().operation)), st(ok));
+    assert_eq!(st(drop_node(&mut admin, "/local/node1").await), st(ok));
 
     let (described, type_url) = describe_node(&mut admin, "/local/node2").await.unwrap();
     assert!(
@@ -1266,9 +1271,23 @@ async fn nodes_can_be_created_dropped_and_described() {
     let entry = described.self_.unwrap();
     assert_eq!(entry.name, "node2");
     assert_eq!(entry.r#type, entry::Type::CoordinationNode as i32);
+    let stamp = |at: Option<VirtualTimestamp>| {
+        let at = at.expect("created_at is reported");
+        (at.plan_step, at.tx_id)
+    };
+    let node2_created = stamp(entry.created_at);
+    assert!(node2_created.0 > 0, "{node2_created:?}");
 
     let status = describe_node(&mut admin, "/local/node1").await.unwrap_err();
     assert_eq!(st(status), st(StatusCode::SchemeError as i32));
+    // Created again, the node is a new incarnation: its stamp is greater.
+    assert_eq!(
+        st(create_node(&mut admin, "/local/node1", None).await),
+        st(ok)
+    );
+    let (again, _) = describe_node(&mut admin, "/local/node1").await.unwrap();
+    assert!(stamp(again.self_.unwrap().created_at) > node2_created);
+    assert_eq!(st(drop_node(&mut admin, "/local/node1").await), st(ok));
     // Sessions can be started on the new node but not on the dropped one.
     let mut s = Raw::open(&ch);
     s.start("/local/node2", 0, 30_000, 1, b"");
