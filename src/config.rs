@@ -434,6 +434,45 @@ pub(crate) fn check_data(data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The prefix of the semaphore names the library keeps for itself: the sessions'
+/// announcements ([`ANNOUNCE_SEMAPHORE`](crate::session::ANNOUNCE_SEMAPHORE) and the pages of
+/// the long ones) and whatever later versions add.
+pub const RESERVED_PREFIX: &str = "ydb-coordination:";
+
+/// Whether `name` is reserved for the library's own use (it starts with
+/// [`RESERVED_PREFIX`]): the session refuses to acquire, create, update or delete it, so that
+/// no process can hold, block or remove what `ydb-coord top` reads the sessions from.
+/// Describing and watching it are allowed.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::config::is_reserved;
+/// use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
+///
+/// assert!(is_reserved(ANNOUNCE_SEMAPHORE));
+/// assert!(!is_reserved("nightly-report"));
+/// ```
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
+/// The one check of every call that changes a semaphore (the session's acquire, create,
+/// update and delete, which every recipe goes through): a reserved name is refused with
+/// [`ErrorKind::InvalidArgument`] and nothing is sent.
+pub(crate) fn check_reserved(name: &str) -> Result<()> {
+    if is_reserved(name) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "semaphore name {name:?} is reserved for the sessions' announcements \
+                 (names starting with {RESERVED_PREFIX:?}): choose another name"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.len() > MAX_NAME_LEN {
         return Err(Error::new(

@@ -234,3 +234,52 @@ async fn an_announcement_write_does_not_read_the_other_announcements() {
     assert!(used.described_entries <= 1, "{used:?}");
     drop(lease);
 }
+
+/// The names the library keeps for itself cannot be taken, made, changed or removed through
+/// any entry point: the session's own calls and every recipe, on a session and on a manager.
+#[tokio::test(start_paused = true)]
+async fn the_announcement_semaphore_is_refused_to_every_entry_point() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let a = env.session_with(announcing("a")).await;
+    let observer = env.session().await;
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &[]).await;
+    let page = format!("{ANNOUNCE_SEMAPHORE}/{}/1", a.id());
+    for name in [ANNOUNCE_SEMAPHORE, page.as_str(), "ydb-coordination:later"] {
+        let exclusive = AcquireOptions::exclusive().ephemeral(true);
+        let kinds = [
+            within(s.acquire(name, exclusive.clone())).await.err(),
+            within(s.try_acquire(name, AcquireOptions::new().ephemeral(true)))
+                .await
+                .err(),
+            within(s.create_semaphore(name, 1, b"")).await.err(),
+            within(s.update_semaphore(name, b"x")).await.err(),
+            within(s.delete_semaphore(name, true)).await.err(),
+            within(s.mutex(name).lock()).await.err(),
+            within(s.mutex(name).lock_delay(Duration::from_secs(1)).lock())
+                .await
+                .err(),
+            within(s.rwlock(name).read()).await.err(),
+            within(s.semaphore(name, 3).acquire(1)).await.err(),
+            within(s.election(name).try_campaign(b"me")).await.err(),
+            within(manager.mutex(name).try_lock()).await.err(),
+        ]
+        .map(|e| e.map(|e| e.kind()));
+        assert!(
+            kinds.iter().all(|k| *k == Some(ErrorKind::InvalidArgument)),
+            "{name}: {kinds:?}"
+        );
+    }
+    // Describing it is allowed, and only the announcing session owns it.
+    let d = within(
+        observer.describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new().owners(true)),
+    )
+    .await
+    .unwrap();
+    let owners: Vec<u64> = d.owners.iter().map(|o| o.session_id).collect();
+    assert_eq!(owners, [a.id()]);
+    assert!(d.waiters.is_empty());
+    manager.shutdown().await;
+}
