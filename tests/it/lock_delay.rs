@@ -279,15 +279,38 @@ async fn the_bounded_forms_bound_the_grant_and_then_wait_the_delay() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_mutex_without_a_delay_on_the_same_name_is_refused() {
+async fn a_mutex_without_a_delay_on_the_same_name_is_refused_as_the_other_mode() {
     let env = Env::new().await;
     let (a, b) = (env.session().await, env.session().await);
     let guard = within(mutex(&a).lock()).await.unwrap();
     let plain = within(b.mutex("job").try_lock()).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+    // Every verb alike, and with the lock released too: the semaphore stays.
+    within(guard.unlock()).await.unwrap();
+    let plain = within(b.mutex("job").lock()).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+    let plain = within(b.mutex("job").lock_timeout(Duration::from_secs(1))).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutex_with_a_delay_on_a_name_a_plain_lock_holds_is_refused_as_the_other_mode() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let plain = within(a.mutex("job").lock()).await.unwrap();
+    let delayed = within(mutex(&b).try_lock()).await;
     assert_eq!(
-        plain.err().map(|e| e.kind()),
-        Some(ErrorKind::PreconditionFailed)
+        delayed.err().map(|e| e.kind()),
+        Some(ErrorKind::ModeMismatch)
     );
+    let delayed = within(mutex(&b).lock_timeout(Duration::from_secs(1))).await;
+    assert_eq!(
+        delayed.err().map(|e| e.kind()),
+        Some(ErrorKind::ModeMismatch)
+    );
+    // Once the plain lock is gone (and its ephemeral semaphore with it), the name is free.
+    within(plain.unlock()).await.unwrap();
+    let guard = within(mutex(&b).lock()).await.unwrap();
     within(guard.unlock()).await.unwrap();
 }
 
