@@ -281,6 +281,38 @@ impl Mutex {
         self
     }
 
+    /// Whether the owner with order id `owner` (its [fencing token](crate::FencingToken))
+    /// of a [lock-delay](Mutex::lock_delay) mutex's semaphore, whose data is `data` (what a
+    /// describe shows), is waiting out the delay: the wall-clock time its guard is handed
+    /// over, as the owner wrote it when it began to wait. `None` for an owner that does not
+    /// wait (or data of anything else). It tells people what a holder does (`ydb-coord top`
+    /// shows it); the time may have passed, and it is the owner's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, Mutex, SessionOptions};
+    /// # use ydb_coordination::config::DescribeOptions;
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let guard = session.mutex("job").lock_delay(Duration::from_secs(5)).lock().await?;
+    /// let d = session.describe_semaphore("job", DescribeOptions::new().owners(true)).await?;
+    /// // The first holder of a new semaphore does not wait.
+    /// assert_eq!(Mutex::delay_until(&d.data, d.owners[0].order_id), None);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn delay_until(data: &[u8], owner: u64) -> Option<std::time::SystemTime> {
+        let millis = lock_delay::delay_until(data, owner)?;
+        std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+    }
+
     fn options(&self) -> AcquireOptions {
         semaphore(self.lock_delay, &self.data).0
     }

@@ -377,3 +377,45 @@ async fn a_held_lock_whose_session_expired_comes_back_in_the_next_session_after_
     within(second.unlock()).await.unwrap();
     manager.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_waiting_out_the_delay_says_until_when_in_the_semaphore_data() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let guard = within(mutex(&a).lock()).await.unwrap();
+    drop(guard);
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { mutex(&b).lock().await }
+    });
+    granted(&observer, &b).await;
+    let until = within(async {
+        loop {
+            let d = observer
+                .describe_semaphore("job", DescribeOptions::new().owners(true))
+                .await
+                .unwrap();
+            let owner = d.owners.iter().find(|o| o.session_id == b.id());
+            if let Some(until) = owner.and_then(|o| Mutex::delay_until(&d.data, o.order_id)) {
+                return until;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // The wall clock runs on while tokio's is paused: the time is ahead by about the delay.
+    let ahead = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(ahead > DELAY - PROMPT && ahead <= DELAY, "{ahead:?}");
+    let guard = within(waiting).await.unwrap().unwrap();
+    // Handed over: a clean unlock, and the next holder's marker says nothing of a delay.
+    within(guard.unlock()).await.unwrap();
+    let guard = within(mutex(&a).lock()).await.unwrap();
+    let d = within(observer.describe_semaphore("job", DescribeOptions::new().owners(true)))
+        .await
+        .unwrap();
+    assert_eq!(Mutex::delay_until(&d.data, d.owners[0].order_id), None);
+    within(guard.unlock()).await.unwrap();
+}
