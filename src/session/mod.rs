@@ -27,7 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::acquiring::Acquiring;
 pub(crate) use self::acquiring::{Compose, optional};
-pub use self::announce::{ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announcement};
+pub use self::announce::{
+    ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announced, Announcement, Gap, PAGE_LIMIT, Page, Pages,
+    page_semaphore,
+};
 use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
 pub use self::fencing::FencingToken;
 pub use self::lease::Lease;
