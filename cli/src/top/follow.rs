@@ -1,7 +1,9 @@
 //! The tasks that keep `top` informed: per node, a poll of its announcements (the records,
 //! and the pages of the sessions whose names do not fit in theirs), a watch of each wanted
-//! name (owners and data changes, owners only; the queue, which no watch reports, polled),
-//! and a poll of its rate-limiter resources. Everything they learn goes to one channel. For
+//! name (its items, at each change of owners or data, carry the queue too; a waiter that
+//! comes without such a change is found by a poll of the queue, each interval, or in turn
+//! over a few intervals for more than [`QUEUE_POLLS`] names), and a poll of its rate-limiter
+//! resources. Everything they learn goes to one channel. For
 //! `--once`, each name is described once, owners and queue together, and nothing is
 //! watched.
 //!
@@ -11,6 +13,8 @@
 //! record names a new generation of them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -120,6 +124,7 @@ impl NodeTasks {
             poll,
             once,
             events,
+            followed: Arc::new(AtomicUsize::new(0)),
         };
         tokio::spawn(node.clone().run(wanted_rx, stop.clone()));
         Self { wanted, stop, node }
@@ -180,6 +185,31 @@ struct Node {
     /// `--once`: each name described once, nothing watched.
     once: bool,
     events: mpsc::UnboundedSender<Event>,
+    /// How many names the node's tasks follow (for the spread of the queue polls).
+    followed: Arc<AtomicUsize>,
+}
+
+/// The most queues of one node read per `--interval`: with more names, each queue is read
+/// every few intervals, in turn, so that the view's load on the node stays bounded however
+/// large the fleet (the owners come from watches, pushed, at every change).
+pub(crate) const QUEUE_POLLS: usize = 2_000;
+
+/// How often each followed name's queue is read, `followed` names being followed with
+/// `--interval` `poll`: every interval up to [`QUEUE_POLLS`] names, then in turn.
+fn queue_period(poll: Duration, followed: usize) -> Duration {
+    let rounds = followed.div_ceil(QUEUE_POLLS).max(1);
+    poll.saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
+}
+
+/// Where in the period a name's polls fall, as a fraction: names spread evenly, and each
+/// always at the same place (FNV-1a of the name).
+fn phase(name: &str) -> f64 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = (hash % 10_000) as f64 / 10_000.0;
+    fraction
 }
 
 impl Node {
@@ -189,6 +219,7 @@ impl Node {
         let mut names: HashMap<String, CancellationToken> = HashMap::new();
         loop {
             let now = wanted.borrow_and_update().clone();
+            self.followed.store(now.len(), Ordering::Relaxed);
             names.retain(|name, token| {
                 let keep = now.contains(name);
                 if !keep {
@@ -460,7 +491,8 @@ impl Node {
     }
 
     /// Watches `name` until `stop`: its owners as the watch gives them, and a full describe
-    /// each poll interval for the waiters, which no watch reports. A watch that ends (the
+    /// each poll interval for the waiters, which no watch reports (with more than
+    /// [`QUEUE_POLLS`] names, every few intervals, in turn). A watch that ends (the
     /// semaphore is gone, the session was lost) or a describe that fails is made again a
     /// poll interval later.
     async fn follow(self, name: String, stop: CancellationToken) {
@@ -480,25 +512,32 @@ impl Node {
                     continue;
                 }
             };
-            match session.watch_semaphore(&name, WatchOptions::new()).await {
+            // Each item of the watch carries the queue as it was then too; the polls add the
+            // waiters that came without a change of owners.
+            let whole = WatchOptions::new().describe(queue.owners(true));
+            match session.watch_semaphore(&name, whole).await {
                 Ok(mut stream) => {
-                    let mut tick = interval(self.poll);
-                    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    // The first poll a spread part of the period after the watch's first
+                    // item, which has the queue already.
+                    let period = queue_period(self.poll, self.followed.load(Ordering::Relaxed));
+                    let mut next = tokio::time::Instant::now() + period.mul_f64(phase(&name));
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
                             item = stream.next() => match item {
-                                Some(Ok(update)) => self.send(&name, Described::Found(update.description), Part::Owners),
+                                Some(Ok(update)) => self.send(&name, Described::Found(update.description), Part::Whole),
                                 Some(Err(e)) => { self.send(&name, failed(&session, &e), Part::Owners); break }
                                 None => break,
                             },
-                            _ = tick.tick() => {
+                            () = tokio::time::sleep_until(next) => {
                                 let Some(d) = self.describe(&session, &name, queue, &stop).await else {
                                     return;
                                 };
                                 let ended = !matches!(d, Described::Found(_));
                                 self.send(&name, d, Part::Queue);
                                 if ended { break }
+                                let period = queue_period(self.poll, self.followed.load(Ordering::Relaxed));
+                                next = (next + period).max(tokio::time::Instant::now());
                             }
                         }
                     }
@@ -579,5 +618,26 @@ fn failed(session: &Session, e: &ydb_coordination::Error) -> Described {
         Described::Missing
     } else {
         Described::Failed(fail::describe(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queues_are_read_every_interval_up_to_the_budget_then_in_turn() {
+        let poll = Duration::from_secs(2);
+        assert_eq!(queue_period(poll, 0), poll);
+        assert_eq!(queue_period(poll, QUEUE_POLLS), poll);
+        assert_eq!(queue_period(poll, QUEUE_POLLS + 1), poll * 2);
+        assert_eq!(queue_period(poll, 20_000), poll * 10);
+        let phases: Vec<f64> = (0..1000).map(|i| phase(&format!("job-{i}"))).collect();
+        assert!(phases.iter().all(|p| (0.0..1.0).contains(p)));
+        // Spread: every tenth of the period has some.
+        for tenth in 0..10 {
+            let lo = f64::from(tenth) / 10.0;
+            assert!(phases.iter().any(|p| (lo..lo + 0.1).contains(p)), "{tenth}");
+        }
     }
 }

@@ -513,7 +513,9 @@ async fn live_loop(
         if !state.paused {
             shown = top.snapshot();
         }
-        state.message.clone_from(&top.deleted);
+        if let Some(news) = top.deleted.take() {
+            state.message = Some(news);
+        }
         draw(terminal, &shown, &mut state)?;
         tokio::select! {
             e = top.events.recv() => {

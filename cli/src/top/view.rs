@@ -227,7 +227,7 @@ pub(crate) struct ViewState {
     offset: usize,
     /// A forced delete waiting for `y` (any other key cancels it).
     pub(crate) confirm: Option<Confirm>,
-    /// A line for the footer: what the last action did.
+    /// A line for the footer, until the next key: what the last action did.
     pub(crate) message: Option<String>,
 }
 
@@ -242,6 +242,8 @@ impl ViewState {
         if key.kind == KeyEventKind::Release {
             return Action::None;
         }
+        // The last action's line stays until the next key.
+        self.message = None;
         if let Some(confirm) = self.confirm.take() {
             return match key.code {
                 KeyCode::Char('y' | 'Y') => Action::Delete {
