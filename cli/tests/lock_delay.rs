@@ -39,22 +39,19 @@ fn owns(env: &Env, observer: &Session, name: &str, id: Option<u64>) -> bool {
     })
 }
 
+/// `ydb-coord GLOBAL lock NODE job --lock-delay 3s -- COMMAND`, started.
+fn delayed(env: &Env, global: &[&str], command: &[&str]) -> std::process::Child {
+    let mut args = global.to_vec();
+    args.extend(["lock", NODE, "job", "--lock-delay", "3s", "--"]);
+    args.extend_from_slice(command);
+    env.spawn(&args)
+}
+
 #[test]
 fn a_killed_shell_holder_makes_the_library_wait_the_delay_and_a_clean_release_does_not() {
     let env = Env::new("delay-shell-killed");
     let observer = session(&env);
-    let mut holder = env.spawn(&[
-        "--session-timeout",
-        "1s",
-        "lock",
-        NODE,
-        "job",
-        "--lock-delay",
-        "3s",
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let mut holder = delayed(&env, &["--session-timeout", "1s"], &["sleep", "60"]);
     wait_until("the shell holds job", || owns(&env, &observer, "job", None));
     common::signal(&holder, Signal::SIGKILL);
     let killed = Instant::now();
@@ -97,16 +94,7 @@ fn a_library_holder_that_left_without_unlocking_makes_the_shell_wait_the_delay()
         assert!(guard.is_lost());
     });
     let left = Instant::now();
-    let mut child = env.spawn(&[
-        "lock",
-        NODE,
-        "job",
-        "--lock-delay",
-        "3s",
-        "--",
-        "echo",
-        "started",
-    ]);
+    let mut child = delayed(&env, &[], &["echo", "started"]);
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)

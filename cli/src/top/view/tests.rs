@@ -120,6 +120,16 @@ fn resource(path: &str, rate: Option<f64>) -> ResourceRow {
     }
 }
 
+/// The words of a session row that says nothing of who it is: its id, six dashes, its holds,
+/// no waits, then `rest` (whether it announces, the description).
+fn unannounced_row(id: &str, holds: &str, rest: &str) -> Vec<String> {
+    let mut row = vec![id.to_string()];
+    row.extend(std::iter::repeat_n("-".to_string(), 6));
+    row.extend([holds.to_string(), "0".to_string()]);
+    row.extend(rest.split_whitespace().map(String::from));
+    row
+}
+
 fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::NONE)
 }
@@ -520,23 +530,11 @@ fn the_sessions_and_resources_tabs_draw_their_columns() {
     }
     assert_eq!(
         lines[header + 1].split_whitespace().collect::<Vec<_>>(),
-        [
-            "1000",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            "1",
-            "0",
-            "yes",
-            "worker-1000"
-        ]
+        unannounced_row("1000", "1", "yes worker-1000")
     );
     assert_eq!(
         lines[header + 2].split_whitespace().collect::<Vec<_>>(),
-        ["1001", "-", "-", "-", "-", "-", "-", "2", "0", "no"]
+        unannounced_row("1001", "2", "no")
     );
     // Sorted by holds: 1001 is the first with two.
     state.on_key(key(KeyCode::Char('s')));
@@ -783,23 +781,11 @@ fn text_has_aligned_tables_with_owners_and_waiters() {
     );
     assert_eq!(
         lines[sessions + 1].split_whitespace().collect::<Vec<_>>(),
-        [
-            "1000",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            "1",
-            "0",
-            "yes",
-            "worker-1000"
-        ]
+        unannounced_row("1000", "1", "yes worker-1000")
     );
     assert_eq!(
         lines[sessions + 200].split_whitespace().collect::<Vec<_>>(),
-        ["1199", "-", "-", "-", "-", "-", "-", "2", "0", "no"]
+        unannounced_row("1199", "2", "no")
     );
     let resources = lines.iter().position(|l| *l == "RESOURCES").unwrap();
     assert_eq!(
