@@ -51,8 +51,14 @@ fn delayed(env: &Env, global: &[&str], command: &[&str]) -> std::process::Child 
 fn a_killed_shell_holder_makes_the_library_wait_the_delay_and_a_clean_release_does_not() {
     let env = Env::new("delay-shell-killed");
     let observer = session(&env);
-    let mut holder = delayed(&env, &["--session-timeout", "1s"], &["sleep", "60"]);
-    wait_until("the shell holds job", || owns(&env, &observer, "job", None));
+    // The command runs once the guard is handed over, its marker written.
+    let running = env.path("running");
+    let command = format!("touch {running}; sleep 60");
+    let mut holder = delayed(&env, &["--session-timeout", "1s"], &["sh", "-c", &command]);
+    wait_until("the shell's command runs", || {
+        std::path::Path::new(&running).exists()
+    });
+    assert!(owns(&env, &observer, "job", None));
     common::signal(&holder, Signal::SIGKILL);
     let killed = Instant::now();
     wait_exit(&mut holder);
