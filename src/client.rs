@@ -558,11 +558,15 @@ impl Client {
             .announce
             .then(|| Arc::new(tokio::sync::Notify::new()));
         if let Some(changed) = &changed {
+            let announcer = crate::session::announce::Announcer {
+                description: cfg.options.description.clone(),
+                timeout: cfg.options.timeout,
+                interval: crate::session::announce::ANNOUNCE_INTERVAL,
+            };
             tokio::spawn(crate::session::announce::run(
                 handle.weak(),
                 changed.clone(),
-                cfg.options.description.clone(),
-                crate::session::announce::ANNOUNCE_INTERVAL,
+                announcer,
             ));
         }
         let io = DriverIo {

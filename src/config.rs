@@ -125,18 +125,26 @@ impl SessionOptions {
         self
     }
 
-    /// Announces what the session uses, so that `ydb-coord top` can find the names (off by
-    /// default).
+    /// Announces who the session is and what it uses, so that `ydb-coord top` can find the
+    /// names and tell who holds them (off by default).
     ///
     /// The session holds one unit of the ephemeral semaphore
     /// [`ANNOUNCE_SEMAPHORE`](crate::session::ANNOUNCE_SEMAPHORE), whose owner data is an
-    /// [`Announcement`](crate::session::Announcement): the session's description and the names
-    /// it holds or waits for, at most [`ANNOUNCE_LIMIT`](crate::session::ANNOUNCE_LIMIT)
-    /// bytes. The cost is one acquire when the session starts, then one request each time the
-    /// set of names changed, at most one a second however busy the session: a lock taken and
-    /// given back within the second costs nothing more. No write reads the other sessions'
-    /// records, so the cost does not grow with their number. The server drops the unit with
-    /// the session, so a crashed process leaves nothing behind.
+    /// [`Announcement`](crate::session::Announcement): the session's description, host,
+    /// process id, program, start, timeout and last contact, and every name it holds or
+    /// waits for with since when. The record is at most
+    /// [`ANNOUNCE_LIMIT`](crate::session::ANNOUNCE_LIMIT) bytes; names that do not fit go to
+    /// pages of at most [`PAGE_LIMIT`](crate::session::PAGE_LIMIT) bytes, one more unit of an
+    /// ephemeral semaphore each, so that however many names a session uses, each is
+    /// announced and every request stays bounded. The cost is one acquire when the session
+    /// starts, then one round of writes each time the set of names changed (its record,
+    /// and its pages if it has any), at most one round a second however busy the session: a
+    /// lock taken and given back within the second costs nothing more. While the session
+    /// holds or waits for a name, its record is sent again once per session timeout, so
+    /// that a viewer can tell when the server last heard from it; an idle session sends
+    /// nothing. No write reads the other sessions' records, so the cost does not grow with
+    /// their number. The server drops the units with the session, so a crashed process
+    /// leaves nothing behind.
     ///
     /// # Examples
     ///
@@ -430,6 +438,45 @@ pub(crate) fn check_acquire_timeout(timeout: Duration) -> Result<()> {
 pub(crate) fn check_data(data: &[u8]) -> Result<()> {
     if data.len() > MAX_DATA_LEN {
         return Err(Error::new(ErrorKind::InvalidArgument, "data exceeds 1 MiB"));
+    }
+    Ok(())
+}
+
+/// The prefix of the semaphore names the library keeps for itself: the sessions'
+/// announcements ([`ANNOUNCE_SEMAPHORE`](crate::session::ANNOUNCE_SEMAPHORE) and the pages of
+/// the long ones) and whatever later versions add.
+pub const RESERVED_PREFIX: &str = "ydb-coordination:";
+
+/// Whether `name` is reserved for the library's own use (it starts with
+/// [`RESERVED_PREFIX`]): the session refuses to acquire, create, update or delete it, so that
+/// no process can hold, block or remove what `ydb-coord top` reads the sessions from.
+/// Describing and watching it are allowed.
+///
+/// # Examples
+///
+/// ```
+/// use ydb_coordination::config::is_reserved;
+/// use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
+///
+/// assert!(is_reserved(ANNOUNCE_SEMAPHORE));
+/// assert!(!is_reserved("nightly-report"));
+/// ```
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
+/// The one check of every call that changes a semaphore (the session's acquire, create,
+/// update and delete, which every recipe goes through): a reserved name is refused with
+/// [`ErrorKind::InvalidArgument`] and nothing is sent.
+pub(crate) fn check_reserved(name: &str) -> Result<()> {
+    if is_reserved(name) {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "semaphore name {name:?} is reserved for the sessions' announcements \
+                 (names starting with {RESERVED_PREFIX:?}): choose another name"
+            ),
+        ));
     }
     Ok(())
 }

@@ -117,10 +117,22 @@ pub(crate) async fn node(client: &Client, node: &str, op: NodeOp, out: Out) -> R
 /// `semaphore create|update|describe|delete`.
 #[derive(Debug)]
 pub(crate) enum SemaphoreOp {
-    Create { limit: u64, data: Vec<u8> },
-    Update { data: Vec<u8> },
-    Describe { owners: bool, waiters: bool },
-    Delete { force: bool },
+    Create {
+        limit: u64,
+        data: Vec<u8>,
+    },
+    Update {
+        data: Vec<u8>,
+    },
+    Describe {
+        owners: bool,
+        waiters: bool,
+    },
+    /// `ask`: without `--yes` (the question is asked before, see [`confirm_delete`]).
+    Delete {
+        force: bool,
+        ask: bool,
+    },
 }
 
 /// Runs a semaphore command in `session`.
@@ -158,19 +170,109 @@ pub(crate) async fn semaphore(
                 output::semaphore_text(node, &d, owners, waiters)
             });
         }
-        SemaphoreOp::Delete { force } => {
+        SemaphoreOp::Delete { force, .. } => {
             let r = session.delete_semaphore(name, force).await;
             r.map_err(|e| match e.kind() {
                 ErrorKind::PreconditionFailed if !force => Failure::new(format!(
                     "semaphore {name:?} on {node} is in use or ephemeral \
                      (--force deletes one in use)"
                 )),
+                ErrorKind::PreconditionFailed => ephemeral(name, node, ""),
                 _ => semaphore_error("delete", name, node, &e),
             })?;
             done("deleted");
         }
     }
     Ok(())
+}
+
+/// The refusal to delete an ephemeral semaphore, which the server cannot: it goes with its
+/// last holder and waiter (`holders`: who they are, if known).
+fn ephemeral(name: &str, node: &str, holders: &str) -> Failure {
+    Failure::new(format!(
+        "semaphore {name:?} on {node} is ephemeral: the server cannot delete it; it goes when \
+         its holders and waiters do{holders}: stop them, or wait for their session timeout \
+         (ydb-coord top {node} {name:?} --once shows who they are)"
+    ))
+}
+
+/// Before `semaphore delete --force` without `--yes`: says what the delete would break (its
+/// owners, who are not told, and its waiters, who are aborted) and asks on the terminal; a
+/// semaphore nobody holds or waits for is deleted without asking. Without a terminal,
+/// refuses (exit code 2): a script passes `--yes`. The describe is bounded by `budget`, the
+/// question is not.
+pub(crate) async fn confirm_delete(
+    session: &Session,
+    name: &str,
+    budget: &Budget,
+) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    let node = session.path();
+    let whole = DescribeOptions::new().owners(true).waiters(true);
+    let d = budget
+        .bound("describe", async {
+            session
+                .describe_semaphore(name, whole)
+                .await
+                .map_err(|e| semaphore_error("describe", name, node, &e))
+        })
+        .await?;
+    if d.owners.is_empty() && d.waiters.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<u64> = d
+        .owners
+        .iter()
+        .chain(&d.waiters)
+        .map(|o| o.session_id)
+        .collect();
+    let who = budget
+        .bound("describe the announcements", async {
+            Ok(super::top::who(session, &ids).await)
+        })
+        .await?;
+    let list = |entries: &[ydb_coordination::session::SemaphoreSession]| {
+        entries
+            .iter()
+            .map(|o| match who.get(&o.session_id) {
+                Some(w) => format!("session {} ({w})", o.session_id),
+                None => format!("session {}", o.session_id),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if d.ephemeral {
+        return Err(ephemeral(name, node, &format!(" ({})", list(&d.owners))));
+    }
+    let summary = format!(
+        "semaphore {name:?} on {node} has {} owners ({}), who are not told, and {} waiters, \
+         whose acquires are aborted",
+        d.owners.len(),
+        list(&d.owners),
+        d.waiters.len()
+    );
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(Failure::with_code(
+            super::fail::USAGE,
+            format!("{summary}: pass --yes to force-delete it without a question"),
+        ));
+    }
+    eprint!("{summary}.\nDelete it? [y/N] ");
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES") {
+        Ok(())
+    } else {
+        Err(Failure::new(format!(
+            "semaphore {name:?} on {node} was not deleted"
+        )))
+    }
 }
 
 /// `watch`: the description, then one line per change, until interrupted or deleted.

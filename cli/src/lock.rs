@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::{Instant, timeout};
 use ydb_coordination::config::{DescribeOptions, NodeIncarnation};
-use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, Session};
+use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, MutexGuard, Session};
 use ydb_coordination_fence::Token as FenceToken;
 
 use super::child;
@@ -20,8 +20,9 @@ use super::signals::{Signals, interrupted};
 /// What to acquire.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Kind {
-    /// The ephemeral semaphore with all its units.
-    Exclusive,
+    /// The ephemeral semaphore with all its units; with a lock delay, the one unit of a
+    /// persistent semaphore of limit 1, as the library's `Mutex::lock_delay` takes it.
+    Exclusive { lock_delay: Option<Duration> },
     /// One token of the ephemeral semaphore (shared with other `--shared` holders).
     Shared,
     /// `count` units of a persistent semaphore, created with `limit` when given.
@@ -50,6 +51,34 @@ pub(crate) struct Request {
     pub(crate) command: Vec<OsString>,
     /// "lock" or "leadership", for messages.
     pub(crate) what: &'static str,
+}
+
+/// What was taken: a lease, or a lock-delay mutex's guard, whose unlock records the clean
+/// release its next holder reads.
+enum Held {
+    Lease(Lease),
+    Delayed(MutexGuard),
+}
+
+impl std::ops::Deref for Held {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        match self {
+            Held::Lease(lease) => lease,
+            Held::Delayed(guard) => guard,
+        }
+    }
+}
+
+impl Held {
+    /// Releases it, cleanly (a lock-delay lock's next holder does not wait).
+    async fn release(self) -> ydb_coordination::Result<bool> {
+        match self {
+            Held::Lease(lease) => lease.release().await,
+            Held::Delayed(guard) => guard.unlock().await,
+        }
+    }
 }
 
 /// Acquires, runs the command, releases; returns the exit code.
@@ -161,7 +190,8 @@ async fn hold_and_run(
         ));
     }
     // The server releases everything of a closed session anyway; waiting for the answer
-    // only makes the next holder's start prompt.
+    // only makes the next holder's start prompt (and, with a lock delay, tells it the
+    // release was clean).
     let _ = timeout(Duration::from_secs(5), lease.release()).await;
     Ok(end.code)
 }
@@ -199,6 +229,50 @@ async fn refused(session: &Session, req: &Request, limit: u64, err: &Error) -> F
         )),
         _ => semaphore_error("acquire", name, node, err),
     }
+}
+
+/// Why an exclusive lock was refused as the other mode (the library's `ModeMismatch`): the
+/// name is a lock with a lock delay (a persistent semaphore) and this one has none, or the
+/// other way round; says which and what to do. Exit code [`fail::USAGE`]: the command line
+/// must change.
+async fn other_mode(session: &Session, req: &Request) -> Failure {
+    let (name, node) = (&req.name, &req.node);
+    let described = session
+        .describe_semaphore(name, DescribeOptions::new())
+        .await;
+    let message = match (req.kind, described) {
+        (Kind::Exclusive { lock_delay: None }, Ok(d)) if !d.ephemeral => format!(
+            "{name:?} on {node} is a lock with a lock delay (a persistent semaphore of limit \
+             {}): take it with --lock-delay (the delay its other users set), or use another name",
+            d.limit
+        ),
+        (
+            Kind::Exclusive {
+                lock_delay: Some(_),
+            },
+            Ok(d),
+        ) if d.ephemeral => format!(
+            "{name:?} on {node} is held or waited for as a lock without a lock delay (an \
+             ephemeral semaphore): take it without --lock-delay as its other users do, or use \
+             another name"
+        ),
+        (
+            Kind::Exclusive {
+                lock_delay: Some(_),
+            },
+            Ok(d),
+        ) => format!(
+            "{name:?} on {node} is a semaphore of limit {} that another recipe made, not a \
+             lock with a lock delay: use another name",
+            d.limit
+        ),
+        // Gone meanwhile, or it cannot be read: what the library says.
+        _ => format!(
+            "{name:?} on {node} is a lock of the other mode (with or without --lock-delay): \
+             take it as its other users do, or use another name"
+        ),
+    };
+    Failure::with_code(fail::USAGE, message)
 }
 
 /// Waits for a recipe's acquire, showing the queue position on stderr when `progress` and
@@ -249,20 +323,24 @@ async fn acquire(
     req: &Request,
     signals: &mut Signals,
     progress: bool,
-) -> Result<Lease, Failure> {
-    // The plain verb, or the `_timeout`/`try_` one; both give the guard's lease.
+) -> Result<Held, Failure> {
+    // The plain verb, or the `_timeout`/`try_` one; both give the guard's lease (`$held`:
+    // what is kept of the guard).
     macro_rules! obtain {
         ($plain:expr, |$d:ident| $timed:expr, $try:expr) => {
+            obtain!($plain, |$d| $timed, $try, |g| Held::Lease(g.into_lease()))
+        };
+        ($plain:expr, |$d:ident| $timed:expr, $try:expr, |$g:ident| $held:expr) => {
             match req.wait {
                 Wait::Forever => wait_for($plain, session, req, signals, progress)
                     .await?
-                    .map(|g| Some(g.into_lease())),
+                    .map(|$g| Some($held)),
                 Wait::For($d) => wait_for($timed, session, req, signals, progress)
                     .await?
-                    .map(|g| g.map(|g| g.into_lease())),
+                    .map(|x| x.map(|$g| $held)),
                 Wait::AtOnce => wait_for($try, session, req, signals, progress)
                     .await?
-                    .map(|g| g.map(|g| g.into_lease())),
+                    .map(|x| x.map(|$g| $held)),
             }
         };
     }
@@ -270,9 +348,20 @@ async fn acquire(
     let data = req.data.clone();
     let mut limit = None;
     let result = match req.kind {
-        Kind::Exclusive => {
+        Kind::Exclusive { lock_delay: None } => {
             let mutex = session.mutex(name).data(data);
             obtain!(mutex.lock(), |d| mutex.lock_timeout(d), mutex.try_lock())
+        }
+        Kind::Exclusive {
+            lock_delay: Some(delay),
+        } => {
+            let mutex = session.mutex(name).data(data).lock_delay(delay);
+            obtain!(
+                mutex.lock(),
+                |d| mutex.lock_timeout(d),
+                mutex.try_lock(),
+                |g| Held::Delayed(g)
+            )
         }
         Kind::Shared => {
             let rwlock = session.rwlock(name).data(data);
@@ -323,6 +412,7 @@ async fn acquire(
             Some(limit) => refused(session, req, limit, &e).await,
             None => semaphore_error("acquire", name, node, &e),
         }),
+        Err(e) if e.kind() == ErrorKind::ModeMismatch => Err(other_mode(session, req).await),
         Err(e) => Err(semaphore_error("acquire", name, node, &e)),
     }
 }

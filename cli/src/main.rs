@@ -63,7 +63,8 @@ None set: anonymous. YDB_IAM_ENDPOINT and YDB_METADATA_ENDPOINT override the tok
 Exit codes:
   0    success (lock, elect, ratelimit run: the command's own exit code is passed through)
   1    error (connection, missing node or semaphore, server error)
-  2    bad command line
+  2    bad command line; lock: the name is a lock of the other mode (with or without
+       --lock-delay), which the command line must match
   3    subscribe --once: nothing was ever published under the name
   75   lock, leadership or rate-limiter units not obtained in time (--wait elapsed, or
        --no-wait and it is held or the units are not available now); space reshard or
@@ -83,6 +84,8 @@ Examples:
   ydb-coord lock /local/app pool --limit 3 --wait 5m -- ./crawl.sh
   # Readers share, a plain `lock` (writer) excludes them all:
   ydb-coord lock /local/app config --shared -- ./read-config.sh
+  # After a holder that crashed or was cut off, the next one starts 30s after its grant:
+  ydb-coord lock /local/app billing-export --lock-delay 30s -- ./export.sh
 
 The command runs in the process group of a small guard process, with YDB_COORD_FENCING_TOKEN (increases with
 each new holder: pass it to the resource you protect), YDB_COORD_FENCE_TOKEN (the same with the
@@ -91,6 +94,12 @@ YDB_COORD_SESSION_ID in its environment. SIGINT, SIGTERM and SIGHUP sent to ydb-
 may have been lost while it runs (the session expired or could not be confirmed in time), it
 gets SIGTERM, then SIGKILL after --kill-grace, and ydb-coord exits with 76. Not obtained in
 time: 75. Otherwise ydb-coord exits with the command's exit code.
+
+--lock-delay D takes the same lock as the library's Mutex::lock_delay(D) on the name (a
+persistent semaphore of limit 1 whose data records a clean release): after a holder lost the
+lock without releasing it, the next holder's command starts D after its grant; after a clean
+release at once. A plain lock and a --lock-delay lock cannot share a name: the second is
+refused with exit code 2, naming the other.
 
 If ydb-coord dies, even by SIGKILL, the guard sends the group SIGTERM, then SIGKILL after
 --kill-grace (at once once the command itself has exited). A command that leaves the group
@@ -125,7 +134,8 @@ Examples:
   ydb-coord semaphore update /local/app pool --data 'crawler pool, v2'
   ydb-coord semaphore describe /local/app pool --owners --waiters
   ydb-coord --json semaphore describe /local/app pool --owners
-  ydb-coord semaphore delete /local/app pool --force";
+  ydb-coord semaphore delete /local/app pool --force          # asks, saying who holds it
+  ydb-coord semaphore delete /local/app pool --force --yes    # in a script";
 
 const WATCH_HELP: &str = "\
 Examples:
@@ -497,9 +507,14 @@ enum SemaphoreAction {
         path: String,
         /// Semaphore name.
         name: String,
-        /// Delete even if it has owners or waiters (waiters fail; owners are not told).
+        /// Delete even if it has owners or waiters (waiters fail; owners are not told). Asks
+        /// first on a terminal, saying who holds it; refused without a terminal unless
+        /// --yes.
         #[arg(long)]
         force: bool,
+        /// With --force: do not ask (for scripts).
+        #[arg(long, requires = "force")]
+        yes: bool,
     },
 }
 
@@ -544,6 +559,12 @@ struct LockArgs {
     #[arg(long, value_name = "N", conflicts_with = "shared",
           value_parser = clap::value_parser!(u64).range(1..))]
     limit: Option<u64>,
+    /// After a holder lost the lock without releasing it (crashed, killed, its session
+    /// expired), the next holder starts only this long after its grant: the library's
+    /// `Mutex::lock_delay`, on the same name alike. Every user of the name must set one.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse,
+          conflicts_with_all = ["shared", "count", "limit"])]
+    lock_delay: Option<Duration>,
     /// Owner data shown to describe and watch (e.g. the host name).
     #[arg(long, default_value = "")]
     data: String,
@@ -893,17 +914,33 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     owners,
                     waiters,
                 } => (path, name, SemaphoreOp::Describe { owners, waiters }),
-                SemaphoreAction::Delete { path, name, force } => {
-                    (path, name, SemaphoreOp::Delete { force })
-                }
+                SemaphoreAction::Delete {
+                    path,
+                    name,
+                    force,
+                    yes,
+                } => (path, name, SemaphoreOp::Delete { force, ask: !yes }),
             };
             let client = conn.client().await?;
             let node = Conn::node(&client, &path);
             let session = conn
                 .session(&client, &node, "ydb-coord semaphore".to_string())
                 .await?;
+            let mut budget = conn.budget;
+            if let SemaphoreOp::Delete {
+                force: true,
+                ask: true,
+            } = op
+            {
+                if let Err(refused) = admin::confirm_delete(&session, &name, &budget).await {
+                    session.close().await;
+                    return Err(refused);
+                }
+                // The question took the person's time, not the server's.
+                budget = admin::Budget::start(conn.args.timeout);
+            }
             let call = admin::semaphore(&session, &name, op, out);
-            let result = conn.budget.bound("semaphore", call).await;
+            let result = budget.bound("semaphore", call).await;
             session.close().await;
             result.map(|()| 0)
         }
@@ -989,7 +1026,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             }
             let kind = match (args.shared, args.count, args.limit) {
                 (true, _, _) => Kind::Shared,
-                (false, None, None) => Kind::Exclusive,
+                (false, None, None) => Kind::Exclusive {
+                    lock_delay: args.lock_delay.filter(|d| !d.is_zero()),
+                },
                 (false, count, limit) => Kind::Counted {
                     count: count.unwrap_or(1),
                     limit,

@@ -41,6 +41,14 @@ impl Out {
         stdout.flush()
     }
 
+    /// Prints `text` as it is on stdout (a format of its own, such as Prometheus's), telling
+    /// whether it could be written.
+    pub(crate) fn try_print_raw(&self, text: &str) -> std::io::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()
+    }
+
     /// Prints an event on stderr: a JSON object with `--json`, otherwise the human text when
     /// there is any (an empty string prints nothing).
     pub(crate) fn event(&self, value: Value, human: impl FnOnce() -> String) {

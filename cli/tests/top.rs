@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{Env, NODE, wait_exit, wait_until};
 use nix::pty::{Winsize, openpty};
-use serde_json::Value;
+use serde_json::{Value, json};
 use ydb_coordination::{AcquireOptions, Lease, Session, SessionOptions};
 
 /// Semaphores held by the crowd, besides the queue.
@@ -114,8 +114,9 @@ fn once_in_json_shows_every_semaphore_owner_session_and_the_queue_in_order() {
     let semaphores = v["semaphores"].as_array().unwrap();
     assert_eq!(semaphores.len(), SEMAPHORES + 1);
     let sem = semaphores.iter().find(|s| s["name"] == "sem-07").unwrap();
-    assert_eq!(sem["limit"], 4);
-    assert_eq!(sem["count"], 4);
+    // 64-bit numbers are strings of digits.
+    assert_eq!(sem["limit"], "4");
+    assert_eq!(sem["count"], "4");
     assert_eq!(sem["owners"].as_array().unwrap().len(), 4);
     let data: Vec<&str> = sem["owners"]
         .as_array()
@@ -129,7 +130,7 @@ fn once_in_json_shows_every_semaphore_owner_session_and_the_queue_in_order() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|w| w["session_id"].as_u64().unwrap())
+        .map(|w| w["session_id"].as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(waiters, crowd.waiter_ids);
     let sessions = v["sessions"].as_array().unwrap();
@@ -488,7 +489,7 @@ fn json_without_once_prints_a_snapshot_each_interval_that_follows_changes() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|s| s["name"] == "late" && s["count"] == 2);
+            .any(|s| s["name"] == "late" && s["count"] == "2");
         if held {
             break;
         }
@@ -561,4 +562,396 @@ fn the_first_streamed_snapshot_is_whole_not_a_node_still_loading() {
         common::signal(&child, nix::sys::signal::Signal::SIGTERM);
         assert!(wait_exit(&mut child).success());
     }
+}
+
+// ---- Reserved names, complete or it says so, the rows an on-call engineer needs ----
+
+use common::raw::RawSession;
+use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
+
+/// `top --once --json` on the node: its exit code and the snapshot.
+fn once(env: &Env, extra: &[&str]) -> (Option<i32>, Value) {
+    let mut args = vec!["--json", "top", NODE, "--once"];
+    args.extend_from_slice(extra);
+    let out = env.run(&args);
+    let v =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}"));
+    (out.status.code(), v)
+}
+
+/// Starts an announcing library session holding `names` (exclusive ephemeral locks); waits
+/// until `top` lists every name, and returns the session with its leases.
+fn holding(env: &Env, description: &str, names: &[String]) -> (Session, Vec<Lease>) {
+    env._rt.block_on(async {
+        let client = ydb_coordination::Client::connect(&env.cs).await.unwrap();
+        let options = SessionOptions::new()
+            .description(description)
+            .announce(true);
+        let s = client.session(NODE, options).await.unwrap();
+        let mut leases = Vec::new();
+        for name in names {
+            let lock = AcquireOptions::exclusive().ephemeral(true);
+            leases.push(s.acquire(name, lock).await.unwrap());
+        }
+        (s, leases)
+    })
+}
+
+fn names_of(v: &Value) -> Vec<String> {
+    v["semaphores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_reserved_names_cannot_be_locked_created_or_deleted_from_the_shell() {
+    let env = Env::new("top-reserved");
+    let ran = env.path("ran");
+    let touch = format!("touch {ran}");
+    for name in [ANNOUNCE_SEMAPHORE, "ydb-coordination:sessions/1/1"] {
+        let out = env.run(&["lock", NODE, name, "--no-wait", "--", "sh", "-c", &touch]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(!std::path::Path::new(&ran).exists(), "the command ran");
+        let out = env.run(&["semaphore", "create", NODE, name, "--limit", "1"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let out = env.run(&["semaphore", "delete", NODE, name, "--force", "--yes"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+    }
+    // The view stays whole.
+    let (_s, _leases) = holding(&env, "worker", &["job".to_string()]);
+    wait_until("the session's announcement", || {
+        let (code, v) = once(&env, &[]);
+        code == Some(0) && names_of(&v) == ["job"]
+    });
+}
+
+#[test]
+fn a_view_that_finds_the_announcements_held_or_queued_by_something_else_says_so_and_fails() {
+    let env = Env::new("top-intruder");
+    let (_s, _leases) = holding(&env, "worker", &["job".to_string()]);
+    wait_until("the session's announcement", || {
+        let (code, v) = once(&env, &[]);
+        code == Some(0) && names_of(&v) == ["job"]
+    });
+    // A program that is not this library asks for the whole announcement semaphore: it
+    // queues behind the announcements, and new sessions can no longer announce.
+    let addr = env.emulator.local_addr();
+    let _queued = env._rt.block_on(async {
+        let mut raw = RawSession::start(addr, NODE).await;
+        raw.acquire(1, ANNOUNCE_SEMAPHORE, u64::MAX, true, b"");
+        assert!(
+            !raw.granted_or_queued(1).await,
+            "queued behind the announcements"
+        );
+        raw
+    });
+    let (code, v) = once(&env, &[]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["complete"], false);
+    assert!(!v["notes"].as_array().unwrap().is_empty(), "{v}");
+
+    // One holding a unit of it with data that is no announcement: what it uses is unknown.
+    let env = Env::new("top-intruder-data");
+    let _holder = env._rt.block_on(async {
+        let mut raw = RawSession::start(env.emulator.local_addr(), NODE).await;
+        raw.acquire(1, ANNOUNCE_SEMAPHORE, 1, true, b"not an announcement");
+        assert!(raw.granted_or_queued(1).await);
+        raw
+    });
+    let (code, v) = once(&env, &[]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["notes"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
+fn every_name_a_session_uses_is_shown_however_many() {
+    let env = Env::new("top-many");
+    let names: Vec<String> = (0..60)
+        .map(|i| format!("billing-export-shard-{i:03}"))
+        .collect();
+    let (_s, _leases) = holding(&env, "exporter", &names);
+    wait_until("all 60 names", || {
+        let (code, v) = once(&env, &[]);
+        code == Some(0) && names_of(&v).len() == 60
+    });
+    let (code, v) = once(&env, &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["complete"], true);
+    let mut shown = names_of(&v);
+    shown.sort();
+    assert_eq!(shown, names);
+    let sessions = v["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["holds"], 60);
+    assert_eq!(sessions[0]["uses"].as_array().unwrap().len(), 60);
+}
+
+#[test]
+fn an_announcement_that_leaves_names_out_makes_once_fail_with_the_reason() {
+    let env = Env::new("top-left-out");
+    // A session of an older version whose record left 14 names out.
+    let record = b"ydb-coordination announce 1\nd old worker\nn job\n+ 14\n";
+    let _old = env._rt.block_on(async {
+        let mut raw = RawSession::start(env.emulator.local_addr(), NODE).await;
+        raw.acquire(1, ANNOUNCE_SEMAPHORE, 1, true, record);
+        assert!(raw.granted_or_queued(1).await);
+        raw.acquire(2, "job", u64::MAX, true, b"");
+        assert!(raw.granted_or_queued(2).await);
+        raw
+    });
+    let (code, v) = once(&env, &[]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["complete"], false);
+    assert_eq!(names_of(&v), ["job"], "what it did list is shown");
+    assert_eq!(v["notes"].as_array().unwrap().len(), 1, "{v}");
+    // The text says so too, and fails alike.
+    let out = env.run(&["top", NODE, "--once"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stdout(&out).contains("NOTES"));
+}
+
+#[test]
+fn naming_the_announcement_semaphore_shows_it_and_never_hangs() {
+    let env = Env::new("top-name-it");
+    let (s, _leases) = holding(&env, "worker", &["job".to_string()]);
+    wait_until("the session's announcement", || {
+        let (code, v) = once(&env, &[]);
+        code == Some(0) && names_of(&v) == ["job"]
+    });
+    let started = std::time::Instant::now();
+    let (code, v) = once(&env, &[ANNOUNCE_SEMAPHORE, "--timeout", "5s"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let row = &v["semaphores"][0];
+    assert_eq!(row["name"], ANNOUNCE_SEMAPHORE);
+    let owners: Vec<&str> = row["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, [s.id().to_string()]);
+}
+
+/// A node with what an on-call engineer looks for: `nightly` held by a `ydb-coord lock`
+/// process (its child returned), `export` held by a `ydb-coord lock --lock-delay 30s`
+/// process waiting out the delay after a holder that left without unlocking, and `blob`, a
+/// persistent semaphore a library session holds with binary data.
+struct OnCall {
+    nightly: Child,
+    export: Child,
+    _library: (Session, Lease),
+}
+
+impl Drop for OnCall {
+    fn drop(&mut self) {
+        for child in [&mut self.nightly, &mut self.export] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn on_call(env: &Env) -> OnCall {
+    let nightly = env.spawn(&[
+        "lock", NODE, "nightly", "--data", "run 42", "--", "sleep", "60",
+    ]);
+    let library = env._rt.block_on(async {
+        let client = ydb_coordination::Client::connect(&env.cs).await.unwrap();
+        let gone = client.session(NODE, SessionOptions::new()).await.unwrap();
+        let delay = Duration::from_secs(30);
+        // The first holder of `export` leaves without unlocking: the next one waits.
+        drop(gone.mutex("export").lock_delay(delay).lock().await.unwrap());
+        gone.close().await;
+        let s = client
+            .session(NODE, SessionOptions::new().announce(true))
+            .await
+            .unwrap();
+        s.create_semaphore("blob", 5, b"").await.unwrap();
+        let data = vec![0xff, 0x00, b'a'];
+        let lease = s
+            .acquire("blob", AcquireOptions::new().count(2).data(data))
+            .await
+            .unwrap();
+        (s, lease)
+    });
+    let export = env.spawn(&[
+        "lock",
+        NODE,
+        "export",
+        "--lock-delay",
+        "30s",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    OnCall {
+        nightly,
+        export,
+        _library: library,
+    }
+}
+
+fn semaphore<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["semaphores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {v}"))
+}
+
+fn session_of<'a>(v: &'a Value, id: &Value) -> &'a Value {
+    v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == *id)
+        .unwrap_or_else(|| panic!("no session {id} in {v}"))
+}
+
+#[test]
+fn the_rows_say_who_holds_what_since_when_from_where_exactly_for_scripts() {
+    let env = Env::new("top-rows");
+    let on_call = on_call(&env);
+    let ready =
+        |v: &Value| {
+            ["nightly", "export", "blob"].iter().all(|n| {
+                v["semaphores"].as_array().unwrap().iter().any(|s| {
+                    s["name"] == *n && s["owners"].as_array().is_some_and(|o| !o.is_empty())
+                })
+            }) && semaphore(v, "export")["owners"][0]["in_lock_delay"] == true
+        };
+    wait_until("the three names held, export in its delay", || {
+        let (code, v) = once(&env, &[]);
+        code == Some(0) && ready(&v)
+    });
+    let (code, v) = once(&env, &[]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["complete"], true);
+    assert!(v["time"].as_str().unwrap().ends_with('Z'), "{v}");
+    assert!(v["time_ms"].as_u64().unwrap() > 1_600_000_000_000);
+    let node = &v["nodes"][0];
+    assert_eq!(node["node"], NODE);
+    assert!(node["rtt_ms"].as_f64().is_some(), "{node}");
+    assert_eq!(node["errors"], 0);
+
+    // Who holds `nightly`, from where, since when.
+    let nightly = semaphore(&v, "nightly");
+    assert_eq!(nightly["limit"], "18446744073709551615", "u64::MAX, exact");
+    let owner = &nightly["owners"][0];
+    assert_eq!(owner["exact"], true, "{owner}");
+    assert!(owner["granted"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        (&owner["data"], &owner["data_hex"]),
+        (&json!("run 42"), &json!("72756e203432"))
+    );
+    let who = session_of(&v, &owner["session_id"]);
+    assert_eq!(who["pid"], on_call.nightly.id());
+    assert_eq!(who["tool"], "ydb-coord");
+    assert!(!who["host"].as_str().unwrap().is_empty());
+    assert_eq!(who["timeout_ms"], 10_000);
+    assert!(who["age_ms"].as_u64().is_some() && who["contact_ms_ago"].as_u64().is_some());
+    let uses = who["uses"].as_array().unwrap();
+    assert!(
+        uses.iter()
+            .any(|u| u["name"] == "nightly" && u["held"] == true)
+    );
+
+    // `export`'s holder waits out its lock delay.
+    let export = &semaphore(&v, "export")["owners"][0];
+    assert!(export["lock_delay_until"].as_str().is_some(), "{export}");
+    assert_eq!(
+        session_of(&v, &export["session_id"])["pid"],
+        on_call.export.id()
+    );
+
+    // Binary data whole, in hex.
+    let blob = semaphore(&v, "blob");
+    assert_eq!(blob["owners"][0]["data_hex"], "ff0061");
+    assert_eq!(blob["owners"][0]["count"], "2");
+
+    // The same numbers for Prometheus.
+    let out = env.run(&["top", NODE, "--once", "--prometheus"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = common::stdout(&out);
+    assert!(text.contains(&format!("ydb_coord_top_complete{{target=\"{NODE}\"}} 1")));
+    let in_delay = text
+        .lines()
+        .find(|l| l.starts_with("ydb_coord_owner_in_lock_delay{") && l.contains("export"))
+        .unwrap();
+    assert!(in_delay.ends_with(" 1"), "{in_delay}");
+    let pid = on_call.nightly.id();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ydb_coord_session_info{")
+                && l.contains(&format!("pid=\"{pid}\""))),
+        "{text}"
+    );
+    assert!(text.contains("ydb_coord_node_rtt_seconds{node=\"/local/app\"}"));
+
+    // Clearing a stuck name: a script must say so; then it goes.
+    let out = env.run(&["semaphore", "delete", NODE, "blob", "--force"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = env.run(&["semaphore", "delete", NODE, "blob", "--force", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = env.run(&["semaphore", "describe", NODE, "blob"]);
+    assert_eq!(out.status.code(), Some(1));
+    // An ephemeral lock cannot be deleted: the error says who to stop instead.
+    let out = env.run(&["semaphore", "delete", NODE, "nightly", "--force", "--yes"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+#[test]
+fn the_live_view_drills_into_a_session_and_force_deletes_a_stuck_name_after_asking() {
+    let env = Env::new("top-pty-on-call");
+    let on_call = on_call(&env);
+    let mut pty = Pty::spawn(&env, &["top", NODE, "--interval", "300ms"]);
+    let pid = on_call.nightly.id().to_string();
+    pty.wait_for("the three names", |s| {
+        s.contains("nightly") && s.contains("export") && s.contains("blob")
+    });
+    // The sessions: who they are; the selected one's holds below.
+    pty.keys("2");
+    pty.wait_for("the sessions with their pids", |s| {
+        s.contains("HOST") && s.contains(&pid) && s.contains("ydb-coord")
+    });
+    pty.keys(&format!("/{pid}\r"));
+    pty.wait_for("what the lock process holds", |s| {
+        s.lines()
+            .any(|l| l.trim_start().starts_with("holds") && l.contains("nightly"))
+    });
+    // The semaphores: `blob` selected, D asks, y deletes.
+    // Ctrl-U empties the filter before `blob` is typed.
+    pty.keys("1/\u{15}blob\r");
+    pty.wait_for("blob selected", |s| s.contains("OWNERS 1"));
+    pty.keys("D");
+    pty.wait_for("the question", |s| s.contains("force-delete \"blob\""));
+    pty.keys("y");
+    pty.wait_for("blob deleted", |s| s.contains("deleted \"blob\""));
+    pty.keys("q");
+    assert!(wait_exit(&mut pty.child).success());
+    let out = env.run(&["semaphore", "describe", NODE, "blob"]);
+    assert_eq!(out.status.code(), Some(1), "blob is gone");
+}
+
+#[test]
+fn a_forced_delete_on_a_terminal_says_who_holds_it_and_asks() {
+    let env = Env::new("top-pty-delete");
+    let on_call = on_call(&env);
+    wait_until("blob held", || {
+        let (_, v) = once(&env, &["blob"]);
+        v["semaphores"][0]["owners"]
+            .as_array()
+            .is_some_and(|o| o.len() == 1)
+    });
+    let mut pty = Pty::spawn(&env, &["semaphore", "delete", NODE, "blob", "--force"]);
+    pty.wait_for("the question", |s| s.contains("Delete it? [y/N]"));
+    assert!(pty.contents().contains("1 owners"), "{}", pty.contents());
+    pty.keys("y\r");
+    assert!(wait_exit(&mut pty.child).success());
+    drop(on_call);
 }

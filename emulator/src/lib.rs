@@ -199,7 +199,13 @@ pub struct EmulatorBuilder {
     tokens: Vec<String>,
     tls: Option<Tls>,
     observer: Option<world::SharedObserver>,
+    max_message: usize,
 }
+
+/// The largest gRPC message YDB receives or sends by default, in bytes: its
+/// `DEFAULT_GRPC_MESSAGE_SIZE_LIMIT` (64,000,000; `GRpcConfig.MaxMessageSize` changes it).
+/// See [`EmulatorBuilder::max_message_size`].
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64_000_000;
 
 /// A server certificate chain and its private key, both PEM.
 #[derive(Clone)]
@@ -225,6 +231,7 @@ impl Default for EmulatorBuilder {
             tokens: Vec::new(),
             tls: None,
             observer: None,
+            max_message: DEFAULT_MAX_MESSAGE_SIZE,
         }
     }
 }
@@ -268,6 +275,29 @@ impl EmulatorBuilder {
     /// [`EmulatorBuilder::user`].
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.tokens.push(token.into());
+        self
+    }
+
+    /// The largest gRPC message the emulator receives or sends, in bytes (default
+    /// [`DEFAULT_MAX_MESSAGE_SIZE`], YDB's): a larger request is refused, and a larger
+    /// answer fails its call (a session's stream ends with `RESOURCE_EXHAUSTED`), as on a
+    /// YDB whose `GRpcConfig.MaxMessageSize` is `bytes`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use ydb_coordination_emulator::Emulator;
+    ///
+    /// // gRPC's default limit, as some servers and proxies keep it.
+    /// let emulator = Emulator::builder().max_message_size(4 << 20).start().await?;
+    /// # drop(emulator);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message = bytes;
         self
     }
 
@@ -344,6 +374,7 @@ impl EmulatorBuilder {
             world,
             changed: Notify::new(),
             shutdown: shutdown.clone(),
+            max_message: self.max_message,
         });
         let mut server = tonic::transport::Server::builder();
         if let Some(tls) = &self.tls {
@@ -364,7 +395,11 @@ impl EmulatorBuilder {
             .add_service(CoordinationService(shared.clone()))
             .add_service(DiscoveryService(shared.clone()))
             .add_service(service::AuthService(shared.clone()))
-            .add_service(RateLimiterServiceServer::new(RateLimiter(shared.clone())))
+            .add_service(
+                RateLimiterServiceServer::new(RateLimiter(shared.clone()))
+                    .max_decoding_message_size(self.max_message)
+                    .max_encoding_message_size(self.max_message),
+            )
             .serve_with_incoming_shutdown(
                 UnboundedReceiverStream::new(conn_rx),
                 shutdown.clone().cancelled_owned(),

@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// `None`: every request is allowed.
     pub(crate) auth: Option<Auth>,
+    /// The largest gRPC message received or sent, in bytes (SPEC.md §7).
+    pub(crate) max_message: usize,
 }
 
 impl Shared {
@@ -272,7 +274,17 @@ async fn serve_attached(
                 outstanding = send_ping(tx);
             }
             msg = inbound.next() => {
-                let Some(Ok(msg)) = msg else { return };
+                let msg = match msg {
+                    Some(Ok(msg)) => msg,
+                    // tonic's refusal of a message over the limit: gRPC's own answer to
+                    // it, as YDB's gRPC gives (SPEC.md §1.6).
+                    Some(Err(e)) if e.code() == tonic::Code::OutOfRange => {
+                        let why = format!("Received message larger than max: {}", e.message());
+                        let _ = tx.send(Outbound::Status(Status::resource_exhausted(why)));
+                        return;
+                    }
+                    _ => return,
+                };
                 use session_request::Request as R;
                 match msg.request {
                     None => return fail(StatusCode::BadRequest, "Empty request"),
@@ -425,6 +437,7 @@ impl AuthService {
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         let shared = self.0.clone();
+        let max = shared.max_message;
         match req.uri().path() {
             "/Ydb.Auth.V1.AuthService/Login" => Box::pin(async move {
                 let svc = Unary(move |r: Request<LoginRequest>| {
@@ -436,13 +449,22 @@ impl AuthService {
                         operation: Some(operation(result)),
                     }))
                 });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
+                Ok(grpc(max).unary(svc, req).await)
             }),
             _ => Box::pin(async { Ok(unimplemented()) }),
         }
     }
+}
+
+/// A tonic call handler with YDB's message-size limit both ways (SPEC.md §7).
+fn grpc<T, U>(max: usize) -> tonic::server::Grpc<tonic_prost::ProstCodec<T, U>>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max)
 }
 
 /// Wraps a handler closure as a tonic unary service.
@@ -480,7 +502,15 @@ impl tonic::server::StreamingService<SessionRequest> for SessionSvc {
             request.into_inner(),
             tx,
         ));
-        let out = UnboundedReceiverStream::new(rx).map(|o| match o {
+        let limit = self.0.max_message;
+        // A message over the limit fails the call, as gRPC fails YDB's send (SPEC.md §7).
+        let out = UnboundedReceiverStream::new(rx).map(move |o| match o {
+            Outbound::Message(m) if m.encoded_len() > limit => {
+                Err(Status::resource_exhausted(format!(
+                    "Sent message larger than max ({} vs. {limit})",
+                    m.encoded_len()
+                )))
+            }
             Outbound::Message(m) => Ok(m),
             Outbound::Status(s) => Err(s),
         });
@@ -556,6 +586,7 @@ where
     Req: NodeRequest,
     Resp: Message + Send + 'static,
 {
+    let max = shared.max_message;
     Box::pin(async move {
         let svc = Unary(move |r: Request<Req>| {
             let result = if shared.authorized(&r) {
@@ -571,9 +602,7 @@ where
             };
             Ok(Response::new(wrap(Some(operation(result)))))
         });
-        Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-            .unary(svc, req)
-            .await)
+        Ok(grpc(max).unary(svc, req).await)
     })
 }
 
@@ -603,10 +632,11 @@ impl CoordinationService {
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         let shared = self.0.clone();
+        let max = shared.max_message;
 
         match req.uri().path() {
             "/Ydb.Coordination.V1.CoordinationService/Session" => Box::pin(async move {
-                let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+                let mut grpc = grpc(max);
                 Ok(grpc.streaming(SessionSvc(shared), req).await)
             }),
             "/Ydb.Coordination.V1.CoordinationService/CreateNode" => admin(
@@ -669,6 +699,7 @@ impl DiscoveryService {
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         let shared = self.0.clone();
+        let max = shared.max_message;
 
         match req.uri().path() {
             "/Ydb.Discovery.V1.DiscoveryService/ListEndpoints" => Box::pin(async move {
@@ -699,9 +730,7 @@ impl DiscoveryService {
                         )))),
                     }))
                 });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
+                Ok(grpc(max).unary(svc, req).await)
             }),
             "/Ydb.Discovery.V1.DiscoveryService/WhoAmI" => Box::pin(async move {
                 let svc = Unary(move |_r: Request<WhoAmIRequest>| {
@@ -713,9 +742,7 @@ impl DiscoveryService {
                         operation: Some(operation(Ok(pack("Ydb.Discovery.WhoAmIResult", &result)))),
                     }))
                 });
-                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                    .unary(svc, req)
-                    .await)
+                Ok(grpc(max).unary(svc, req).await)
             }),
             _ => Box::pin(async { Ok(unimplemented()) }),
         }

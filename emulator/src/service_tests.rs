@@ -28,6 +28,7 @@ fn shared(nodes: &[&str]) -> Shared {
         changed: Notify::new(),
         shutdown: CancellationToken::new(),
         auth: None,
+        max_message: crate::DEFAULT_MAX_MESSAGE_SIZE,
     }
 }
 

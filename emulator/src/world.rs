@@ -111,6 +111,10 @@ pub struct Traffic {
     /// Owner and waiter entries in the descriptions the nodes sent: the part of a describe
     /// whose cost grows with the semaphore.
     pub described_entries: u64,
+    /// The largest message the nodes made for a session stream, in bytes, since the emulator
+    /// started (one over the message limit included, which fails its stream instead of going
+    /// out); not a difference in [`Traffic::since`], the largest of the two.
+    pub largest_response: u64,
 }
 
 impl Traffic {
@@ -123,6 +127,7 @@ impl Traffic {
             described_entries: self
                 .described_entries
                 .saturating_sub(earlier.described_entries),
+            largest_response: self.largest_response.max(earlier.largest_response),
         }
     }
 }
@@ -134,14 +139,16 @@ struct Counters {
     responses: AtomicU64,
     response_bytes: AtomicU64,
     described_entries: AtomicU64,
+    largest_response: AtomicU64,
 }
 
 impl Counters {
     fn sent(&self, msg: &SessionResponse) {
         use crate::proto::session_response::Response;
         self.responses.fetch_add(1, Ordering::Relaxed);
-        self.response_bytes
-            .fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+        let len = msg.encoded_len() as u64;
+        self.response_bytes.fetch_add(len, Ordering::Relaxed);
+        self.largest_response.fetch_max(len, Ordering::Relaxed);
         if let Some(Response::DescribeSemaphoreResult(r)) = &msg.response
             && let Some(d) = &r.semaphore_description
         {
@@ -156,6 +163,7 @@ impl Counters {
             responses: self.responses.load(Ordering::Relaxed),
             response_bytes: self.response_bytes.load(Ordering::Relaxed),
             described_entries: self.described_entries.load(Ordering::Relaxed),
+            largest_response: self.largest_response.load(Ordering::Relaxed),
         }
     }
 }

@@ -101,6 +101,12 @@ pub enum ErrorKind {
     /// The request conflicts with the semaphore's state (`PRECONDITION_FAILED`): not empty,
     /// ephemeral, or a limit mismatch.
     PreconditionFailed,
+    /// A lock found its name in use by a lock of the other mode: a [`Mutex`](crate::Mutex)
+    /// with a [lock delay](crate::Mutex::lock_delay) (a persistent semaphore) and one
+    /// without (an ephemeral semaphore) cannot share a name. The message names the other
+    /// mode and what to do: use the same mode as the name's other users, or another name.
+    /// Never retried.
+    ModeMismatch,
     /// The request or the options were rejected as invalid (`BAD_REQUEST`, a bad
     /// connection string, out-of-range options).
     InvalidArgument,

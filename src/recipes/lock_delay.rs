@@ -23,6 +23,10 @@ use crate::session::Lease;
 const HELD: &str = "held ";
 const RELEASED: &str = "released ";
 const EPOCH: &str = " epoch ";
+/// After a `held` marker on a node: the holder waits the delay, its guard handed over at
+/// this wall-clock time (Unix milliseconds). For the people who read the data (`ydb-coord
+/// top`); no holder decides anything on it.
+const UNTIL: &str = " until ";
 
 /// What the semaphore's data says of the last tenure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,13 +63,55 @@ fn parse_in(data: &[u8]) -> (Marker, Option<u64>) {
         None => (text, None),
     };
     let order = |rest: &str| rest.parse::<u64>().ok();
-    if let Some(id) = text.strip_prefix(HELD).and_then(order) {
+    if let Some(id) = text.strip_prefix(HELD).and_then(held_order) {
         return (Marker::Held(id), epoch);
     }
     if let Some(id) = text.strip_prefix(RELEASED).and_then(order) {
         return (Marker::Released(id), epoch);
     }
     (Marker::Unknown, None)
+}
+
+/// The order id of a `held` marker (after its prefix), with or without the time its holder
+/// waits until (` until <ms>`).
+fn held_order(rest: &str) -> Option<u64> {
+    let order = match rest.split_once(UNTIL) {
+        Some((order, until)) => {
+            until.parse::<u64>().ok()?;
+            order
+        }
+        None => rest,
+    };
+    order.parse().ok()
+}
+
+/// When the holder with order id `owner` gets its guard after the lock delay it waits, if the
+/// marker `data` says it waits one (Unix milliseconds), written on a node (see [`UNTIL`]).
+pub(crate) fn delay_until(data: &[u8], owner: u64) -> Option<u64> {
+    let text = std::str::from_utf8(data).ok()?;
+    let (order, until) = text.strip_prefix(HELD)?.split_once(UNTIL)?;
+    if order.parse::<u64>().ok()? != owner {
+        return None;
+    }
+    until.parse().ok()
+}
+
+/// The `held` marker of a holder on a node that waits the delay, until `until` (Unix
+/// milliseconds).
+pub(crate) fn held_until(order: u64, until: u64) -> Vec<u8> {
+    format!("{HELD}{order}{UNTIL}{until}").into_bytes()
+}
+
+/// `at` on the wall clock, in Unix milliseconds (for people: a monotonic instant has no
+/// date).
+fn wall_millis(at: Instant) -> u64 {
+    let now = std::time::SystemTime::now();
+    let wall = match at.checked_duration_since(Instant::now()) {
+        Some(ahead) => now.checked_add(ahead),
+        None => now.checked_sub(Instant::now().saturating_duration_since(at)),
+    };
+    wall.and_then(|w| w.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A marker: `what` by the tenure `order`, in the layout of `epoch` of a lock space.
@@ -185,12 +231,22 @@ pub(crate) async fn settle(
     let epoch = runs.map(|r| r.epoch);
     let step = async {
         let mut hold = Hold::No;
+        let mut markers = Vec::with_capacity(places.len());
         for lease in places {
             let own = lease.fencing_token().order;
             let data = lease.semaphore_data().await?;
             let asks = asks(&data, own, epoch);
+            let after_grant = Hold::after(lease.granted_at(), delay);
+            // On a node the marker says until when the holder waits, for the people who
+            // look.
+            markers.push(match (after_grant, epoch) {
+                (Hold::Until(until), None) if asks.after_grant => {
+                    held_until(own, wall_millis(until))
+                }
+                _ => held(own, epoch),
+            });
             if asks.after_grant {
-                hold = hold.max(Hold::after(lease.granted_at(), delay));
+                hold = hold.max(after_grant);
             }
             if let Some(runs) = runs.filter(|_| asks.after_start) {
                 hold = hold.max(Hold::after(runs.since, delay));
@@ -206,9 +262,8 @@ pub(crate) async fn settle(
         }
         // The markers are written before the guard is handed over: a holder lost from now
         // on leaves `held` behind for the next one to see.
-        for lease in places {
-            let own = lease.fencing_token().order;
-            lease.set_semaphore_data(&held(own, epoch)).await?;
+        for (lease, marker) in places.iter().zip(&markers) {
+            lease.set_semaphore_data(marker).await?;
         }
         match hold {
             Hold::No => {}
@@ -278,6 +333,21 @@ mod tests {
         assert!(must_wait(b"held ", 7));
         assert!(must_wait(b"released x", 7));
         assert!(must_wait(&[0xff, 0xfe], 7));
+    }
+
+    #[test]
+    fn a_held_marker_with_the_time_its_holder_waits_until_reads_as_held() {
+        let waiting = held_until(7, 1_700_000_000_000);
+        assert_eq!(parse(&waiting), Marker::Held(7));
+        assert!(!must_wait(&waiting, 7));
+        assert!(must_wait(&waiting, 8));
+        assert_eq!(delay_until(&waiting, 7), Some(1_700_000_000_000));
+        // Another tenure's, a plain one, a bad time: no delay of this owner's.
+        assert_eq!(delay_until(&waiting, 8), None);
+        assert_eq!(delay_until(&held(7, None), 7), None);
+        assert_eq!(delay_until(b"held 7 until x", 7), None);
+        assert_eq!(parse(b"held 7 until x"), Marker::Unknown);
+        assert_eq!(parse(b"held x until 5"), Marker::Unknown);
     }
 
     #[test]

@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Acquiring, Bounded, Guard, Held, Prepare, Source, acquiring_then, lock_delay};
 use crate::config::AcquireOptions;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::session::{FencingToken, Lease};
 
 /// What a mutex takes of its semaphore, on a node and on each place of a lock space alike
-/// (the two must match, or they refuse each other with `PreconditionFailed`): without a
+/// (the two must match, or they refuse each other: the server's `PreconditionFailed`, which
+/// a node's mutex reports as [`ErrorKind::ModeMismatch`]): without a
 /// lock delay the whole of an ephemeral semaphore; with one, the one unit of a persistent
 /// semaphore of limit 1, made if missing, whose data carries the marker.
 pub(crate) fn semaphore(lock_delay: Option<Duration>, data: &[u8]) -> (AcquireOptions, Prepare) {
@@ -28,6 +29,32 @@ pub(crate) fn semaphore(lock_delay: Option<Duration>, data: &[u8]) -> (AcquireOp
         ),
     };
     (options.data(data.to_vec()), prepare)
+}
+
+/// The error of a mutex (with a lock delay: `delayed`) refused because its name is a
+/// semaphore of the other kind ([`semaphore`]): the server's `PreconditionFailed`, which is
+/// the only refusal a mutex's semaphore can meet (an ephemeral acquire of a persistent
+/// semaphore; a persistent one of an ephemeral semaphore or of another limit), becomes
+/// [`ErrorKind::ModeMismatch`] naming the other mode and what to do; the server's error stays
+/// its source.
+fn other_mode(err: Error, name: &str, delayed: bool) -> Error {
+    if err.kind() != ErrorKind::PreconditionFailed {
+        return err;
+    }
+    let message = if delayed {
+        format!(
+            "semaphore {name:?} is in use as a lock without a lock delay (an ephemeral \
+             semaphore), or another recipe made it with another limit: lock it without a lock \
+             delay as its other users do, or use another name"
+        )
+    } else {
+        format!(
+            "semaphore {name:?} is a persistent semaphore, as a lock with a lock delay uses \
+             (or an election, or a counted semaphore): lock it with the same lock delay \
+             (Mutex::lock_delay; ydb-coord lock --lock-delay), or use another name"
+        )
+    };
+    Error::caused_by(ErrorKind::ModeMismatch, message, &err)
 }
 
 /// An exclusive lock: an ephemeral semaphore acquired with all its units, so it exists
@@ -184,9 +211,10 @@ impl Mutex {
     /// and left on the node (an ordinary mutex's is ephemeral: deleted when its last owner
     /// or waiter goes, so a marker in it would vanish with the crashed holder's session and
     /// the next holder would not wait). Every process using the name must set a lock delay:
-    /// a mutex without one on the same name is refused with
-    /// [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) while the
-    /// other kind of semaphore exists. Do not write the semaphore's data yourself. A
+    /// a mutex without one on the same name, and one with a delay on a name a mutex without
+    /// one holds or waits for, are refused with
+    /// [`ErrorKind::ModeMismatch`](crate::ErrorKind::ModeMismatch) while the other kind of
+    /// semaphore exists (`ydb-coord lock --lock-delay` takes the same lock as this mutex). Do not write the semaphore's data yourself. A
     /// semaphore deleted and made again starts empty: its next holder does not wait.
     ///
     /// A counted semaphore cannot be covered this way: with several holders, the clean
@@ -254,6 +282,38 @@ impl Mutex {
         self
     }
 
+    /// Whether the owner with order id `owner` (its [fencing token](crate::FencingToken))
+    /// of a [lock-delay](Mutex::lock_delay) mutex's semaphore, whose data is `data` (what a
+    /// describe shows), is waiting out the delay: the wall-clock time its guard is handed
+    /// over, as the owner wrote it when it began to wait. `None` for an owner that does not
+    /// wait (or data of anything else). It tells people what a holder does (`ydb-coord top`
+    /// shows it); the time may have passed, and it is the owner's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::{Client, Mutex, SessionOptions};
+    /// # use ydb_coordination::config::DescribeOptions;
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/app").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let session = client.session("/local/app", SessionOptions::new()).await?;
+    /// let guard = session.mutex("job").lock_delay(Duration::from_secs(5)).lock().await?;
+    /// let d = session.describe_semaphore("job", DescribeOptions::new().owners(true)).await?;
+    /// // The first holder of a new semaphore does not wait.
+    /// assert_eq!(Mutex::delay_until(&d.data, d.owners[0].order_id), None);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn delay_until(data: &[u8], owner: u64) -> Option<std::time::SystemTime> {
+        let millis = lock_delay::delay_until(data, owner)?;
+        std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+    }
+
     fn options(&self) -> AcquireOptions {
         semaphore(self.lock_delay, &self.data).0
     }
@@ -272,13 +332,14 @@ impl Mutex {
         let (_, prepare) = semaphore(self.lock_delay, &self.data);
         let after = self.lock_delay.map(lock_delay::after_grant);
         let clean = after.is_some();
+        let name = self.name.clone();
         acquiring_then(
             &self.source,
             &self.name,
             options,
             prepare,
             after,
-            move |r| finish(r, clean),
+            move |r| finish(r.map_err(|e| other_mode(e, &name, clean)), clean),
         )
     }
 
@@ -290,7 +351,11 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a name over
-    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes (nothing is sent); session errors (on a [`Session`](crate::Session) scope: the session was lost while
+    /// [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN) bytes or a
+    /// [reserved](crate::config::is_reserved) one (nothing is sent);
+    /// [`ErrorKind::ModeMismatch`](crate::ErrorKind::ModeMismatch) when the name is a lock
+    /// of the other mode (with or without a [lock delay](Mutex::lock_delay)); session errors
+    /// (on a [`Session`](crate::Session) scope: the session was lost while
     /// waiting; a [`SessionManager`](crate::SessionManager) scope retries in the next
     /// session instead, until the manager stops: then its error,
     /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown).

@@ -1,21 +1,32 @@
-//! A session's announcement: which semaphores it uses, in a record others can read.
+//! A session's announcement: who the session is and which semaphores it uses, in records
+//! others can read.
 //!
 //! The protocol cannot list a node's semaphores or sessions. A session started with
 //! [`SessionOptions::announce`](crate::SessionOptions::announce) holds one unit of the
-//! ephemeral semaphore [`ANNOUNCE_SEMAPHORE`], with an [`Announcement`] as its owner data: its
-//! description and the names it holds or waits for. Describing that semaphore with its
-//! owners lists every announcing session and what it uses, which is how `ydb-coord top`
-//! finds names nobody typed.
+//! ephemeral semaphore [`ANNOUNCE_SEMAPHORE`], with an [`Announcement`] as its owner data:
+//! its description, host, process, start, timeout and last contact, and the names it holds
+//! or waits for with since when; the names that do not fit in [`ANNOUNCE_LIMIT`] bytes go to
+//! [pages](page_semaphore), one more ephemeral semaphore each. Describing the announcement
+//! semaphore with its owners lists every announcing session, which is how `ydb-coord top`
+//! finds names nobody typed. The format is versioned; [`Announcement`] describes it.
 //!
 //! An ephemeral semaphore has no limit and disappears with its last owner, so announcing
-//! creates nothing that outlives the sessions. The server drops a session's unit when the
-//! session ends, so a crashed process leaves no stale record.
+//! creates nothing that outlives the sessions. The server drops a session's units when the
+//! session ends, so a crashed process leaves no stale record. The names are
+//! [reserved](crate::config::is_reserved): no session can take, block or delete them.
+
+mod format;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
+pub use self::format::{
+    ANNOUNCE_LIMIT, Announced, Announcement, Gap, PAGE_LIMIT, Page, Pages, page_semaphore,
+};
+use self::format::{Identity, Layout};
 use super::core::{AcquireCmd, Command, Control, Grant};
 use super::inbox::WeakHandle;
 use super::replies::{Notice, ReplyTx, Request};
@@ -23,215 +34,250 @@ pub use super::types::ANNOUNCE_SEMAPHORE;
 use super::types::SessionSnapshot;
 use crate::config::AcquireOptions;
 
-/// The most bytes an announcement takes; names that do not fit are counted, not listed.
-pub const ANNOUNCE_LIMIT: usize = 1024;
-
-/// The first line of every announcement, with the format's version.
-const HEADER: &str = "ydb-coordination announce 1";
-
 /// How long an announcing session lets changes gather before it writes them: at most one
-/// request per this interval, however busy the session.
+/// round of writes per this interval, however busy the session.
 pub(crate) const ANNOUNCE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What one session announces.
-///
-/// # Examples
-///
-/// ```
-/// use ydb_coordination::session::Announcement;
-///
-/// let a = Announcement::new("billing worker 7", ["job", "pool"]);
-/// let bytes = a.encode();
-/// assert_eq!(Announcement::parse(&bytes), Some(a));
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Announcement {
-    /// The session's description.
-    pub description: String,
-    /// The semaphores it holds or waits for, sorted, as many as fit.
-    pub names: Vec<String>,
-    /// How many more names it uses that did not fit in [`ANNOUNCE_LIMIT`] bytes.
-    pub omitted: usize,
+/// The wall clock against the monotonic one, fixed when the announcer starts: an instant
+/// always maps to the same wall time, so a record is written again only when what it says
+/// changed.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    instant: Instant,
+    wall_ms: u64,
 }
 
-impl Announcement {
-    /// An announcement of `names` (sorted, duplicates removed), as many as fit.
-    pub fn new<S: Into<String>>(description: &str, names: impl IntoIterator<Item = S>) -> Self {
-        let mut all: Vec<String> = names.into_iter().map(Into::into).collect();
-        all.sort();
-        all.dedup();
-        // The description gets at most a quarter of the record, so names always have room.
-        let description = cut(description, ANNOUNCE_LIMIT / 4);
-        let mut size = HEADER.len() + 1 + line("d", &description).len();
-        // Room for the count of names left out.
-        let reserve = line("+", &usize::MAX.to_string()).len();
-        let mut kept = Vec::new();
-        let mut omitted = 0;
-        for name in all {
-            let len = line("n", &name).len();
-            if omitted == 0 && size + len + reserve <= ANNOUNCE_LIMIT {
-                size += len;
-                kept.push(name);
-            } else {
-                omitted += 1;
-            }
-        }
+impl Clock {
+    fn now() -> Self {
+        let wall_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, millis);
         Self {
-            description,
-            names: kept,
-            omitted,
+            instant: Instant::now(),
+            wall_ms,
         }
     }
 
-    /// The record's bytes (at most [`ANNOUNCE_LIMIT`] for one made by [`Announcement::new`]).
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = String::with_capacity(ANNOUNCE_LIMIT / 4);
-        out.push_str(HEADER);
-        out.push('\n');
-        out.push_str(&line("d", &self.description));
-        for name in &self.names {
-            out.push_str(&line("n", name));
+    /// `at` in Unix milliseconds.
+    fn millis(&self, at: Instant) -> u64 {
+        match at.checked_duration_since(self.instant) {
+            Some(after) => self.wall_ms.saturating_add(millis(after)),
+            None => self
+                .wall_ms
+                .saturating_sub(millis(self.instant.saturating_duration_since(at))),
         }
-        if self.omitted > 0 {
-            out.push_str(&line("+", &self.omitted.to_string()));
-        }
-        out.into_bytes()
-    }
-
-    /// Reads a record; `None` when it is not an announcement of this format.
-    pub fn parse(data: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(data).ok()?;
-        let mut lines = text.lines();
-        if lines.next()? != HEADER {
-            return None;
-        }
-        let mut out = Self::default();
-        for l in lines {
-            let (tag, value) = l.split_once(' ').unwrap_or((l, ""));
-            match tag {
-                "d" => out.description = unescape(value),
-                "n" => out.names.push(unescape(value)),
-                "+" => out.omitted = value.parse().ok()?,
-                // Lines of a later version of the format are skipped.
-                _ => {}
-            }
-        }
-        Some(out)
     }
 }
 
-/// `tag value\n`, with backslashes and line breaks in `value` escaped.
-fn line(tag: &str, value: &str) -> String {
-    let mut out = String::with_capacity(tag.len() + value.len() + 2);
-    out.push_str(tag);
-    out.push(' ');
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out.push('\n');
-    out
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn unescape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
+/// The host's name, as the kernel has it (or `$HOSTNAME`); empty when neither says.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
-/// `s` cut to at most `max` bytes, on a character boundary.
-fn cut(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
+/// The program's name: the executable's file name.
+fn tool() -> String {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-/// The names of a snapshot (which leaves out the announcement's own).
-fn names(snapshot: &SessionSnapshot) -> impl Iterator<Item = &str> {
-    let held = snapshot.held.iter().map(|h| h.name.as_str());
-    let waiting = snapshot.waiting.iter().map(|w| w.name.as_str());
-    held.chain(waiting)
+/// The names of a snapshot (which leaves out the announcement's own), with since when.
+fn names(snapshot: &SessionSnapshot, clock: &Clock) -> Vec<Announced> {
+    let held = snapshot
+        .held
+        .iter()
+        .map(|h| Announced::held(h.name.as_str(), clock.millis(h.since)));
+    let waiting = snapshot
+        .waiting
+        .iter()
+        .map(|w| Announced::waiting(w.name.as_str(), clock.millis(w.since)));
+    held.chain(waiting).collect()
+}
+
+/// What the announcer has on the server.
+#[derive(Debug, Default)]
+struct Written {
+    /// The unit of the announcement semaphore.
+    record: Option<Grant>,
+    /// What the record last written says, but for its contact time.
+    said: Option<Vec<u8>>,
+    /// When it was sent.
+    sent: Option<Instant>,
+    /// The units of the pages, page 1 first.
+    pages: Vec<Grant>,
+    /// What they say, and their generation.
+    paged: Option<Vec<Vec<Announced>>>,
+    generation: u64,
+}
+
+impl Written {
+    /// Forgets the units the session lost (their semaphore was deleted under them): they
+    /// are taken again.
+    fn forget_lost(&mut self, session: &WeakHandle) {
+        let lost = |g: &Grant| g.held.is_lost(session.token());
+        if self.record.as_ref().is_some_and(lost) {
+            self.record = None;
+            self.said = None;
+        }
+        if self.pages.iter().any(lost) {
+            self.paged = None;
+            self.pages.retain(|g| !lost(g));
+        }
+    }
+}
+
+/// Who the announcing session is: its description and session timeout.
+#[derive(Debug, Clone)]
+pub(crate) struct Announcer {
+    pub(crate) description: String,
+    pub(crate) timeout: Duration,
+    /// How long changes gather before they are written ([`ANNOUNCE_INTERVAL`]).
+    pub(crate) interval: Duration,
 }
 
 /// Keeps a session's announcement current until the session ends.
 ///
-/// Wakes when the session task changed its table of names (`changed`), waits
-/// [`ANNOUNCE_INTERVAL`] so that a burst of changes costs one write, reads the session's own
-/// tables and writes the record only if it changed; a write that failed is tried again
-/// after the interval. It holds the session through a weak
-/// handle: it never keeps a session open that its user has let go.
-pub(crate) async fn run(
-    session: WeakHandle,
-    changed: Arc<Notify>,
-    description: String,
-    interval: Duration,
-) {
-    let mut held: Option<Grant> = None;
-    let mut written: Option<Vec<u8>> = None;
+/// Wakes when the session task changed its table of names (`changed`), waits the interval
+/// so that a burst of changes costs one round of writes, reads the session's own tables and
+/// writes what changed: the pages first (all of them, in a new generation, when any
+/// changed), then the record that names them, then gives back the pages no longer used.
+/// While the session holds or waits for a name it sends its record again once per session
+/// timeout, so that its contact time stays within a timeout of the truth; an idle session
+/// writes nothing. A write that failed is tried again after the interval. It holds the
+/// session through a weak handle: it never keeps a session open that its user has let go.
+pub(crate) async fn run(session: WeakHandle, changed: Arc<Notify>, announcer: Announcer) {
+    let clock = Clock::now();
+    let identity = Identity::new(
+        &announcer.description,
+        &host(),
+        std::process::id(),
+        &tool(),
+        clock.millis(clock.instant),
+        millis(announcer.timeout),
+    );
+    let interval = announcer.interval;
+    let refresh = announcer.timeout.max(interval);
+    let mut written = Written::default();
     loop {
         let Some(snapshot) = snapshot(&session).await else {
             return;
         };
-        let record = Announcement::new(&description, names(&snapshot)).encode();
-        if held
-            .as_ref()
-            .is_some_and(|g| g.held.is_lost(session.token()))
+        let names = names(&snapshot, &clock);
+        let busy = !names.is_empty();
+        let now = Instant::now();
+        let contact = clock.millis(now);
+        written.forget_lost(&session);
+        let layout = Layout::new(&identity, contact, names, written.generation + 1);
+        let due = busy && written.sent.is_some_and(|t| now >= t + refresh);
+        match write(
+            &session,
+            snapshot.session_id,
+            &identity,
+            contact,
+            &layout,
+            due,
+            &mut written,
+        )
+        .await
         {
-            // Lost (the semaphore was deleted under it): take a unit again.
-            held = None;
-            written = None;
-        }
-        if written.as_ref() != Some(&record) {
-            let outcome = match &held {
-                None => acquire(&session, &record).await.map(|g| held = Some(g)),
-                Some(grant) => set_data(&session, grant, &record).await,
-            };
-            match outcome {
-                Ok(()) => written = Some(record),
-                Err(Stop::Ended) => return,
-                Err(Stop::Refused(err)) if for_good(&err) => {
-                    // A semaphore of that name that is not ephemeral: the session goes on
-                    // without announcing.
-                    tracing::warn!(error = %err, "the session cannot announce itself; it goes on unannounced");
+            Ok(()) => {}
+            Err(Stop::Ended) => return,
+            Err(Stop::Refused(err)) if for_good(&err) && written.record.is_none() => {
+                // The record itself cannot be taken: the session goes on unannounced.
+                tracing::warn!(error = %err, "the session cannot announce itself; it goes on unannounced");
+                return;
+            }
+            Err(Stop::Refused(err)) => {
+                // Anything else (a unit lost with its semaphore, a server that could not
+                // answer): written again after the interval.
+                tracing::debug!(error = %err, "the session's announcement could not be written; trying again");
+                if !pause(&session, interval).await {
                     return;
                 }
-                Err(Stop::Refused(err)) => {
-                    // Anything else (the record lost with its semaphore, a server that
-                    // could not answer): written again after the interval.
-                    tracing::debug!(error = %err, "the session's announcement could not be written; trying again");
-                    if !pause(&session, interval).await {
-                        return;
-                    }
-                    continue;
+                continue;
+            }
+        }
+        let next_refresh = written.sent.filter(|_| busy).map(|t| t + refresh);
+        tokio::select! {
+            () = changed.notified() => {
+                // Let a burst of changes gather.
+                if !pause(&session, interval).await {
+                    return;
+                }
+            }
+            () = until(next_refresh) => {}
+            () = session.token().cancelled() => return,
+        }
+    }
+}
+
+/// Waits until `at`, or forever.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes what changed of `layout`: its pages (all again, in the next generation, if any
+/// changed or is missing), its record (if it says something new, or `due` for its contact
+/// time), then gives back the pages no longer used.
+async fn write(
+    session: &WeakHandle,
+    session_id: u64,
+    identity: &Identity,
+    contact: u64,
+    layout: &Layout,
+    due: bool,
+    written: &mut Written,
+) -> Result<(), Stop> {
+    let pages_changed =
+        written.paged.as_ref() != Some(&layout.pages) || written.pages.len() < layout.pages.len();
+    if pages_changed && !layout.pages.is_empty() {
+        written.paged = None;
+        written.generation += 1;
+        for (index, _) in layout.pages.iter().enumerate() {
+            let data = layout.page(index, written.generation);
+            match written.pages.get(index) {
+                Some(grant) => set_data(session, grant, &data).await?,
+                None => {
+                    let page = u64::try_from(index + 1).unwrap_or(u64::MAX);
+                    let name = page_semaphore(session_id, page);
+                    let grant = acquire(session, &name, &data).await?;
+                    written.pages.push(grant);
                 }
             }
         }
-        tokio::select! {
-            () = changed.notified() => {}
-            () = session.token().cancelled() => return,
-        }
-        if !pause(&session, interval).await {
-            return;
-        }
     }
+    written.paged = Some(layout.pages.clone());
+    let said = layout.record(identity, 0, written.generation);
+    if written.said.as_ref() != Some(&said) || due || written.record.is_none() {
+        let record = layout.record(identity, contact, written.generation);
+        match &written.record {
+            Some(grant) => set_data(session, grant, &record).await?,
+            None => written.record = Some(acquire(session, ANNOUNCE_SEMAPHORE, &record).await?),
+        }
+        written.said = Some(said);
+        written.sent = Some(Instant::now());
+    }
+    // The record no longer names them: give them back.
+    for grant in written.pages.drain(layout.pages.len()..) {
+        release(session, &grant);
+    }
+    Ok(())
 }
 
 /// Waits `interval`; false if the session ended meanwhile.
@@ -268,12 +314,14 @@ async fn snapshot(session: &WeakHandle) -> Option<SessionSnapshot> {
     rx.await.ok()
 }
 
-async fn acquire(session: &WeakHandle, record: &[u8]) -> Result<Grant, Stop> {
+/// Takes one unit of the ephemeral semaphore `name` (the record's or a page's) with `record`
+/// as its owner data, without waiting.
+async fn acquire(session: &WeakHandle, name: &str, record: &[u8]) -> Result<Grant, Stop> {
     let (tx, rx) = oneshot::channel();
     let caller = session.next_id();
-    let name: Arc<str> = Arc::from(ANNOUNCE_SEMAPHORE);
-    // Unfenced: the semaphore's owners are every announcing session of the node, so the
-    // describe that reads a grant's order id would carry all their records.
+    let name: Arc<str> = Arc::from(name);
+    // Unfenced: the record's semaphore has every announcing session of the node as owner,
+    // so the describe that reads a grant's order id would carry all their records.
     let opts = AcquireOptions::new()
         .ephemeral(true)
         .timeout(Duration::ZERO)
@@ -297,7 +345,7 @@ async fn acquire(session: &WeakHandle, record: &[u8]) -> Result<Grant, Stop> {
         Ok(Ok(Some(grant))) => Ok(grant),
         Ok(Ok(None)) => Err(Stop::Refused(crate::Error::new(
             crate::ErrorKind::NotAcquired,
-            "the announcement semaphore is full",
+            "the announcement semaphore is held or waited for by a session that is not announcing",
         ))),
         Ok(Err(err)) => Err(ended_or_refused(session, err)),
         Err(_) => Err(Stop::Ended),
@@ -323,6 +371,23 @@ async fn set_data(session: &WeakHandle, grant: &Grant, record: &[u8]) -> Result<
     }
 }
 
+/// Gives a unit back (a page no longer used).
+fn release(session: &WeakHandle, grant: &Grant) {
+    if !grant.held.release() {
+        return;
+    }
+    grant.held.end();
+    let notice = Notice {
+        control: Control::Release {
+            name: grant.held.name.clone(),
+            lease: grant.held.lease(),
+            caller: None,
+        },
+        reply: ReplyTx::None,
+    };
+    let _ = session.notice(notice);
+}
+
 fn ended_or_refused(session: &WeakHandle, err: crate::Error) -> Stop {
     if session.token().is_cancelled() {
         Stop::Ended
@@ -336,53 +401,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_names_with_line_breaks_and_backslashes() {
-        let a = Announcement::new("host a\nline two", ["b\\n", "a\nb", "plain"]);
-        let parsed = Announcement::parse(&a.encode());
-        assert_eq!(parsed.as_ref(), Some(&a));
-        assert_eq!(a.names, ["a\nb", "b\\n", "plain"]);
-    }
-
-    #[test]
-    fn sorts_and_deduplicates() {
-        let a = Announcement::new("", ["z", "a", "z"]);
-        assert_eq!(a.names, ["a", "z"]);
-        assert_eq!(a.omitted, 0);
-    }
-
-    #[test]
-    fn stays_within_the_limit_and_counts_what_it_left_out() {
-        let names: Vec<String> = (0..500).map(|i| format!("name-{i:04}")).collect();
-        let a = Announcement::new(&"d".repeat(5000), names.clone());
-        let bytes = a.encode();
-        assert!(bytes.len() <= ANNOUNCE_LIMIT, "{} bytes", bytes.len());
-        assert!(!a.names.is_empty());
-        assert_eq!(a.names.len() + a.omitted, names.len());
-        assert_eq!(a.description.len(), ANNOUNCE_LIMIT / 4);
-        assert_eq!(Announcement::parse(&bytes), Some(a));
-    }
-
-    #[test]
-    fn one_long_name_does_not_hide_the_short_ones_before_it() {
-        let a = Announcement::new("", ["a", "b", &"z".repeat(2000)]);
-        assert_eq!(a.names, ["a", "b"]);
-        assert_eq!(a.omitted, 1);
-    }
-
-    #[test]
-    fn cuts_descriptions_on_a_character_boundary() {
-        let a = Announcement::new(&"é".repeat(1000), Vec::<String>::new());
-        assert!(a.description.len() <= ANNOUNCE_LIMIT / 4);
-        assert!(a.description.chars().all(|c| c == 'é'));
-    }
-
-    #[test]
-    fn refuses_other_data() {
-        assert_eq!(Announcement::parse(b"held 7"), None);
-        assert_eq!(Announcement::parse(&[0xff, 0xfe]), None);
-        assert_eq!(Announcement::parse(b""), None);
-        let later = format!("{HEADER}\nd x\nq future\nn a\n");
-        let parsed = Announcement::parse(later.as_bytes());
-        assert_eq!(parsed.map(|a| a.names), Some(vec!["a".to_string()]));
+    fn an_instant_maps_to_the_same_wall_time_every_time() {
+        let clock = Clock {
+            instant: Instant::now(),
+            wall_ms: 1_700_000_000_000,
+        };
+        let later = clock.instant + Duration::from_millis(1500);
+        assert_eq!(clock.millis(later), 1_700_000_001_500);
+        assert_eq!(clock.millis(later), clock.millis(later));
+        assert_eq!(clock.millis(clock.instant), 1_700_000_000_000);
     }
 }

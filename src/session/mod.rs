@@ -27,7 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::acquiring::Acquiring;
 pub(crate) use self::acquiring::{Compose, optional};
-pub use self::announce::{ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announcement};
+pub use self::announce::{
+    ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announced, Announcement, Gap, PAGE_LIMIT, Page, Pages,
+    page_semaphore,
+};
 use self::core::{AcquireCmd, CallerId, Command, Control, Grant};
 pub use self::fencing::FencingToken;
 pub use self::lease::Lease;
@@ -237,13 +240,14 @@ impl Session {
     ///
     /// [`ErrorKind::AlreadyExists`] if it exists, [`ErrorKind::PreconditionFailed`] if an
     /// ephemeral semaphore of that name is in use, [`ErrorKind::InvalidArgument`] for a zero
-    /// limit or an oversized name or data, [`ErrorKind::OutcomeUnknown`] if the stream broke
-    /// while the request was in flight.
+    /// limit, an oversized name or data, or a [reserved](config::is_reserved) name,
+    /// [`ErrorKind::OutcomeUnknown`] if the stream broke while the request was in flight.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future after it was first polled does not withdraw the request.
     pub async fn create_semaphore(&self, name: &str, limit: u64, data: &[u8]) -> Result<()> {
+        config::check_reserved(name)?;
         config::check_name(name)?;
         config::check_data(data)?;
         if limit == 0 {
@@ -266,12 +270,13 @@ impl Session {
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`] if it does not exist; [`ErrorKind::InvalidArgument`] for an
-    /// oversized name or data.
+    /// oversized name or data, or a [reserved](config::is_reserved) name.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future after it was first polled does not withdraw the request.
     pub async fn update_semaphore(&self, name: &str, data: &[u8]) -> Result<()> {
+        config::check_reserved(name)?;
         config::check_name(name)?;
         config::check_data(data)?;
         self.call("update", name, ReplyTx::Done, |caller| Command::Update {
@@ -288,12 +293,14 @@ impl Session {
     /// # Errors
     ///
     /// [`ErrorKind::NotFound`], [`ErrorKind::PreconditionFailed`] (not empty, or ephemeral),
+    /// [`ErrorKind::InvalidArgument`] for a [reserved](config::is_reserved) name,
     /// [`ErrorKind::OutcomeUnknown`] if the stream broke while the request was in flight.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future after it was first polled does not withdraw the request.
     pub async fn delete_semaphore(&self, name: &str, force: bool) -> Result<()> {
+        config::check_reserved(name)?;
         self.call("delete", name, ReplyTx::Done, |caller| Command::Delete {
             caller,
             name: name.to_string(),
@@ -383,7 +390,8 @@ impl Session {
     /// [`ErrorKind::NotAcquired`] when the server answered that the timeout passed in the
     /// queue (use [`Session::try_acquire`] for an `Option`), [`ErrorKind::NotFound`] (a persistent
     /// semaphore that does not exist), [`ErrorKind::PreconditionFailed`] (the ephemeral flag
-    /// does not match), [`ErrorKind::InvalidArgument`] (count 0 or above the limit),
+    /// does not match), [`ErrorKind::InvalidArgument`] (count 0 or above the limit, or a
+    /// [reserved](config::is_reserved) name: nothing is sent),
     /// [`ErrorKind::Aborted`] (the semaphore was deleted while waiting), session errors.
     ///
     /// # Cancel safety
@@ -409,7 +417,9 @@ impl Session {
             outcome = tracing::field::Empty,
             wait = tracing::field::Empty,
         );
-        let invalid = options.validate().err();
+        let invalid = config::check_reserved(name)
+            .and_then(|()| options.validate())
+            .err();
         let timeout = options.get_timeout();
         let name: Arc<str> = Arc::from(name);
         Acquire {

@@ -12,10 +12,11 @@ use crate::proto::{SemaphoreDescriptionProto, SemaphoreSessionProto};
 /// ```
 pub const ANNOUNCE_SEMAPHORE: &str = "ydb-coordination:sessions";
 
-/// Whether `name` is the session's own announcement, which is the library's business, not
-/// the user's: snapshots, lease metrics and lease events leave it out.
+/// Whether `name` is the session's own announcement (or one of its pages, under the
+/// [reserved](crate::config::is_reserved) prefix nobody else may use), which is the library's
+/// business, not the user's: snapshots, lease metrics and lease events leave it out.
 pub(crate) fn is_announcement(name: &str) -> bool {
-    name == ANNOUNCE_SEMAPHORE
+    crate::config::is_reserved(name)
 }
 
 /// A semaphore as the server describes it.

@@ -10,7 +10,9 @@ use std::time::Duration;
 use common::{Env, within};
 use futures::StreamExt;
 use ydb_coordination::config::{DescribeOptions, WatchOptions};
-use ydb_coordination::session::{ANNOUNCE_SEMAPHORE, Announcement, WatchStream};
+use ydb_coordination::session::{
+    ANNOUNCE_LIMIT, ANNOUNCE_SEMAPHORE, Announced, Announcement, Page, WatchStream, page_semaphore,
+};
 use ydb_coordination::{AcquireOptions, ErrorKind, Session, SessionOptions};
 
 fn announcing(description: &str) -> SessionOptions {
@@ -38,11 +40,16 @@ async fn until_announced(
 ) {
     within(async {
         // Read now, then again after each change: one update may carry several sessions'.
-        while announced(observer, session).await.map(|a| a.names) != Some(to_vec(names)) {
+        while announced(observer, session).await.map(|a| name_list(&a)) != Some(to_vec(names)) {
             watch.next().await.unwrap().unwrap();
         }
     })
     .await;
+}
+
+/// The names a record lists.
+fn name_list(a: &Announcement) -> Vec<String> {
+    a.names.iter().map(|n| n.name.clone()).collect()
 }
 
 fn to_vec(names: &[&str]) -> Vec<String> {
@@ -232,5 +239,203 @@ async fn an_announcement_write_does_not_read_the_other_announcements() {
     // one write of the announcement: nothing of the 29 other records.
     assert_eq!(used.requests, 3, "{used:?}");
     assert!(used.described_entries <= 1, "{used:?}");
+    drop(lease);
+}
+
+/// The names the library keeps for itself cannot be taken, made, changed or removed through
+/// any entry point: the session's own calls and every recipe, on a session and on a manager.
+#[tokio::test(start_paused = true)]
+async fn the_announcement_semaphore_is_refused_to_every_entry_point() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let a = env.session_with(announcing("a")).await;
+    let observer = env.session().await;
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &[]).await;
+    let page = format!("{ANNOUNCE_SEMAPHORE}/{}/1", a.id());
+    for name in [ANNOUNCE_SEMAPHORE, page.as_str(), "ydb-coordination:later"] {
+        let exclusive = AcquireOptions::exclusive().ephemeral(true);
+        let kinds = [
+            within(s.acquire(name, exclusive.clone())).await.err(),
+            within(s.try_acquire(name, AcquireOptions::new().ephemeral(true)))
+                .await
+                .err(),
+            within(s.create_semaphore(name, 1, b"")).await.err(),
+            within(s.update_semaphore(name, b"x")).await.err(),
+            within(s.delete_semaphore(name, true)).await.err(),
+            within(s.mutex(name).lock()).await.err(),
+            within(s.mutex(name).lock_delay(Duration::from_secs(1)).lock())
+                .await
+                .err(),
+            within(s.rwlock(name).read()).await.err(),
+            within(s.semaphore(name, 3).acquire(1)).await.err(),
+            within(s.election(name).try_campaign(b"me")).await.err(),
+            within(manager.mutex(name).try_lock()).await.err(),
+        ]
+        .map(|e| e.map(|e| e.kind()));
+        assert!(
+            kinds.iter().all(|k| *k == Some(ErrorKind::InvalidArgument)),
+            "{name}: {kinds:?}"
+        );
+    }
+    // Describing it is allowed, and only the announcing session owns it.
+    let d = within(
+        observer.describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new().owners(true)),
+    )
+    .await
+    .unwrap();
+    let owners: Vec<u64> = d.owners.iter().map(|o| o.session_id).collect();
+    assert_eq!(owners, [a.id()]);
+    assert!(d.waiters.is_empty());
+    manager.shutdown().await;
+}
+
+/// Every name of `session`'s announcement, pages included, read by `observer`; `None` while
+/// it cannot be read whole.
+async fn every_name(observer: &Session, session: &Session) -> Option<Vec<Announced>> {
+    let a = announced(observer, session).await?;
+    let mut pages = Vec::new();
+    for k in 1..=a.page_count() {
+        let name = page_semaphore(session.id(), k);
+        let d = observer
+            .describe_semaphore(&name, DescribeOptions::new().owners(true))
+            .await
+            .ok()?;
+        let owner = d.owners.iter().find(|o| o.session_id == session.id())?;
+        pages.push(Page::parse(&owner.data)?);
+    }
+    a.names_with(&pages).ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_says_who_it_is_and_since_when_it_holds_and_waits() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let started = std::time::SystemTime::now();
+    let a = env
+        .session_with(announcing("worker a").timeout(Duration::from_secs(7)))
+        .await;
+    let b = env.session().await;
+    let held = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    let _blocker = within(b.acquire("pool", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    let mut waiting = a.acquire("pool", AcquireOptions::exclusive().ephemeral(true));
+    assert!(within(waiting.queued()).await);
+    let mut watch = watch_announcements(&observer).await;
+    until_announced(&observer, &mut watch, &a, &["job", "pool"]).await;
+    let record = within(announced(&observer, &a)).await.unwrap();
+    assert_eq!(record.version, 2);
+    assert_eq!(record.pid, Some(std::process::id()));
+    assert!(!record.tool.is_empty());
+    assert_eq!(record.timeout_ms, Some(7_000));
+    let ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    };
+    // Paused time: the wall clock moved by real milliseconds only.
+    let near = |v: Option<u64>| v.is_some_and(|v| v.abs_diff(ms(started)) < 60_000);
+    assert!(
+        near(record.started_ms) && near(record.contact_ms),
+        "{record:?}"
+    );
+    let names = within(every_name(&observer, &a)).await.unwrap();
+    assert_eq!(names.len(), 2);
+    assert_eq!((names[0].name.as_str(), names[0].held), ("job", Some(true)));
+    assert_eq!(
+        (names[1].name.as_str(), names[1].held),
+        ("pool", Some(false))
+    );
+    assert!(names.iter().all(|n| near(n.since_ms)), "{names:?}");
+    drop((held, waiting));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_name_is_announced_however_many_in_bounded_records_and_pages() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let a = env.session_with(announcing("many")).await;
+    let many: Vec<String> = (0..300)
+        .map(|i| format!("job-{i:03}-{}", "x".repeat(40)))
+        .collect();
+    let mut leases = Vec::new();
+    for name in &many {
+        let lease = within(a.acquire(name, AcquireOptions::exclusive().ephemeral(true)))
+            .await
+            .unwrap();
+        leases.push(lease);
+    }
+    let all = |count: usize| {
+        let (observer, a) = (&observer, &a);
+        async move {
+            loop {
+                if let Some(names) = every_name(observer, a).await
+                    && names.len() == count
+                {
+                    return names;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let names = within(all(leases.len())).await;
+    let read: Vec<&str> = names.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(read, many.iter().map(String::as_str).collect::<Vec<_>>());
+    let record = within(announced(&observer, &a)).await.unwrap();
+    assert!(record.page_count() > 1, "{record:?}");
+    let d = within(
+        observer.describe_semaphore(ANNOUNCE_SEMAPHORE, DescribeOptions::new().owners(true)),
+    )
+    .await
+    .unwrap();
+    assert!(d.owners.iter().all(|o| o.data.len() <= ANNOUNCE_LIMIT));
+    // Down to a few names: they fit in the record, and the pages are given back.
+    let few = leases.len() - 2;
+    for lease in leases.drain(..few) {
+        within(lease.release()).await.unwrap();
+    }
+    let names = within(all(2)).await;
+    assert_eq!(names.len(), 2);
+    let gone = within(async {
+        loop {
+            let page = page_semaphore(a.id(), 1);
+            if observer
+                .describe_semaphore(&page, DescribeOptions::new())
+                .await
+                .is_err_and(|e| e.kind() == ErrorKind::NotFound)
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(gone);
+    assert_eq!(
+        within(announced(&observer, &a)).await.unwrap().page_count(),
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_that_holds_a_name_sends_its_record_again_once_per_session_timeout() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let a = env
+        .session_with(announcing("holder").timeout(Duration::from_secs(5)))
+        .await;
+    let lease = within(a.acquire("job", AcquireOptions::exclusive().ephemeral(true)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = env.emulator.traffic();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let used = env.emulator.traffic().since(&before).requests;
+    // Four refreshes in 20 s at one per 5 s timeout (the boundaries may add one).
+    assert!((4..=5).contains(&used), "{used}");
     drop(lease);
 }

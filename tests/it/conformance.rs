@@ -1,5 +1,5 @@
 //! Raw-protocol conformance suite: one test per scenario of `SPEC.md` §9
-//! (`emulator/SPEC.md`: A 1-22, B 23-28, C 29-44, D 45-51, E 52-53, F 54-57), run over real
+//! (`emulator/SPEC.md`: A 1-22, B 23-28, C 29-44, D 45-51, E 52-53, F 54-59), run over real
 //! gRPC against the emulator with paused tokio time. Each test's number is its scenario's;
 //! sections named below are those of `SPEC.md`.
 
@@ -1480,4 +1480,44 @@ async fn try_lock_fails_when_anyone_is_queued() {
     let waiters: Vec<u64> = d.waiters.iter().map(|w| w.session_id).collect();
     assert_eq!(waiters, vec![s2.session_id, s3.session_id]);
     assert!(d.waiters[0].order_id < d.waiters[1].order_id);
+}
+
+/// 59. Over the server's message limit (§1.6, §7): an answer that cannot be sent, and a
+///     request that cannot be received, end the stream with `RESOURCE_EXHAUSTED`.
+#[tokio::test(start_paused = true)]
+async fn a_message_over_the_limit_ends_its_stream() {
+    let emu = timeout(
+        GUARD,
+        Emulator::builder()
+            .database(DB)
+            .node(NODE)
+            .max_message_size(64 * 1024)
+            .start(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let ch = channel(&emu).await;
+    let mut owners = Vec::new();
+    for i in 0..4 {
+        let s = Raw::new_session(&ch, LONG).await;
+        owners.push(s);
+        let s = owners.last_mut().unwrap();
+        s.acquire_data(1, "big", 0, 1, true, &[b'x'; 20_000]);
+        s.expect_acquired(1).await;
+        if i == 1 {
+            // Two owners: the answer fits.
+            let mut reader = Raw::new_session(&ch, LONG).await;
+            let d = reader.describe_ok(2, "big").await;
+            assert_eq!(d.owners.len(), 2);
+        }
+    }
+    let mut reader = Raw::new_session(&ch, LONG).await;
+    reader.describe(2, "big");
+    reader.expect_end_code(tonic::Code::ResourceExhausted).await;
+    // The node made the answer; the shell would not send it.
+    assert!(emu.traffic().largest_response > 64 * 1024);
+    let mut writer = Raw::new_session(&ch, LONG).await;
+    writer.create(3, "huge", 1, &[0; 70_000]);
+    writer.expect_end_code(tonic::Code::ResourceExhausted).await;
 }

@@ -298,15 +298,38 @@ async fn a_bounded_form_gets_the_lock_only_if_its_delay_ends_within_the_bound() 
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_mutex_without_a_delay_on_the_same_name_is_refused() {
+async fn a_mutex_without_a_delay_on_the_same_name_is_refused_as_the_other_mode() {
     let env = Env::new().await;
     let (a, b) = (env.session().await, env.session().await);
     let guard = within(mutex(&a).lock()).await.unwrap();
     let plain = within(b.mutex("job").try_lock()).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+    // Every verb alike, and with the lock released too: the semaphore stays.
+    within(guard.unlock()).await.unwrap();
+    let plain = within(b.mutex("job").lock()).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+    let plain = within(b.mutex("job").lock_timeout(Duration::from_secs(1))).await;
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mutex_with_a_delay_on_a_name_a_plain_lock_holds_is_refused_as_the_other_mode() {
+    let env = Env::new().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let plain = within(a.mutex("job").lock()).await.unwrap();
+    let delayed = within(mutex(&b).try_lock()).await;
     assert_eq!(
-        plain.err().map(|e| e.kind()),
-        Some(ErrorKind::PreconditionFailed)
+        delayed.err().map(|e| e.kind()),
+        Some(ErrorKind::ModeMismatch)
     );
+    let delayed = within(mutex(&b).lock_timeout(Duration::from_secs(1))).await;
+    assert_eq!(
+        delayed.err().map(|e| e.kind()),
+        Some(ErrorKind::ModeMismatch)
+    );
+    // Once the plain lock is gone (and its ephemeral semaphore with it), the name is free.
+    within(plain.unlock()).await.unwrap();
+    let guard = within(mutex(&b).lock()).await.unwrap();
     within(guard.unlock()).await.unwrap();
 }
 
@@ -372,4 +395,46 @@ async fn a_held_lock_whose_session_expired_comes_back_in_the_next_session_after_
     assert!(!second.is_lost());
     within(second.unlock()).await.unwrap();
     manager.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_waiting_out_the_delay_says_until_when_in_the_semaphore_data() {
+    let env = Env::new().await;
+    let observer = env.session().await;
+    let (a, b) = (env.session().await, env.session().await);
+    let guard = within(mutex(&a).lock()).await.unwrap();
+    drop(guard);
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { mutex(&b).lock().await }
+    });
+    granted(&observer, &b).await;
+    let until = within(async {
+        loop {
+            let d = observer
+                .describe_semaphore("job", DescribeOptions::new().owners(true))
+                .await
+                .unwrap();
+            let owner = d.owners.iter().find(|o| o.session_id == b.id());
+            if let Some(until) = owner.and_then(|o| Mutex::delay_until(&d.data, o.order_id)) {
+                return until;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // The wall clock runs on while tokio's is paused: the time is ahead by about the delay.
+    let ahead = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(ahead > DELAY - PROMPT && ahead <= DELAY, "{ahead:?}");
+    let guard = within(waiting).await.unwrap().unwrap();
+    // Handed over: a clean unlock, and the next holder's marker says nothing of a delay.
+    within(guard.unlock()).await.unwrap();
+    let guard = within(mutex(&a).lock()).await.unwrap();
+    let d = within(observer.describe_semaphore("job", DescribeOptions::new().owners(true)))
+        .await
+        .unwrap();
+    assert_eq!(Mutex::delay_until(&d.data, d.owners[0].order_id), None);
+    within(guard.unlock()).await.unwrap();
 }

@@ -833,7 +833,7 @@ fn an_announcing_session_counts_and_tells_only_the_users_leases() {
                     let owner = d.owners.iter().find(|o| o.session_id == s.id())?;
                     ydb_coordination::session::Announcement::parse(&owner.data)
                 });
-                if names.is_some_and(|a| a.names == ["job"]) {
+                if names.is_some_and(|a| a.names.iter().map(|n| n.name.as_str()).eq(["job"])) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

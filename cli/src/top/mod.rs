@@ -5,10 +5,11 @@
 //! sessions that announce what they use (`SessionOptions::announce`) and from the command
 //! line. Owners and data are followed by watches; the queues, which no watch reports, the
 //! announcements, polled so that a busy node costs no more, and the resources, which have
-//! no watch, are read each `--interval`.
+//! no watch, are read each `--interval`. `--once` describes each name once instead.
 
 mod follow;
 pub(crate) mod model;
+mod prometheus;
 mod track;
 mod view;
 
@@ -20,12 +21,11 @@ use clap::Args;
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
 use tokio::sync::mpsc;
 use ydb_coordination::Client;
-use ydb_coordination::session::ANNOUNCE_SEMAPHORE;
 use ydb_coordination::space::SpaceDirectory;
 
 use self::follow::{Event, NodeTasks};
 use self::model::Snapshot;
-use self::track::{Described, Selection, Tracker};
+use self::track::{Clock, Selection, Tracker};
 use self::view::{Action, ViewState};
 use super::fail::{self, Failure};
 use super::output::Out;
@@ -38,17 +38,26 @@ Examples:
   ydb-coord top /local/app 'job-*' config
   ydb-coord top /local/app --once
   ydb-coord --json top /local/app --once | jq '.semaphores[] | {name, queue}'
+  ydb-coord top /local/app --once --prometheus > /var/lib/node_exporter/ydb_coord.prom
   ydb-coord top /local/dir --space billing
 
 Keys: q quit, p or space pause, s sort, r reverse, / filter, Tab or 1-3 switch tables,
-up/down select, Esc clear the filter.
+up/down select (on Sessions: what the session holds and waits for), D force-delete the
+selected semaphore (asks first), Esc clear the filter.
 
 Names: the protocol cannot list a node's semaphores, so top shows those that sessions
 announce (SessionOptions::announce(true) in the library; every session of this tool
 announces) and the names given here, exact or with * and ?. With names given, only
-those are shown. Held-for and waiting-for times count from when top first saw the owner or
-waiter; a time shown with >= started before top did. Consumed units of a rate-limiter
-resource are not reported by the protocol and show as -.
+those are shown. Announcing sessions say who they are (host, pid, program, age, session
+timeout, last contact) and since when they hold or wait; for the others, held-for and
+waiting-for times count from when top first saw the owner or waiter, and a time shown with
+>= started before top did. Consumed units of a rate-limiter resource are not reported by the
+protocol and are not shown.
+
+--once exits 1 whenever the snapshot is not whole (a node, a name, a session's names or the
+resources could not be read, or something that is not an announcement holds or waits for
+the announcements' semaphore), with the reasons in its notes. In JSON, 64-bit numbers (ids,
+tokens, limits, units) are strings of digits, so that u64::MAX stays exact in jq.
 
 With --space the path is the lock space's directory; its layout's nodes are watched, each
 taken as a node of that name in the database unless --node-path maps it.";
@@ -71,9 +80,14 @@ pub(crate) struct TopArgs {
     /// (at least 100ms).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_interval)]
     interval: Duration,
-    /// Print one snapshot and exit, once everything was read (within --timeout).
+    /// Print one snapshot and exit, once everything was read (within --timeout); exit 1 if
+    /// anything could not be.
     #[arg(long)]
     once: bool,
+    /// With --once: print the snapshot in Prometheus's text format (for node_exporter's
+    /// textfile collector, or a scrape through a script).
+    #[arg(long, requires = "once", conflicts_with = "json")]
+    prometheus: bool,
 }
 
 /// The shortest `--interval`: each one reads every followed queue and resource.
@@ -123,6 +137,10 @@ struct Top {
     layout_note: Option<String>,
     /// A read of the space's layout is under way.
     layout_reading: bool,
+    /// `--once`: each name is described once.
+    once: bool,
+    /// What the last forced delete did, for the live view.
+    deleted: Option<String>,
 }
 
 impl Top {
@@ -200,6 +218,7 @@ impl Top {
                     &path,
                     self.conn_options.clone(),
                     self.interval,
+                    self.once,
                     self.events_tx.clone(),
                 );
                 self.tasks.insert(path, tasks);
@@ -221,45 +240,82 @@ impl Top {
     fn apply(&mut self, event: Event) {
         let now = Instant::now();
         match event {
-            Event::Described {
-                node,
-                name,
-                described,
-                ..
-            } if name == ANNOUNCE_SEMAPHORE => {
-                let owners = match described {
-                    Described::Found(d) => Ok(d.owners),
-                    Described::Missing => Ok(Vec::new()),
-                    Described::Failed(why) => Err(why),
-                };
-                self.tracker.announced(&node, owners);
+            Event::Announcements { node, read, rtt } => {
+                self.tracker.announced(&node, read, rtt);
                 self.want();
             }
             Event::Described {
                 node,
                 name,
                 described,
-                queue: true,
-            } => self.tracker.polled(now, &node, &name, described),
-            Event::Described {
-                node,
-                name,
-                described,
-                queue: false,
-            } => self.tracker.watched(now, &node, &name, described),
+                part,
+            } => self.tracker.described(now, &node, &name, part, described),
             Event::Resources { node, rows } => self.tracker.resources(&node, rows),
             Event::Layout(nodes) => {
                 self.layout_reading = false;
                 self.set_nodes(nodes);
             }
+            Event::Deleted { node, name, result } => {
+                self.deleted = Some(match result {
+                    Ok(()) => format!("deleted {name:?} on {node}"),
+                    Err(why) => format!("{name:?} on {node} was not deleted: {why}"),
+                });
+            }
+        }
+    }
+
+    /// Force-deletes `name` on `node` (confirmed in the live view).
+    fn delete(&mut self, node: &str, name: &str) {
+        match self.tasks.get(node) {
+            Some(tasks) => {
+                self.deleted = Some(format!("deleting {name:?} on {node}..."));
+                tasks.delete(name);
+            }
+            None => self.deleted = Some(format!("{node} is no longer watched")),
         }
     }
 
     fn snapshot(&self) -> Snapshot {
         let mut s = self.tracker.snapshot(Instant::now());
-        s.notes.extend(self.layout_note.clone());
+        if let Some(why) = &self.layout_note {
+            s.notes.push(why.clone());
+            s.complete = false;
+        }
         s
     }
+}
+
+/// Who the sessions `ids` of the node of `session` are, as their announcements say (`host
+/// web-3 pid 4411 ydb-coord`); those that do not announce are left out. Bounded by the
+/// caller.
+pub(crate) async fn who(session: &ydb_coordination::Session, ids: &[u64]) -> BTreeMap<u64, String> {
+    use ydb_coordination::config::DescribeOptions;
+    use ydb_coordination::session::{ANNOUNCE_SEMAPHORE, Announcement};
+    let owners = DescribeOptions::new().owners(true);
+    let Ok(d) = session.describe_semaphore(ANNOUNCE_SEMAPHORE, owners).await else {
+        return BTreeMap::new();
+    };
+    d.owners
+        .iter()
+        .filter(|o| ids.contains(&o.session_id))
+        .filter_map(|o| {
+            let a = Announcement::parse(&o.data)?;
+            let mut words = Vec::new();
+            if !a.host.is_empty() {
+                words.push(format!("host {}", a.host));
+            }
+            if let Some(pid) = a.pid {
+                words.push(format!("pid {pid}"));
+            }
+            if !a.tool.is_empty() {
+                words.push(a.tool.clone());
+            }
+            if words.is_empty() {
+                words.push(a.description.clone());
+            }
+            Some((o.session_id, fail::one_line(&words.join(" "))))
+        })
+        .collect()
 }
 
 /// Runs `top`; returns the exit code.
@@ -287,7 +343,7 @@ pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Fail
     };
     let (events_tx, events) = mpsc::unbounded_channel();
     let mut top = Top {
-        tracker: Tracker::new(target, Selection::new(&args.names), &[]),
+        tracker: Tracker::new(target, Selection::new(&args.names), &[], Clock::now()),
         client,
         conn_options: options,
         interval: args.interval,
@@ -297,13 +353,15 @@ pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Fail
         scope,
         layout_note: None,
         layout_reading: false,
+        once: args.once,
+        deleted: None,
     };
     let nodes = signals
         .interruptible(async { Ok(top.read_nodes().await) })
         .await?;
     top.set_nodes(nodes);
     if args.once {
-        return once(&mut top, conn, out, &mut signals).await;
+        return once(&mut top, conn, out, args.prometheus, &mut signals).await;
     }
     if out.json || !std::io::stdout().is_terminal() {
         return stream(&mut top, out, &mut signals).await;
@@ -311,8 +369,15 @@ pub(crate) async fn run(conn: &Conn, args: TopArgs, out: Out) -> Result<u8, Fail
     live(&mut top, &mut signals).await
 }
 
-/// `--once`: everything read once (or `--timeout` passed), then one snapshot.
-async fn once(top: &mut Top, conn: &Conn, out: Out, signals: &mut Signals) -> Result<u8, Failure> {
+/// `--once`: everything read once (or `--timeout` passed), then one snapshot; exit 1 unless
+/// it is whole.
+async fn once(
+    top: &mut Top,
+    conn: &Conn,
+    out: Out,
+    prometheus: bool,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
     let deadline = tokio::time::sleep(conn.budget.left());
     tokio::pin!(deadline);
     // Without its layout a space has no nodes to wait for.
@@ -323,32 +388,51 @@ async fn once(top: &mut Top, conn: &Conn, out: Out, signals: &mut Signals) -> Re
             }
             tokio::select! {
                 e = top.events.recv() => match e {
-                    Some(e) => top.apply(e),
+                    Some(e) => {
+                        top.apply(e);
+                        // Take what else is there before looking again (a walk of every
+                        // name), so that a large node costs one walk per batch.
+                        while let Ok(e) = top.events.try_recv() {
+                            top.apply(e);
+                        }
+                    }
                     None => break false,
                 },
                 () = &mut deadline => break false,
                 sig = signals.recv() => return Err(interrupted(sig)),
             }
         };
-    let snapshot = top.snapshot();
-    out.print(snapshot.to_json(), || view::text(&snapshot));
+    let mut snapshot = top.snapshot();
+    if !settled {
+        snapshot.complete = false;
+        snapshot.notes.push(format!(
+            "not everything could be read within {} (--timeout)",
+            duration::format(conn.budget.total)
+        ));
+    }
+    if prometheus {
+        let _ = out.try_print_raw(&prometheus::render(&snapshot));
+    } else {
+        out.print(snapshot.to_json(), || view::text(&snapshot));
+    }
+    if snapshot.complete {
+        return Ok(0);
+    }
     let mut problems = top.tracker.problems();
     if top.layout_note.is_some() {
         problems.insert(0, "the space's layout".to_string());
     }
-    if !problems.is_empty() {
-        Err(Failure::new(format!(
-            "{} could not be read (see the notes above): the snapshot above is partial",
-            problems.join(", ")
-        )))
-    } else if settled {
-        Ok(0)
+    Err(Failure::new(if problems.is_empty() {
+        format!(
+            "not everything could be read within {} (--timeout): the snapshot above is partial",
+            duration::format(conn.budget.total)
+        )
     } else {
-        Err(Failure::new(format!(
-            "not everything could be read within {:?} (--timeout): the snapshot above is partial",
-            conn.budget.total
-        )))
-    }
+        format!(
+            "{} could not be read whole (see the notes above): the snapshot above is partial",
+            problems.join(", ")
+        )
+    }))
 }
 
 /// Not a terminal, or `--json`: a snapshot each interval until interrupted (exit 0). The
@@ -429,6 +513,9 @@ async fn live_loop(
         if !state.paused {
             shown = top.snapshot();
         }
+        if let Some(news) = top.deleted.take() {
+            state.message = Some(news);
+        }
         draw(terminal, &shown, &mut state)?;
         tokio::select! {
             e = top.events.recv() => {
@@ -438,7 +525,12 @@ async fn live_loop(
             }
             key = keys.recv() => match key {
                 Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => {
-                    if matches!(state.on_key(k), Action::Quit) { return Ok(0) }
+                    match state.on_key(k) {
+                        Action::Quit => return Ok(0),
+                        Action::AskDelete => state.ask_delete(&shown),
+                        Action::Delete { node, name } => top.delete(&node, &name),
+                        Action::None | Action::Redraw => {}
+                    }
                 }
                 Some(_) => {}
                 None => return Ok(0),

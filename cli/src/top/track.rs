@@ -4,15 +4,53 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use ydb_coordination::session::{Announcement, SemaphoreDescription, SemaphoreSession};
+use ydb_coordination::Mutex;
+use ydb_coordination::session::{Announced, SemaphoreDescription, SemaphoreSession};
 
-use super::model::{OwnerRow, ResourceRow, SemaphoreRow, SessionRow, Snapshot, WaiterRow};
+use super::follow::{Announcements, Part};
+use super::model::{
+    NodeRow, OwnerRow, ResourceRow, SemaphoreRow, SessionRow, Snapshot, UseRow, WaiterRow,
+};
 
 /// How far back grants are counted.
 const GRANT_WINDOW: Duration = Duration::from_secs(60);
 
-/// The longest data shown for a semaphore or an owner.
-const DATA_SHOWN: usize = 80;
+/// The wall clock against the monotonic one, taken when the view started: the
+/// announcements' times are wall-clock times, the view's own are instants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    pub(crate) instant: Instant,
+    pub(crate) wall_ms: u64,
+}
+
+impl Clock {
+    /// Now.
+    pub(crate) fn now() -> Self {
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, super::model::millis);
+        Self {
+            instant: Instant::now(),
+            wall_ms,
+        }
+    }
+
+    /// `at` in Unix milliseconds.
+    pub(crate) fn wall(&self, at: Instant) -> u64 {
+        match at.checked_duration_since(self.instant) {
+            Some(d) => self.wall_ms.saturating_add(super::model::millis(d)),
+            None => self.wall_ms.saturating_sub(super::model::millis(
+                self.instant.saturating_duration_since(at),
+            )),
+        }
+    }
+}
+
+/// How long before `now_ms` the wall-clock time `then_ms` was (zero for one ahead of it:
+/// another machine's clock).
+fn ago(now_ms: u64, then_ms: u64) -> Duration {
+    Duration::from_millis(now_ms.saturating_sub(then_ms))
+}
 
 /// Which names to show: exact names and `*`/`?` patterns from the command line. With none,
 /// every name the node's sessions announce.
@@ -106,7 +144,8 @@ struct Name {
     queue_known: bool,
     /// Why the last poll of the queue failed, if it did.
     poll_failed: Option<String>,
-    grants: VecDeque<Instant>,
+    /// The grants seen arriving: when, and their order ids.
+    grants: VecDeque<(Instant, u64)>,
 }
 
 /// Whether the waiter `w` is among `owners` (granted since it was seen waiting).
@@ -129,7 +168,8 @@ impl Name {
                 let owners = follow(&mut self.owners, &d.owners, now, first);
                 // A new owner seen arriving is a grant.
                 if !first {
-                    self.grants.extend(std::iter::repeat_n(now, owners));
+                    self.grants
+                        .extend(owners.into_iter().map(|order| (now, order)));
                 }
                 follow(&mut self.waiters, &d.waiters, now, !self.queue_known);
                 self.owners_known = true;
@@ -176,6 +216,12 @@ impl Name {
         self.forget_grants(now);
     }
 
+    /// A describe with owners and queue (`--once`).
+    fn whole(&mut self, now: Instant, described: Described) {
+        self.watched(now, described.clone());
+        self.polled(now, described);
+    }
+
     /// No such semaphore: a known empty one, whose next owner is seen arriving.
     fn missing(&mut self) {
         self.owners.clear();
@@ -205,20 +251,23 @@ impl Name {
         while self
             .grants
             .front()
-            .is_some_and(|t| now.saturating_duration_since(*t) > GRANT_WINDOW)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > GRANT_WINDOW)
         {
             self.grants.pop_front();
         }
     }
 
-    /// Grants within the minute before `now`.
-    fn grants_per_minute(&self, now: Instant) -> u64 {
-        let recent = self
+    /// Grants within the minute before `now`: those seen arriving, and the owners in
+    /// `announced` (order ids) whose sessions say they were granted within it.
+    fn grants_per_minute(&self, now: Instant, announced: &[u64]) -> u64 {
+        let seen: BTreeSet<u64> = self
             .grants
             .iter()
-            .filter(|t| now.saturating_duration_since(**t) <= GRANT_WINDOW)
-            .count();
-        u64::try_from(recent).unwrap_or(u64::MAX)
+            .filter(|(t, _)| now.saturating_duration_since(*t) <= GRANT_WINDOW)
+            .map(|(_, order)| *order)
+            .collect();
+        let more = announced.iter().filter(|o| !seen.contains(o)).count();
+        u64::try_from(seen.len() + more).unwrap_or(u64::MAX)
     }
 
     /// No longer followed: nobody announces it. Its grants stay for the minute; if it is
@@ -231,18 +280,18 @@ impl Name {
     }
 }
 
-/// Keeps `seen` to the entries of `now_there`; returns how many are new.
+/// Keeps `seen` to the entries of `now_there`; returns the order ids of the new ones.
 fn follow(
     seen: &mut HashMap<u64, Seen>,
     now_there: &[SemaphoreSession],
     now: Instant,
     first: bool,
-) -> usize {
+) -> Vec<u64> {
     seen.retain(|order, _| now_there.iter().any(|s| s.order_id == *order));
-    let mut new = 0;
+    let mut new = Vec::new();
     for s in now_there {
         seen.entry(s.order_id).or_insert_with(|| {
-            new += 1;
+            new.push(s.order_id);
             Seen {
                 since: now,
                 exact: !first,
@@ -254,14 +303,27 @@ fn follow(
 
 #[derive(Debug, Default)]
 struct Node {
-    /// The announcing sessions, once read.
-    announced: Option<BTreeMap<u64, Announcement>>,
+    /// The announcements, once read.
+    announced: Option<Announcements>,
     /// Why the announcements could not be read.
     unreachable: Option<String>,
-    /// Sessions whose announcement this version cannot read.
-    unreadable: BTreeSet<u64>,
     names: BTreeMap<String, Name>,
     resources: Option<Result<Vec<ResourceRow>, String>>,
+    /// The names to describe: the exact ones, and the announced ones the selection takes
+    /// (kept as the announcements change, so that a read of a name costs no walk of them).
+    wanted: BTreeSet<String>,
+    /// The round trip of the last read of the announcements.
+    rtt: Option<Duration>,
+    /// Reads that failed, and why the last one did.
+    errors: u64,
+    last_error: Option<String>,
+}
+
+impl Node {
+    fn failed(&mut self, why: &str) {
+        self.errors += 1;
+        self.last_error = Some(why.to_string());
+    }
 }
 
 /// What `top` knows of the nodes it watches.
@@ -270,15 +332,23 @@ pub(crate) struct Tracker {
     target: String,
     selection: Selection,
     nodes: BTreeMap<String, Node>,
+    clock: Clock,
 }
 
 impl Tracker {
-    /// Nothing known yet of the nodes `nodes` (their paths).
-    pub(crate) fn new(target: impl Into<String>, selection: Selection, nodes: &[String]) -> Self {
+    /// Nothing known yet of the nodes `nodes` (their paths); `clock` ties the announcements'
+    /// wall-clock times to the view's instants.
+    pub(crate) fn new(
+        target: impl Into<String>,
+        selection: Selection,
+        nodes: &[String],
+        clock: Clock,
+    ) -> Self {
         let mut t = Self {
             target: target.into(),
             selection,
             nodes: BTreeMap::new(),
+            clock,
         };
         t.set_nodes(nodes);
         t
@@ -293,79 +363,109 @@ impl Tracker {
             .cloned()
             .collect();
         for path in &new {
-            self.nodes.insert(path.clone(), Node::default());
+            let node = Node {
+                wanted: self.selection.exact.clone(),
+                ..Node::default()
+            };
+            self.nodes.insert(path.clone(), node);
         }
         new
     }
 
-    /// The owners of the announcement semaphore of `node` (none when it does not exist), or
-    /// why they could not be read.
-    pub(crate) fn announced(&mut self, node: &str, owners: Result<Vec<SemaphoreSession>, String>) {
+    /// The announcements of `node` (none when nobody announces), or why they could not be
+    /// read, with the round trip of the read.
+    pub(crate) fn announced(
+        &mut self,
+        node: &str,
+        read: Result<Announcements, String>,
+        rtt: Option<Duration>,
+    ) {
         let Some(n) = self.nodes.get_mut(node) else {
             return;
         };
-        match owners {
-            Ok(owners) => {
+        match read {
+            Ok(announcements) => {
                 n.unreachable = None;
-                n.unreadable.clear();
-                let mut announced = BTreeMap::new();
-                for o in &owners {
-                    let a = Announcement::parse(&o.data).unwrap_or_else(|| {
-                        n.unreadable.insert(o.session_id);
-                        Announcement::default()
-                    });
-                    announced.insert(o.session_id, a);
+                n.rtt = rtt.or(n.rtt);
+                let mut wanted = self.selection.exact.clone();
+                for a in announcements.sessions.values() {
+                    // What a session says, whole or as far as it could be read.
+                    let names = a.names.as_deref().unwrap_or(&a.record.names);
+                    wanted.extend(
+                        names
+                            .iter()
+                            .map(|n| &n.name)
+                            .filter(|n| self.selection.takes(n))
+                            .cloned(),
+                    );
                 }
-                n.announced = Some(announced);
+                n.wanted = wanted;
+                n.announced = Some(announcements);
             }
             // Its names stay followed (each read fails or not on its own), but its sessions
             // are not shown as current while it cannot be read.
-            Err(why) => n.unreachable = Some(why),
+            Err(why) => {
+                n.failed(&why);
+                n.unreachable = Some(why);
+            }
         }
     }
 
     /// The names of `node` to describe and watch: the exact ones, and the announced ones
     /// the selection takes.
     pub(crate) fn wanted(&self, node: &str) -> BTreeSet<String> {
-        let mut wanted = self.selection.exact.clone();
-        if let Some(announced) = self.nodes.get(node).and_then(|n| n.announced.as_ref()) {
-            let names = announced.values().flat_map(|a| a.names.iter());
-            wanted.extend(names.filter(|n| self.selection.takes(n)).cloned());
-        }
-        wanted
+        self.nodes
+            .get(node)
+            .map(|n| n.wanted.clone())
+            .unwrap_or_default()
     }
 
-    /// A describe of `name` on `node` with its queue (a poll's answer): only the waiters
-    /// are taken from it, less those the watch has seen granted.
-    pub(crate) fn polled(&mut self, now: Instant, node: &str, name: &str, d: Described) {
-        if let Some(n) = self.name(node, name) {
-            n.polled(now, d);
+    /// A description of `name` on `node`: `Part::Owners` is a watch's item (the waiters are
+    /// the last polled ones, less those granted since); `Part::Queue` a poll's (only its
+    /// waiters count, less those the watch has seen granted); `Part::Whole` both.
+    pub(crate) fn described(
+        &mut self,
+        now: Instant,
+        node: &str,
+        name: &str,
+        part: Part,
+        d: Described,
+    ) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        // A late answer for a name no longer wanted is dropped.
+        if !n.wanted.contains(name) {
+            return;
+        }
+        if let Described::Failed(why) = &d {
+            n.failed(why);
+        }
+        let x = n.names.entry(name.to_string()).or_default();
+        match part {
+            Part::Owners => x.watched(now, d),
+            Part::Queue => x.polled(now, d),
+            Part::Whole => x.whole(now, d),
         }
     }
 
-    /// A describe of `name` on `node` with its owners (a watch's item): the waiters are
-    /// the last polled ones, less those granted since.
+    /// A watch's item (see [`Tracker::described`]).
+    #[cfg(test)]
     pub(crate) fn watched(&mut self, now: Instant, node: &str, name: &str, d: Described) {
-        if let Some(n) = self.name(node, name) {
-            n.watched(now, d);
-        }
+        self.described(now, node, name, Part::Owners, d);
     }
 
-    /// What is known of a wanted `name` on `node` (a late answer for a name no longer
-    /// wanted is dropped).
-    fn name(&mut self, node: &str, name: &str) -> Option<&mut Name> {
-        if !self.wanted(node).contains(name) {
-            return None;
-        }
-        let n = self.nodes.get_mut(node)?;
-        Some(n.names.entry(name.to_string()).or_default())
+    /// A poll's answer (see [`Tracker::described`]).
+    #[cfg(test)]
+    pub(crate) fn polled(&mut self, now: Instant, node: &str, name: &str, d: Described) {
+        self.described(now, node, name, Part::Queue, d);
     }
 
     /// Lets go of the names of `node` no longer wanted; those granted within the minute are
     /// kept, taken as empty, so that their grants still count if they come back.
     pub(crate) fn prune(&mut self, now: Instant, node: &str) {
-        let wanted = self.wanted(node);
         if let Some(n) = self.nodes.get_mut(node) {
+            let wanted = &n.wanted;
             n.names.retain(|name, x| {
                 if wanted.contains(name) {
                     return true;
@@ -380,35 +480,54 @@ impl Tracker {
     /// The rate-limiter resources of `node`, or why they could not be read.
     pub(crate) fn resources(&mut self, node: &str, rows: Result<Vec<ResourceRow>, String>) {
         if let Some(n) = self.nodes.get_mut(node) {
+            if let Err(why) = &rows {
+                n.failed(why);
+            }
             n.resources = Some(rows);
         }
     }
 
     /// Whether every node's announcements and resources were read (or failed) and every
     /// wanted name described once: what `--once` waits for. Never while there is no node
-    /// (a space whose layout was not read yet).
+    /// (a space whose layout was not read yet), nor while a session's pages were read as
+    /// they changed (the next read may tell them whole).
     pub(crate) fn settled(&self) -> bool {
         !self.nodes.is_empty()
-            && self.nodes.iter().all(|(path, n)| {
-                (n.announced.is_some() || n.unreachable.is_some())
+            && self.nodes.values().all(|n| {
+                let announced = match &n.announced {
+                    _ if n.unreachable.is_some() => true,
+                    Some(a) => a.sessions.values().all(|s| !s.torn),
+                    None => false,
+                };
+                announced
                     && n.resources.is_some()
-                    && self
-                        .wanted(path)
+                    && n.wanted
                         .iter()
                         .all(|name| n.names.get(name).is_some_and(Name::settled))
             })
     }
 
-    /// What could not be read, one item each: a node's announcements, a wanted name, a
+    /// What could not be read, one item each: a node's announcements, something holding
+    /// them that is not one, a session whose names cannot be told whole, a wanted name, a
     /// node's resources. Empty when the snapshot is whole (a missing name is not a gap).
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (path, n) in &self.nodes {
             if n.unreachable.is_some() {
-                out.push(path.clone());
+                out.push(format!("the announcements of {path}"));
             }
-            for name in self.wanted(path) {
-                if n.names.get(&name).and_then(Name::failure).is_some() {
+            if let Some(a) = n.announced.as_ref().filter(|_| n.unreachable.is_none()) {
+                if !a.intruders.is_empty() {
+                    out.push(format!("the announcement semaphores of {path}"));
+                }
+                for (id, s) in &a.sessions {
+                    if s.names.is_err() {
+                        out.push(format!("the names of session {id} on {path}"));
+                    }
+                }
+            }
+            for name in &n.wanted {
+                if n.names.get(name).and_then(Name::failure).is_some() {
                     out.push(format!("{name:?} on {path}"));
                 }
             }
@@ -421,8 +540,11 @@ impl Tracker {
 
     /// Everything known, as of `now`.
     pub(crate) fn snapshot(&self, now: Instant) -> Snapshot {
+        let wall = self.clock.wall(now);
         let mut s = Snapshot {
             target: self.target.clone(),
+            time_ms: wall,
+            complete: self.settled() && self.problems().is_empty(),
             ..Snapshot::default()
         };
         let mut sessions: BTreeMap<(String, u64), SessionRow> = BTreeMap::new();
@@ -430,39 +552,88 @@ impl Tracker {
         let mut found = BTreeSet::new();
         let mut missing = BTreeSet::new();
         for (path, node) in &self.nodes {
+            s.nodes.push(NodeRow {
+                path: path.clone(),
+                rtt: node.rtt,
+                errors: node.errors,
+                last_error: node.last_error.clone(),
+            });
             if let Some(why) = &node.unreachable {
-                s.notes.push(format!("{path}: {why}"));
-            }
-            for id in &node.unreadable {
                 s.notes.push(format!(
-                    "{path}: session {id} announces in a format this version cannot read"
+                    "{path}: the announcements could not be read: {why}"
                 ));
             }
             // The announcements of a node that cannot be read now are not current.
-            let announced = node.announced.iter().filter(|_| node.unreachable.is_none());
-            for (id, a) in announced.flatten() {
-                let row = session(&mut sessions, path, *id);
-                row.description = a.description.clone();
-                row.announced = true;
-                if a.omitted > 0 {
-                    s.notes.push(format!(
-                        "{path}: session {id} uses {} more names than its announcement holds",
-                        a.omitted
-                    ));
+            let announced = node
+                .announced
+                .as_ref()
+                .filter(|_| node.unreachable.is_none());
+            // (session, name) -> what the session says of it.
+            let mut says: HashMap<(u64, &str), &Announced> = HashMap::new();
+            if let Some(a) = announced {
+                for why in &a.intruders {
+                    s.notes.push(format!("{path}: {why}"));
+                }
+                for (id, a) in &a.sessions {
+                    let row = session(&mut sessions, path, *id);
+                    let r = &a.record;
+                    row.description = r.description.clone();
+                    row.announced = true;
+                    row.host = r.host.clone();
+                    row.pid = r.pid;
+                    row.tool = r.tool.clone();
+                    row.age = r.started_ms.map(|t| ago(wall, t));
+                    row.timeout = r.timeout_ms.map(Duration::from_millis);
+                    let names = match &a.names {
+                        Ok(names) => names,
+                        Err(why) => {
+                            s.notes.push(format!("{path}: session {id}: {why}"));
+                            &r.names
+                        }
+                    };
+                    // An idle session does not send its record again: its time says
+                    // nothing of its contact since.
+                    if !names.is_empty() {
+                        row.contact = r.contact_ms.map(|t| ago(wall, t));
+                    }
+                    for n in names {
+                        says.insert((*id, n.name.as_str()), n);
+                    }
                 }
             }
-            let wanted = self.wanted(path);
-            for (name, n) in node.names.iter().filter(|(name, _)| wanted.contains(*name)) {
+            for (name, n) in node
+                .names
+                .iter()
+                .filter(|(name, _)| node.wanted.contains(*name))
+            {
                 match &n.last {
                     Some(Described::Found(d)) => {
                         found.insert(name);
-                        for o in &d.owners {
-                            session(&mut sessions, path, o.session_id).holds += 1;
+                        let row = row(path, d, n, now, wall, &says);
+                        let owners = row
+                            .owners
+                            .iter()
+                            .map(|o| (o.session_id, o.count, o.held_for, o.exact, None));
+                        let waiters = row.waiters.iter().enumerate().map(|(i, w)| {
+                            (w.session_id, w.count, w.waiting_for, w.exact, Some(i + 1))
+                        });
+                        for (id, count, since, exact, position) in owners.chain(waiters) {
+                            let r = session(&mut sessions, path, id);
+                            if position.is_some() {
+                                r.waits += 1;
+                            } else {
+                                r.holds += 1;
+                            }
+                            r.uses.push(UseRow {
+                                name: name.clone(),
+                                held: position.is_none(),
+                                count,
+                                since,
+                                exact,
+                                position,
+                            });
                         }
-                        for w in &d.waiters {
-                            session(&mut sessions, path, w.session_id).waits += 1;
-                        }
-                        s.semaphores.push(row(path, d, n, now));
+                        s.semaphores.push(row);
                         if let Some(why) = &n.poll_failed {
                             s.notes.push(format!("{path}: {name:?}: queue: {why}"));
                         }
@@ -506,63 +677,84 @@ fn session<'a>(
         })
 }
 
-fn row(node: &str, d: &SemaphoreDescription, n: &Name, now: Instant) -> SemaphoreRow {
+/// The row of semaphore `d` on `node`, as of `now` (`wall` on the wall clock): times from
+/// what the owners' and waiters' sessions say (`says`), else from when the view saw them.
+fn row(
+    node: &str,
+    d: &SemaphoreDescription,
+    n: &Name,
+    now: Instant,
+    wall: u64,
+    says: &HashMap<(u64, &str), &Announced>,
+) -> SemaphoreRow {
     let seen = |map: &HashMap<u64, Seen>, order: u64| {
         map.get(&order).map_or((Duration::ZERO, false), |s| {
             (now.saturating_duration_since(s.since), s.exact)
         })
     };
+    let said = |session: u64, held: bool| {
+        says.get(&(session, d.name.as_str()))
+            .filter(|a| a.held == Some(held))
+            .and_then(|a| a.since_ms)
+    };
+    let mut announced_grants = Vec::new();
+    let owners = d
+        .owners
+        .iter()
+        .map(|o| {
+            let granted_ms = said(o.session_id, true);
+            let (held_for, exact) = match granted_ms {
+                Some(t) => {
+                    if ago(wall, t) <= GRANT_WINDOW {
+                        announced_grants.push(o.order_id);
+                    }
+                    (ago(wall, t), true)
+                }
+                None => seen(&n.owners, o.order_id),
+            };
+            let delay_until_ms = Mutex::delay_until(&d.data, o.order_id)
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(super::model::millis)
+                .filter(|t| *t > wall);
+            OwnerRow {
+                session_id: o.session_id,
+                count: o.count,
+                fencing_token: o.order_id,
+                data: o.data.clone(),
+                held_for,
+                exact,
+                granted_ms,
+                delay_until_ms,
+            }
+        })
+        .collect();
+    let waiters = d
+        .waiters
+        .iter()
+        .map(|w| {
+            let (waiting_for, exact) = match said(w.session_id, false) {
+                Some(t) => (ago(wall, t), true),
+                None => seen(&n.waiters, w.order_id),
+            };
+            WaiterRow {
+                session_id: w.session_id,
+                count: w.count,
+                waiting_for,
+                exact,
+            }
+        })
+        .collect();
     SemaphoreRow {
         node: node.to_string(),
         name: d.name.clone(),
         limit: d.limit,
         count: d.count,
         ephemeral: d.ephemeral,
-        data: text(&d.data),
-        owners: d
-            .owners
-            .iter()
-            .map(|o| {
-                let (held_for, exact) = seen(&n.owners, o.order_id);
-                OwnerRow {
-                    session_id: o.session_id,
-                    count: o.count,
-                    fencing_token: o.order_id,
-                    data: text(&o.data),
-                    held_for,
-                    exact,
-                }
-            })
-            .collect(),
-        waiters: d
-            .waiters
-            .iter()
-            .map(|w| {
-                let (waiting_for, exact) = seen(&n.waiters, w.order_id);
-                WaiterRow {
-                    session_id: w.session_id,
-                    count: w.count,
-                    waiting_for,
-                    exact,
-                }
-            })
-            .collect(),
-        grants_per_minute: n.grants_per_minute(now),
+        data: d.data.clone(),
+        owners,
+        waiters,
+        grants_per_minute: n.grants_per_minute(now, &announced_grants),
     }
-}
-
-/// Data for one line of a table: text (lossy), line breaks as spaces, cut.
-fn text(data: &[u8]) -> String {
-    let s = String::from_utf8_lossy(data);
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(DATA_SHOWN)
-        .collect();
-    if s.chars().count() > DATA_SHOWN {
-        out.push('…');
-    }
-    out
 }
 
 #[cfg(test)]

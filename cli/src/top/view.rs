@@ -17,7 +17,10 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
-use super::model::{ResourceRow, SemaphoreRow, SessionRow, Snapshot};
+use super::model::{ResourceRow, SemaphoreRow, SessionRow, Snapshot, UseRow, rfc3339};
+
+/// The longest data shown on one line for a semaphore or an owner (the JSON view has all).
+const DATA_SHOWN: usize = 80;
 
 /// Rows PageUp and PageDown move the selection by.
 const PAGE: usize = 10;
@@ -176,7 +179,7 @@ impl ResourceSort {
 }
 
 /// What the caller does after a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Nothing changed.
     None,
@@ -184,6 +187,19 @@ pub(crate) enum Action {
     Redraw,
     /// Leave the view.
     Quit,
+    /// `D` on a semaphore: ask whether to force-delete it ([`ViewState::ask_delete`]).
+    AskDelete,
+    /// Confirmed: force-delete `name` on `node`.
+    Delete { node: String, name: String },
+}
+
+/// A forced delete waiting for `y`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Confirm {
+    pub(crate) node: String,
+    pub(crate) name: String,
+    /// The question, with what the delete would break.
+    pub(crate) question: String,
 }
 
 /// What the user chose to see: the tab, the order, the filter, the selection, the pause.
@@ -209,6 +225,10 @@ pub(crate) struct ViewState {
     pub(crate) selected: usize,
     /// The first row the table showed, so that it scrolls rather than jumps.
     offset: usize,
+    /// A forced delete waiting for `y` (any other key cancels it).
+    pub(crate) confirm: Option<Confirm>,
+    /// A line for the footer, until the next key: what the last action did.
+    pub(crate) message: Option<String>,
 }
 
 impl ViewState {
@@ -221,6 +241,20 @@ impl ViewState {
     pub(crate) fn on_key(&mut self, key: KeyEvent) -> Action {
         if key.kind == KeyEventKind::Release {
             return Action::None;
+        }
+        // The last action's line stays until the next key.
+        self.message = None;
+        if let Some(confirm) = self.confirm.take() {
+            return match key.code {
+                KeyCode::Char('y' | 'Y') => Action::Delete {
+                    node: confirm.node,
+                    name: confirm.name,
+                },
+                _ => {
+                    self.message = Some("not deleted".to_string());
+                    Action::Redraw
+                }
+            };
         }
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl {
@@ -279,8 +313,61 @@ impl ViewState {
             KeyCode::Char('j') => self.select(self.selected.saturating_add(1)),
             KeyCode::Char('g') => self.select(0),
             KeyCode::Char('G') => self.select(usize::MAX),
+            KeyCode::Char('D') if self.tab == Tab::Semaphores => Action::AskDelete,
             _ => Action::None,
         }
+    }
+
+    /// After `D`: asks whether to force-delete the selected semaphore of `snapshot`, saying
+    /// what that breaks; for an ephemeral one, which the server cannot delete, says who to
+    /// stop instead.
+    pub(crate) fn ask_delete(&mut self, snapshot: &Snapshot) {
+        let rows = visible_semaphores(snapshot, self);
+        let Some(s) = rows.get(self.selected) else {
+            self.message = Some("no semaphore selected".to_string());
+            return;
+        };
+        let holders: Vec<String> = s
+            .owners
+            .iter()
+            .map(|o| {
+                format!(
+                    "session {}{}",
+                    o.session_id,
+                    who(snapshot, &s.node, o.session_id)
+                )
+            })
+            .collect();
+        if s.ephemeral {
+            self.message = Some(format!(
+                "{:?} is ephemeral: the server cannot delete it; it goes when its holders and \
+                 waiters do ({}): stop them, or wait for their session timeout",
+                clean(&s.name),
+                if holders.is_empty() {
+                    "none".to_string()
+                } else {
+                    holders.join(", ")
+                }
+            ));
+            return;
+        }
+        self.confirm = Some(Confirm {
+            node: s.node.clone(),
+            name: s.name.clone(),
+            question: format!(
+                "force-delete {:?} on {}? {} owners (not told: {}), {} waiters (aborted). \
+                 y deletes, any other key cancels",
+                clean(&s.name),
+                clean(&s.node),
+                s.owners.len(),
+                if holders.is_empty() {
+                    "none".to_string()
+                } else {
+                    holders.join(", ")
+                },
+                s.waiters.len()
+            ),
+        });
     }
 
     /// A key while the filter is typed: text edits the filter, the arrows still move.
@@ -405,7 +492,10 @@ pub(crate) fn visible_sessions<'a>(
 ) -> Vec<&'a SessionRow> {
     let needle = state.filter.to_lowercase();
     let keep = |s: &SessionRow| {
-        contains(&s.session_id.to_string(), &needle) || contains(&s.description, &needle)
+        contains(&s.session_id.to_string(), &needle)
+            || contains(&s.description, &needle)
+            || contains(&s.host, &needle)
+            || contains(&s.tool, &needle)
     };
     visible(&snapshot.sessions, keep, state.reversed, |a, b| {
         let first = match state.session_sort {
@@ -460,15 +550,38 @@ fn visible<T>(
     out
 }
 
-/// The snapshot as plain text, for `top --once`: a header line, then the semaphores with their
-/// owners and waiters, the sessions, the resources and the notes. No colours, no escape codes;
-/// sorted by name, session id and path.
+/// The snapshot as plain text, for `top --once`: a header line, the nodes' health, then the
+/// semaphores with their owners (who, since when, in a lock delay) and waiters, the sessions
+/// (who they are, and what each holds and waits for), the resources and the notes. No
+/// colours, no escape codes; sorted by name, session id and path.
 pub(crate) fn text(snapshot: &Snapshot) -> String {
     let by_name = ViewState::default();
     let mut out = vec![header_counts(snapshot)];
 
+    if !snapshot.nodes.is_empty() {
+        out.push(String::new());
+        out.push("NODES".to_string());
+        let mut nodes = vec![vec![
+            "NODE".to_string(),
+            "RTT".to_string(),
+            "ERRORS".to_string(),
+            "LAST ERROR".to_string(),
+        ]];
+        for n in &snapshot.nodes {
+            nodes.push(vec![
+                clean(&n.path).into_owned(),
+                n.rtt.map_or_else(|| "-".to_string(), rtt_text),
+                n.errors.to_string(),
+                n.last_error
+                    .as_deref()
+                    .map_or_else(String::new, |e| clean(e).into_owned()),
+            ]);
+        }
+        out.extend(align(&nodes, &[false, true, true, false]));
+    }
+
     let semaphores = visible_semaphores(snapshot, &by_name);
-    let nodes = several_nodes(snapshot.semaphores.iter().map(|s| s.node.as_str()));
+    let several = several_nodes(snapshot.semaphores.iter().map(|s| s.node.as_str()));
     out.push(String::new());
     out.push("SEMAPHORES".to_string());
     if semaphores.is_empty() {
@@ -476,7 +589,7 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
     } else {
         let mut table = Vec::new();
         let mut header = vec!["NAME"];
-        if nodes {
+        if several {
             header.push("NODE");
         }
         header.extend(["LIMIT", "COUNT", "QUEUE", "GRANTS/MIN"]);
@@ -486,7 +599,7 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
         let mut detail_counts = Vec::new();
         for s in &semaphores {
             let mut row = vec![clean(&s.name).into_owned()];
-            if nodes {
+            if several {
                 row.push(clean(&s.node).into_owned());
             }
             row.extend([
@@ -504,22 +617,37 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
                     format!("held {}", format_duration(o.held_for, o.exact)),
                     format!("token {}", o.fencing_token),
                 ];
+                if let Some(t) = o.granted_ms {
+                    line.push(format!("since {}", rfc3339(t)));
+                }
+                let by = who(snapshot, &s.node, o.session_id);
+                if !by.is_empty() {
+                    line.push(by.trim_start().to_string());
+                }
+                if let Some(until) = o.delay_until_ms {
+                    line.push(format!("in lock delay until {}", rfc3339(until)));
+                }
                 if !o.data.is_empty() {
-                    line.push(format!("data {}", clean(&o.data)));
+                    line.push(format!("data {}", shown_data(&o.data)));
                 }
                 details.push(line);
             }
             for w in &s.waiters {
-                details.push(vec![
+                let mut line = vec![
                     "waiter".to_string(),
                     format!("session {}", w.session_id),
                     format!("units {}", units(w.count)),
                     format!("waiting {}", format_duration(w.waiting_for, w.exact)),
-                ]);
+                ];
+                let by = who(snapshot, &s.node, w.session_id);
+                if !by.is_empty() {
+                    line.push(by.trim_start().to_string());
+                }
+                details.push(line);
             }
             detail_counts.push(s.owners.len() + s.waiters.len());
         }
-        let numeric_from = if nodes { 2 } else { 1 };
+        let numeric_from = if several { 2 } else { 1 };
         let right: Vec<bool> = (0..table[0].len()).map(|i| i >= numeric_from).collect();
         let mut table = align(&table, &right).into_iter();
         let mut details = align(&details, &[]).into_iter();
@@ -531,33 +659,26 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
     }
 
     let sessions = visible_sessions(snapshot, &by_name);
-    let rows = sessions.iter().map(|s| {
-        let cells = vec![
-            s.holds.to_string(),
-            s.waits.to_string(),
-            yes_no(s.announced).to_string(),
-            clean(&s.description).into_owned(),
-        ];
-        (s.session_id.to_string(), s.node.as_str(), cells)
+    let rows = sessions.iter().map(|s| TextRow {
+        head: s.session_id.to_string(),
+        node: s.node.as_str(),
+        cells: session_cells(s).into(),
+        details: s.uses.iter().map(use_line).collect(),
     });
-    let columns = [
-        ("HOLDS", true),
-        ("WAITS", true),
-        ("ANNOUNCED", false),
-        ("DESCRIPTION", false),
-    ];
     plain_table(
         &mut out,
         "SESSIONS",
         ("SESSION", true),
-        &columns,
+        &SESSION_COLUMNS,
         rows.collect(),
     );
 
     let resources = visible_resources(snapshot, &by_name);
-    let rows = resources.iter().map(|r| {
-        let cells = vec![rate_text(r.rate)];
-        (clean(&r.path).into_owned(), r.node.as_str(), cells)
+    let rows = resources.iter().map(|r| TextRow {
+        head: clean(&r.path).into_owned(),
+        node: r.node.as_str(),
+        cells: vec![rate_text(r.rate)],
+        details: Vec::new(),
     });
     let columns = [("RATE", true)];
     plain_table(
@@ -579,14 +700,120 @@ pub(crate) fn text(snapshot: &Snapshot) -> String {
     text
 }
 
+/// The columns of [`session_cells`], and whether each is a number (aligned right).
+const SESSION_COLUMNS: [(&str, bool); 10] = [
+    ("HOST", false),
+    ("PID", true),
+    ("TOOL", false),
+    ("AGE", true),
+    ("TIMEOUT", true),
+    ("CONTACT", true),
+    ("HOLDS", true),
+    ("WAITS", true),
+    ("ANNOUNCED", false),
+    ("DESCRIPTION", false),
+];
+
+/// The cells of a session after its id (and node): host, pid, program, age, timeout, last
+/// contact, holds, waits, whether it announces, description.
+fn session_cells(s: &SessionRow) -> [String; 10] {
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    [
+        or_dash((!s.host.is_empty()).then(|| clean(&s.host).into_owned())),
+        or_dash(s.pid.map(|p| p.to_string())),
+        or_dash((!s.tool.is_empty()).then(|| clean(&s.tool).into_owned())),
+        or_dash(s.age.map(|d| format_duration(d, true))),
+        or_dash(s.timeout.map(|d| format_duration(d, true))),
+        or_dash(
+            s.contact
+                .map(|d| format!("{} ago", format_duration(d, true))),
+        ),
+        s.holds.to_string(),
+        s.waits.to_string(),
+        yes_no(s.announced).to_string(),
+        clean(&s.description).into_owned(),
+    ]
+}
+
+/// One line of a session's drill-down: what it holds or waits for.
+fn use_line(u: &UseRow) -> Vec<String> {
+    let what = if u.held { "holds" } else { "waits for" };
+    let mut line = vec![
+        what.to_string(),
+        clean(&u.name).into_owned(),
+        format!("units {}", units(u.count)),
+    ];
+    match u.position {
+        Some(p) => line.push(format!(
+            "waiting {}, place {p} in the queue",
+            format_duration(u.since, u.exact)
+        )),
+        None => line.push(format!("held {}", format_duration(u.since, u.exact))),
+    }
+    line
+}
+
+/// Who session `id` on `node` is, as its announcement says (` host pid 42 tool`), or
+/// nothing.
+fn who(snapshot: &Snapshot, node: &str, id: u64) -> String {
+    let Some(s) = snapshot
+        .sessions
+        .iter()
+        .find(|s| s.session_id == id && s.node == node)
+    else {
+        return String::new();
+    };
+    let mut out = String::new();
+    if !s.host.is_empty() {
+        out.push_str(&format!(" host {}", clean(&s.host)));
+    }
+    if let Some(pid) = s.pid {
+        out.push_str(&format!(" pid {pid}"));
+    }
+    if !s.tool.is_empty() {
+        out.push_str(&format!(" {}", clean(&s.tool)));
+    }
+    out
+}
+
+/// A round trip: `850µs`, `1.2ms`, `35ms`, `1.5s`.
+fn rtt_text(d: Duration) -> String {
+    let micros = d.as_micros();
+    if micros < 1000 {
+        format!("{micros}µs")
+    } else if micros < 10_000 {
+        format!("{:.1}ms", d.as_secs_f64() * 1000.0)
+    } else if micros < 1_000_000 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// Data for one line of a table: text (lossy), line breaks as spaces, cut (the JSON view
+/// has it whole, with its hex).
+fn shown_data(data: &[u8]) -> String {
+    let s = String::from_utf8_lossy(data);
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(DATA_SHOWN)
+        .collect();
+    if s.chars().count() > DATA_SHOWN {
+        out.push('…');
+    }
+    out
+}
+
 /// A titled table of `text()`: the first column, a NODE column when the rows are on several
-/// nodes, then `columns` (`true`: right-aligned); `(none)` without rows.
+/// nodes, then `columns` (`true`: right-aligned); `(none)` without rows. Each row may have
+/// detail lines under it, indented, aligned with all the others.
 fn plain_table(
     out: &mut Vec<String>,
     title: &str,
     first: (&str, bool),
     columns: &[(&str, bool)],
-    rows: Vec<(String, &str, Vec<String>)>,
+    rows: Vec<TextRow<'_>>,
 ) {
     out.push(String::new());
     out.push(title.to_string());
@@ -594,7 +821,7 @@ fn plain_table(
         out.push("(none)".to_string());
         return;
     }
-    let nodes = several_nodes(rows.iter().map(|(_, node, _)| *node));
+    let nodes = several_nodes(rows.iter().map(|r| r.node));
     let mut header = vec![first];
     if nodes {
         header.push(("NODE", false));
@@ -607,15 +834,33 @@ fn plain_table(
             .map(|(h, _)| h.to_string())
             .collect::<Vec<_>>(),
     ];
-    for (head, node, cells) in rows {
-        let mut row = vec![head];
+    let mut details = Vec::new();
+    let mut counts = Vec::new();
+    for r in rows {
+        let mut row = vec![r.head];
         if nodes {
-            row.push(clean(node).into_owned());
+            row.push(clean(r.node).into_owned());
         }
-        row.extend(cells);
+        row.extend(r.cells);
         table.push(row);
+        counts.push(r.details.len());
+        details.extend(r.details);
     }
-    out.extend(align(&table, &right));
+    let mut table = align(&table, &right).into_iter();
+    let mut details = align(&details, &[]).into_iter();
+    out.extend(table.next());
+    for (row, count) in table.zip(counts) {
+        out.push(row);
+        out.extend(details.by_ref().take(count).map(|d| format!("  {d}")));
+    }
+}
+
+/// A row of [`plain_table`].
+struct TextRow<'a> {
+    head: String,
+    node: &'a str,
+    cells: Vec<String>,
+    details: Vec<Vec<String>>,
 }
 
 /// Draws the whole view into the frame. `state` is mutable only to keep the selection and the
@@ -662,12 +907,20 @@ fn header_line(snapshot: &Snapshot, state: &ViewState, shown: usize) -> Line<'st
             Style::new().add_modifier(Modifier::BOLD),
         ),
         Span::raw(format!(
-            "  {} semaphores  {} sessions  {} resources",
+            "  {} semaphores  {} sessions  {} resources  {}",
             snapshot.semaphores.len(),
             snapshot.sessions.len(),
-            snapshot.resources.len()
+            snapshot.resources.len(),
+            health(snapshot)
         )),
     ];
+    if !snapshot.complete {
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled(
+            "INCOMPLETE",
+            Style::new().fg(Color::Black).bg(Color::Red),
+        ));
+    }
     if state.paused {
         spans.push(Span::raw("  "));
         spans.push(Span::styled(
@@ -718,10 +971,28 @@ fn tab_line(current: Tab) -> Line<'static> {
     Line::from(spans)
 }
 
-/// The keys, those of the filter while it is typed.
+/// The keys (those of the filter while it is typed), or the question of a forced delete, or
+/// what the last action did.
 fn help_line(state: &ViewState) -> Line<'static> {
+    if let Some(confirm) = &state.confirm {
+        return Line::styled(
+            confirm.question.clone(),
+            Style::new()
+                .fg(Color::Black)
+                .bg(Color::Yellow)
+                .add_modifier(Modifier::BOLD),
+        );
+    }
+    if let Some(message) = &state.message {
+        return Line::styled(
+            clean(message).into_owned(),
+            Style::new().add_modifier(Modifier::BOLD),
+        );
+    }
     let help = if state.typing {
         "filter: type to narrow  Enter keep  Esc clear  ↑↓ select  Ctrl-C quit"
+    } else if state.tab == Tab::Semaphores {
+        "q quit  p pause  s sort  r reverse  / filter  ↑↓ PgUp PgDn select  D delete  Tab 1-3 view"
     } else {
         "q quit  p pause  s sort  r reverse  / filter  ↑↓ PgUp PgDn select  Tab 1-3 view"
     };
@@ -819,25 +1090,26 @@ fn draw_semaphores(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state
     if detail_area.height > 0
         && let Some(selected) = rows.get(state.selected)
     {
-        draw_detail(frame, detail_area, selected, nodes);
+        draw_detail(frame, detail_area, snapshot, selected, nodes);
     }
 }
 
-/// The sessions tab.
+/// The sessions tab: the table, and below it what the selected session holds and waits for.
 fn draw_sessions(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state: &mut ViewState) {
     let rows = visible_sessions(snapshot, state);
     state.clamp(rows.len());
     let nodes = several_nodes(snapshot.sessions.iter().map(|s| s.node.as_str()));
+    let mut table_area = area;
+    let detail_area = if area.height >= 8 {
+        take_bottom(&mut table_area, area.height * 2 / 5)
+    } else {
+        Rect::default()
+    };
     let mut header = vec![("SESSION", true)];
     if nodes {
         header.push(("NODE", false));
     }
-    header.extend([
-        ("HOLDS", true),
-        ("WAITS", true),
-        ("ANNOUNCED", false),
-        ("DESCRIPTION", false),
-    ]);
+    header.extend(SESSION_COLUMNS);
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|s| {
@@ -845,12 +1117,7 @@ fn draw_sessions(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state: 
             if nodes {
                 row.push(clean(&s.node).into_owned());
             }
-            row.extend([
-                s.holds.to_string(),
-                s.waits.to_string(),
-                yes_no(s.announced).to_string(),
-                clean(&s.description).into_owned(),
-            ]);
+            row.extend(session_cells(s));
             row
         })
         .collect();
@@ -867,9 +1134,31 @@ fn draw_sessions(frame: &mut Frame<'_>, area: Rect, snapshot: &Snapshot, state: 
     let empty = if snapshot.sessions.is_empty() {
         "no sessions"
     } else {
-        "no session id or description matches the filter"
+        "no session id, host, program or description matches the filter"
     };
-    draw_table(frame, area, state, &header, cells, &styles, empty);
+    draw_table(frame, table_area, state, &header, cells, &styles, empty);
+
+    if detail_area.height > 0
+        && let Some(selected) = rows.get(state.selected)
+    {
+        let title = format!(" session {} ", selected.session_id);
+        let block = Block::new().borders(Borders::TOP).title(Span::styled(
+            title,
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+        let inner = block.inner(detail_area);
+        frame.render_widget(block, detail_area);
+        let lines: Vec<Line<'static>> = if selected.uses.is_empty() {
+            vec![Line::styled(
+                "holds and waits for nothing top describes",
+                Style::new().add_modifier(Modifier::DIM),
+            )]
+        } else {
+            let uses: Vec<Vec<String>> = selected.uses.iter().map(use_line).collect();
+            align(&uses, &[]).into_iter().map(Line::raw).collect()
+        };
+        frame.render_widget(Paragraph::new(lines), inner);
+    }
 }
 
 /// The resources tab.
@@ -980,7 +1269,13 @@ fn draw_table(
 
 /// The detail pane: every owner and waiter of one semaphore, in the server's order, cut with a
 /// count of the rest when they do not fit.
-fn draw_detail(frame: &mut Frame<'_>, area: Rect, semaphore: &SemaphoreRow, nodes: bool) {
+fn draw_detail(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    snapshot: &Snapshot,
+    semaphore: &SemaphoreRow,
+    nodes: bool,
+) {
     let title = if nodes {
         format!(" {} on {} ", clean(&semaphore.name), clean(&semaphore.node))
     } else {
@@ -992,12 +1287,13 @@ fn draw_detail(frame: &mut Frame<'_>, area: Rect, semaphore: &SemaphoreRow, node
     ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let lines = detail_lines(semaphore, usize::from(inner.height));
+    let lines = detail_lines(snapshot, semaphore, usize::from(inner.height));
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
-/// The lines of the detail pane, at most `height`: a summary, the owners, then the waiters.
-fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
+/// The lines of the detail pane, at most `height`: a summary, the owners, then the waiters,
+/// each with who its session is (from `snapshot`).
+fn detail_lines(snapshot: &Snapshot, s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let dim = Style::new().add_modifier(Modifier::DIM);
 
@@ -1014,7 +1310,7 @@ fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
     }
     if !s.data.is_empty() {
         summary.push_str("  data ");
-        summary.push_str(&clean(&s.data));
+        summary.push_str(&clean(&shown_data(&s.data)));
     }
 
     let owners_label = format!("OWNERS {}", s.owners.len());
@@ -1027,16 +1323,29 @@ fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
         "UNITS".to_string(),
         "HELD".to_string(),
         "TOKEN".to_string(),
+        "WHO".to_string(),
         "DATA".to_string(),
     ]];
+    let now = snapshot.time_ms;
     owners.extend(s.owners.iter().map(|o| {
+        let mut held = format_duration(o.held_for, o.exact);
+        if let Some(until) = o.delay_until_ms {
+            let left = Duration::from_millis(until.saturating_sub(now));
+            held.push_str(&format!(
+                " (lock delay, {} left)",
+                format_duration(left, true)
+            ));
+        }
         vec![
             String::new(),
             o.session_id.to_string(),
             units(o.count),
-            format_duration(o.held_for, o.exact),
+            held,
             o.fencing_token.to_string(),
-            clean(&o.data).into_owned(),
+            who(snapshot, &s.node, o.session_id)
+                .trim_start()
+                .to_string(),
+            clean(&shown_data(&o.data)).into_owned(),
         ]
     }));
     let mut waiters = vec![vec![
@@ -1044,6 +1353,7 @@ fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
         "SESSION".to_string(),
         "UNITS".to_string(),
         "WAITING".to_string(),
+        "WHO".to_string(),
     ]];
     waiters.extend(s.waiters.iter().enumerate().map(|(i, w)| {
         vec![
@@ -1051,6 +1361,9 @@ fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
             w.session_id.to_string(),
             units(w.count),
             format_duration(w.waiting_for, w.exact),
+            who(snapshot, &s.node, w.session_id)
+                .trim_start()
+                .to_string(),
         ]
     }));
     for table in [&mut owners, &mut waiters] {
@@ -1058,8 +1371,8 @@ fn detail_lines(s: &SemaphoreRow, height: usize) -> Vec<Line<'static>> {
             *label = format!("{label:<label_width$}");
         }
     }
-    let owners = align(&owners, &[false, true, true, false, true, false]);
-    let waiters = align(&waiters, &[true, true, true, false]);
+    let owners = align(&owners, &[false, true, true, false, true, false, false]);
+    let waiters = align(&waiters, &[true, true, true, false, false]);
 
     // The two section headers first, then the summary unless space is short (the table's row
     // says most of it); the rows share what is left, at least half each when both are too
@@ -1172,12 +1485,34 @@ fn yes_no(value: bool) -> &'static str {
 /// The first line of [`text`]: the target and the counts.
 fn header_counts(snapshot: &Snapshot) -> String {
     format!(
-        "{}: {} semaphores, {} sessions, {} resources",
+        "{}: {} semaphores, {} sessions, {} resources at {}{}",
         clean(&snapshot.target),
         snapshot.semaphores.len(),
         snapshot.sessions.len(),
-        snapshot.resources.len()
+        snapshot.resources.len(),
+        rfc3339(snapshot.time_ms),
+        if snapshot.complete {
+            ""
+        } else {
+            " (incomplete: see the notes)"
+        }
     )
+}
+
+/// The health of the nodes in a few words: the round trip of the last read (the slowest
+/// node's), and the reads that failed.
+fn health(snapshot: &Snapshot) -> String {
+    let rtt = snapshot.nodes.iter().filter_map(|n| n.rtt).max();
+    let errors: u64 = snapshot.nodes.iter().map(|n| n.errors).sum();
+    let rtt = rtt.map_or_else(|| "-".to_string(), rtt_text);
+    if snapshot.nodes.len() > 1 {
+        format!(
+            "{} nodes, rtt ≤ {rtt}, {errors} errors",
+            snapshot.nodes.len()
+        )
+    } else {
+        format!("rtt {rtt}, {errors} errors")
+    }
 }
 
 /// The longest time any owner of the semaphore has held it.

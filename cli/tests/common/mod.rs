@@ -12,9 +12,17 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
-use ydb_coordination::emulator::Emulator;
+use ydb_coordination::emulator::{Emulator, EmulatorBuilder};
+
+pub mod raw;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ydb-coord");
+
+/// The binary the tests run: `YDB_COORD_BIN` when set (to run them against another build,
+/// e.g. to see a test fail on older code), else the one cargo built.
+pub fn bin() -> String {
+    std::env::var("YDB_COORD_BIN").unwrap_or_else(|_| BIN.to_string())
+}
 pub const NODE: &str = "/local/app";
 /// The bound on any wait in these tests (they take well under a second each when healthy).
 pub const LIMIT: Duration = Duration::from_secs(20);
@@ -34,12 +42,18 @@ pub struct Env {
 
 impl Env {
     pub fn new(test: &str) -> Self {
+        Self::with(test, |b| b)
+    }
+
+    /// As [`Env::new`], with the emulator built by `build` from the usual builder.
+    pub fn with(test: &str, build: impl FnOnce(EmulatorBuilder) -> EmulatorBuilder) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let emulator = rt.block_on(Emulator::builder().node(NODE).start()).unwrap();
+        let builder = build(Emulator::builder().node(NODE));
+        let emulator = rt.block_on(builder.start()).unwrap();
         let cs = emulator.connection_string();
         let dir = std::env::temp_dir().join(format!("ydb-coord-cli-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -54,7 +68,7 @@ impl Env {
 
     /// `ydb-coord ARGS` connected to the emulator, with a clean credentials environment.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(args)
             .env("YDB_CONNECTION_STRING", &self.cs)
             .env_remove("YDB_ACCESS_TOKEN_CREDENTIALS")

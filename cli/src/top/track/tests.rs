@@ -1,4 +1,6 @@
 use super::*;
+use crate::top::follow::{Announcements, Announcer};
+use ydb_coordination::session::{Announced, Announcement};
 
 const NODE: &str = "/local/app";
 
@@ -26,14 +28,50 @@ fn found(
     Described::Found(d)
 }
 
-fn announcing(session_id: u64, description: &str, names: &[&str]) -> SemaphoreSession {
-    let data = Announcement::new(description, names.iter().copied()).encode();
-    entry(session_id, session_id, 1, &data)
+/// A session announcing `names` (without saying since when, as version 1 does).
+fn announcing(session_id: u64, description: &str, names: &[&str]) -> (u64, Announcer) {
+    let mut record = Announcement::new(description);
+    record.names = names.iter().map(|n| Announced::listed(*n)).collect();
+    let names = record.names_with(&[]).map_err(|g| g.to_string());
+    (
+        session_id,
+        Announcer {
+            record,
+            names,
+            torn: false,
+        },
+    )
 }
+
+/// What a node's announcement semaphore holds: these sessions.
+fn ann(sessions: Vec<(u64, Announcer)>) -> Announcements {
+    Announcements {
+        sessions: sessions.into_iter().collect(),
+        intruders: Vec::new(),
+    }
+}
+
+/// [`Tracker::announced`] of these sessions, without a round trip.
+trait Announce {
+    fn announce(&mut self, node: &str, read: Result<Vec<(u64, Announcer)>, String>);
+}
+
+impl Announce for Tracker {
+    fn announce(&mut self, node: &str, read: Result<Vec<(u64, Announcer)>, String>) {
+        self.announced(node, read.map(ann), None);
+    }
+}
+
+/// The wall clock at the tracker's start.
+const WALL: u64 = 1_700_000_000_000;
 
 fn tracker(names: &[&str]) -> Tracker {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    Tracker::new(NODE, Selection::new(&names), &[NODE.to_string()])
+    let clock = Clock {
+        instant: Instant::now(),
+        wall_ms: WALL,
+    };
+    Tracker::new(NODE, Selection::new(&names), &[NODE.to_string()], clock)
 }
 
 fn sec(s: u64) -> Duration {
@@ -58,7 +96,7 @@ fn globs_match_as_a_shell_does() {
 fn announced_names_are_wanted_and_exact_names_always() {
     let mut t = tracker(&[]);
     assert!(t.wanted(NODE).is_empty());
-    t.announced(
+    t.announce(
         NODE,
         Ok(vec![
             announcing(1, "a", &["job", "pool"]),
@@ -69,7 +107,7 @@ fn announced_names_are_wanted_and_exact_names_always() {
     assert_eq!(all, ["job", "pool", "x"]);
 
     let mut t = tracker(&["p*", "cfg"]);
-    t.announced(NODE, Ok(vec![announcing(1, "a", &["job", "pool"])]));
+    t.announce(NODE, Ok(vec![announcing(1, "a", &["job", "pool"])]));
     let picked: Vec<_> = t.wanted(NODE).into_iter().collect();
     assert_eq!(picked, ["cfg", "pool"]);
 }
@@ -144,7 +182,7 @@ fn grants_per_minute_count_new_owners_within_the_minute() {
 fn sessions_come_from_announcements_and_from_owners_and_waiters() {
     let t0 = Instant::now();
     let mut t = tracker(&[]);
-    t.announced(NODE, Ok(vec![announcing(7, "worker 7", &["job"])]));
+    t.announce(NODE, Ok(vec![announcing(7, "worker 7", &["job"])]));
     t.watched(t0, NODE, "job", held_by("job", 7));
     t.polled(
         t0,
@@ -173,7 +211,7 @@ fn sessions_come_from_announcements_and_from_owners_and_waiters() {
 fn a_name_no_longer_announced_is_forgotten_and_a_missing_exact_name_is_noted() {
     let t0 = Instant::now();
     let mut t = tracker(&["*", "cfg"]);
-    t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
+    t.announce(NODE, Ok(vec![announcing(1, "", &["job"])]));
     t.watched(
         t0,
         NODE,
@@ -183,7 +221,7 @@ fn a_name_no_longer_announced_is_forgotten_and_a_missing_exact_name_is_noted() {
     t.watched(t0, NODE, "cfg", Described::Missing);
     assert_eq!(t.snapshot(t0).semaphores.len(), 1);
     assert_eq!(t.snapshot(t0).notes.len(), 1);
-    t.announced(NODE, Ok(vec![announcing(1, "", &[])]));
+    t.announce(NODE, Ok(vec![announcing(1, "", &[])]));
     t.prune(t0, NODE);
     assert!(t.snapshot(t0).semaphores.is_empty());
     // A late answer for a name no longer wanted is dropped.
@@ -196,7 +234,7 @@ fn settled_once_everything_was_read_once() {
     let t0 = Instant::now();
     let mut t = tracker(&["cfg", "j*"]);
     assert!(!t.settled());
-    t.announced(NODE, Ok(vec![announcing(1, "", &["job"])]));
+    t.announce(NODE, Ok(vec![announcing(1, "", &["job"])]));
     t.resources(NODE, Ok(vec![]));
     assert!(!t.settled());
     t.polled(t0, NODE, "cfg", Described::Missing);
@@ -212,7 +250,7 @@ fn nodes_come_and_go_with_the_layout() {
     let mut t = tracker(&[]);
     let new = t.set_nodes(&[NODE.to_string(), "/local/n2".to_string()]);
     assert_eq!(new, ["/local/n2"]);
-    t.announced("/local/n2", Ok(vec![announcing(3, "", &["a"])]));
+    t.announce("/local/n2", Ok(vec![announcing(3, "", &["a"])]));
     t.watched(
         Instant::now(),
         "/local/n2",
@@ -221,19 +259,11 @@ fn nodes_come_and_go_with_the_layout() {
     );
     assert_eq!(t.snapshot(Instant::now()).semaphores[0].node, "/local/n2");
     assert!(t.set_nodes(&["/local/n2".to_string()]).is_empty());
-    t.announced(NODE, Ok(vec![announcing(1, "", &["b"])]));
+    t.announce(NODE, Ok(vec![announcing(1, "", &["b"])]));
     assert!(
         t.wanted(NODE).is_empty(),
         "a node no longer watched wants nothing"
     );
-}
-
-#[test]
-fn data_is_cut_to_one_line() {
-    assert_eq!(text(b"a\nb"), "a b");
-    let long = text(&[b'x'; 200]);
-    assert_eq!(long.chars().count(), DATA_SHOWN + 1);
-    assert_eq!(text(&[0xff, b'a']), "\u{fffd}a");
 }
 
 fn owner_rows(t: &Tracker, now: Instant) -> Vec<(u64, Duration, bool)> {
@@ -297,13 +327,13 @@ fn grants_per_minute_count_only_the_minute_before_now() {
 fn a_name_let_go_and_announced_again_keeps_its_grants_and_takes_its_owners_as_found() {
     let t0 = Instant::now();
     let mut t = tracker(&[]);
-    t.announced(NODE, Ok(vec![announcing(1, "", &["lock"])]));
+    t.announce(NODE, Ok(vec![announcing(1, "", &["lock"])]));
     t.watched(t0, NODE, "lock", held_by("lock", 1));
     t.watched(t0 + sec(1), NODE, "lock", held_by("lock", 2));
-    t.announced(NODE, Ok(vec![]));
+    t.announce(NODE, Ok(vec![]));
     t.prune(t0 + sec(2), NODE);
     assert!(t.snapshot(t0 + sec(2)).semaphores.is_empty());
-    t.announced(NODE, Ok(vec![announcing(3, "", &["lock"])]));
+    t.announce(NODE, Ok(vec![announcing(3, "", &["lock"])]));
     // Session 3 may have held it since before it was announced again.
     t.watched(t0 + sec(3), NODE, "lock", held_by("lock", 3));
     assert_eq!(
@@ -321,7 +351,7 @@ fn the_watch_gives_owners_and_the_poll_the_queue_less_those_granted_since() {
     let waiters = vec![entry(2, 2, 1, b""), entry(3, 3, 1, b"")];
     t.watched(t0, NODE, "job", held_by("job", 1));
     t.resources(NODE, Ok(vec![]));
-    t.announced(NODE, Ok(vec![]));
+    t.announce(NODE, Ok(vec![]));
     assert!(!t.settled(), "the queue was not read yet");
     t.polled(
         t0,
@@ -383,28 +413,138 @@ fn an_exact_name_is_noted_missing_only_when_no_node_that_answered_has_it() {
 }
 
 #[test]
-fn an_unreachable_node_shows_no_announced_sessions_and_an_unreadable_announcement_is_noted() {
+fn an_unreachable_node_shows_no_announced_sessions_and_an_intruder_is_noted() {
     let mut t = tracker(&[]);
-    let mut odd = announcing(2, "", &[]);
-    odd.data = b"some other format".to_vec();
-    t.announced(NODE, Ok(vec![announcing(1, "worker", &["job"]), odd]));
+    let mut read = ann(vec![announcing(1, "worker", &["job"])]);
+    read.intruders
+        .push("session 2 holds it with other data".to_string());
+    t.announced(NODE, Ok(read), Some(Duration::from_millis(3)));
     let s = t.snapshot(Instant::now());
-    assert_eq!(s.sessions.len(), 2);
+    assert_eq!(s.sessions.len(), 1);
     assert_eq!(s.notes.len(), 1);
-    t.announced(NODE, Err("cut".into()));
+    assert!(!s.complete);
+    assert_eq!(t.problems().len(), 1);
+    assert_eq!(s.nodes[0].rtt, Some(Duration::from_millis(3)));
+    t.announce(NODE, Err("cut".into()));
     let s = t.snapshot(Instant::now());
     assert!(s.sessions.is_empty());
     assert_eq!(t.wanted(NODE).len(), 1, "its names stay followed");
     assert_eq!(t.problems().len(), 1);
+    assert_eq!(s.nodes[0].errors, 1);
+    assert_eq!(s.nodes[0].last_error.as_deref(), Some("cut"));
+}
+
+#[test]
+fn a_session_whose_names_cannot_be_told_whole_makes_the_snapshot_partial() {
+    let mut t = tracker(&[]);
+    let (id, mut a) = announcing(1, "worker", &["job"]);
+    a.names = Err("14 names left out of its announcement".to_string());
+    t.announce(NODE, Ok(vec![(id, a.clone())]));
+    t.resources(NODE, Ok(vec![]));
+    t.watched(Instant::now(), NODE, "job", held_by("job", 1));
+    t.polled(Instant::now(), NODE, "job", held_by("job", 1));
+    // The names it listed are followed all the same.
+    assert_eq!(t.wanted(NODE).len(), 1);
+    assert!(t.settled());
+    assert_eq!(t.problems().len(), 1);
+    assert!(!t.snapshot(Instant::now()).complete);
+    // Pages read while they changed: not settled, the next read may tell them whole.
+    a.torn = true;
+    t.announce(NODE, Ok(vec![(id, a)]));
+    assert!(!t.settled());
+}
+
+#[test]
+fn owners_and_waiters_take_their_times_from_their_sessions_announcements() {
+    let t0 = Instant::now();
+    let clock = Clock {
+        instant: t0,
+        wall_ms: WALL,
+    };
+    let mut t = Tracker::new(NODE, Selection::new(&[]), &[NODE.to_string()], clock);
+    let (id, mut a) = announcing(1, "", &["job"]);
+    a.record.host = "web-3".to_string();
+    a.record.pid = Some(4411);
+    a.record.started_ms = Some(WALL - 3_600_000);
+    a.record.timeout_ms = Some(10_000);
+    a.record.contact_ms = Some(WALL - 2_000);
+    let names = vec![
+        Announced::held("job", WALL - 30_000),
+        Announced::waiting("pool", WALL - 5_000),
+    ];
+    a.names = Ok(names.clone());
+    a.record.names = names;
+    t.announce(NODE, Ok(vec![(id, a)]));
+    t.watched(t0, NODE, "job", held_by("job", 1));
+    t.watched(t0, NODE, "pool", held_by("pool", 2));
+    t.polled(
+        t0,
+        NODE,
+        "pool",
+        found(
+            "pool",
+            1,
+            vec![entry(2, 2, 1, b"")],
+            vec![entry(1, 3, 1, b"")],
+        ),
+    );
+    let s = t.snapshot(t0 + sec(10));
+    let job = s.semaphores.iter().find(|r| r.name == "job").unwrap();
+    assert_eq!(job.owners[0].held_for, sec(40));
+    assert!(job.owners[0].exact, "the session says since when");
+    assert_eq!(job.owners[0].granted_ms, Some(WALL - 30_000));
+    assert_eq!(
+        job.grants_per_minute, 1,
+        "granted within the minute, says its session"
+    );
+    let pool = s.semaphores.iter().find(|r| r.name == "pool").unwrap();
+    assert_eq!(
+        (pool.waiters[0].waiting_for, pool.waiters[0].exact),
+        (sec(15), true)
+    );
+    assert!(!pool.owners[0].exact, "session 2 does not announce");
+    let row = s.sessions.iter().find(|r| r.session_id == 1).unwrap();
+    assert_eq!((row.host.as_str(), row.pid), ("web-3", Some(4411)));
+    assert_eq!(row.age, Some(sec(3610)));
+    assert_eq!(row.contact, Some(sec(12)));
+    assert_eq!(row.timeout, Some(sec(10)));
+    let uses: Vec<_> = row
+        .uses
+        .iter()
+        .map(|u| (u.name.as_str(), u.held, u.position))
+        .collect();
+    assert_eq!(uses, [("job", true, None), ("pool", false, Some(1))]);
+}
+
+#[test]
+fn an_owner_waiting_out_a_lock_delay_says_until_when() {
+    let t0 = Instant::now();
+    let clock = Clock {
+        instant: t0,
+        wall_ms: WALL,
+    };
+    let job = ["job".to_string()];
+    let mut t = Tracker::new(NODE, Selection::new(&job), &[NODE.to_string()], clock);
+    let until = WALL + 20_000;
+    let mut d = SemaphoreDescription::default();
+    d.name = "job".to_string();
+    d.limit = 1;
+    d.count = 1;
+    d.data = format!("held 5 until {until}").into_bytes();
+    d.owners = vec![entry(1, 5, 1, b"")];
+    t.watched(t0, NODE, "job", Described::Found(d));
+    let owner = |at| t.snapshot(at).semaphores[0].owners[0].delay_until_ms;
+    assert_eq!(owner(t0 + sec(5)), Some(until));
+    assert_eq!(owner(t0 + sec(21)), None, "the delay has passed");
 }
 
 #[test]
 fn a_space_without_nodes_is_not_settled_and_gaps_make_the_snapshot_partial() {
     let t0 = Instant::now();
-    let empty = Tracker::new("space", Selection::new(&[]), &[]);
+    let empty = Tracker::new("space", Selection::new(&[]), &[], Clock::now());
     assert!(!empty.settled());
     let mut t = tracker(&["cfg", "job", "none-*"]);
-    t.announced(NODE, Ok(vec![]));
+    t.announce(NODE, Ok(vec![]));
     t.resources(NODE, Ok(vec![]));
     t.watched(t0, NODE, "cfg", Described::Missing);
     t.watched(t0, NODE, "job", held_by("job", 1));

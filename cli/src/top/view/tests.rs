@@ -7,7 +7,9 @@ use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::*;
-use crate::top::model::{OwnerRow, ResourceRow, SemaphoreRow, SessionRow, Snapshot, WaiterRow};
+use crate::top::model::{
+    NodeRow, OwnerRow, ResourceRow, SemaphoreRow, SessionRow, Snapshot, UseRow, WaiterRow,
+};
 
 const NODE: &str = "/local/app";
 
@@ -31,9 +33,10 @@ fn snapshot() -> Snapshot {
                         session_id: 1000 + (i * 3 + k) % 200,
                         count: 1,
                         fencing_token: i * 10 + k,
-                        data: String::new(),
+                        data: Vec::new(),
                         held_for: Duration::from_secs(i * 7),
                         exact: i % 2 == 0,
+                        ..OwnerRow::default()
                     })
                     .collect(),
                 grants_per_minute: i % 7,
@@ -46,14 +49,15 @@ fn snapshot() -> Snapshot {
         name: "jobs".to_string(),
         limit: 1,
         count: 1,
-        data: "nightly".to_string(),
+        data: b"nightly".to_vec(),
         owners: vec![OwnerRow {
             session_id: 1100,
             count: 1,
             fencing_token: 42,
-            data: "worker-a".to_string(),
+            data: b"worker-a".to_vec(),
             held_for: Duration::from_secs(184),
             exact: true,
+            ..OwnerRow::default()
         }],
         // The server's queue order, which is not the order of the ids.
         waiters: vec![
@@ -79,6 +83,7 @@ fn snapshot() -> Snapshot {
                 holds: id % 3,
                 waits: u64::from(id == 1107),
                 announced: id % 2 == 0,
+                ..SessionRow::default()
             })
             .collect(),
         resources: vec![
@@ -87,6 +92,14 @@ fn snapshot() -> Snapshot {
             resource("payments/eu", None),
         ],
         notes: vec!["could not describe ghost".to_string()],
+        time_ms: 1_709_294_400_000,
+        complete: true,
+        nodes: vec![NodeRow {
+            path: NODE.to_string(),
+            rtt: Some(Duration::from_micros(1200)),
+            errors: 0,
+            last_error: None,
+        }],
     }
 }
 
@@ -105,6 +118,16 @@ fn resource(path: &str, rate: Option<f64>) -> ResourceRow {
         path: path.to_string(),
         rate,
     }
+}
+
+/// The words of a session row that says nothing of who it is: its id, six dashes, its holds,
+/// no waits, then `rest` (whether it announces, the description).
+fn unannounced_row(id: &str, holds: &str, rest: &str) -> Vec<String> {
+    let mut row = vec![id.to_string()];
+    row.extend(std::iter::repeat_n("-".to_string(), 6));
+    row.extend([holds.to_string(), "0".to_string()]);
+    row.extend(rest.split_whitespace().map(String::from));
+    row
 }
 
 fn key(code: KeyCode) -> KeyEvent {
@@ -453,7 +476,15 @@ fn the_node_column_appears_only_with_several_nodes() {
     let mut snapshot = snapshot();
     let lines = screen(&snapshot, &mut ViewState::default(), 120, 40);
     assert!(!lines[table_header(&lines, "NAME")].contains("NODE"));
-    assert!(!text(&snapshot).contains("NODE"));
+    let one = text(&snapshot);
+    let header = |text: &str, first: &str| {
+        text.lines()
+            .find(|l| l.starts_with(first))
+            .unwrap()
+            .to_string()
+    };
+    assert!(!header(&one, "NAME ").contains("NODE"));
+    assert!(!header(&one, "SESSION ").contains("NODE"));
 
     snapshot.semaphores[3].node = "/local/other".to_string();
     snapshot.sessions[5].node = "/local/other".to_string();
@@ -483,16 +514,27 @@ fn the_sessions_and_resources_tabs_draw_their_columns() {
     state.on_key(key(KeyCode::Tab));
     let lines = screen(&snapshot, &mut state, 120, 40);
     let header = table_header(&lines, "SESSION");
-    for column in ["HOLDS", "WAITS", "ANNOUNCED", "DESCRIPTION"] {
+    for column in [
+        "HOST",
+        "PID",
+        "TOOL",
+        "AGE",
+        "TIMEOUT",
+        "CONTACT",
+        "HOLDS",
+        "WAITS",
+        "ANNOUNCED",
+        "DESCRIPTION",
+    ] {
         assert!(lines[header].contains(column), "{}", lines[header]);
     }
     assert_eq!(
         lines[header + 1].split_whitespace().collect::<Vec<_>>(),
-        ["1000", "1", "0", "yes", "worker-1000"]
+        unannounced_row("1000", "1", "yes worker-1000")
     );
     assert_eq!(
         lines[header + 2].split_whitespace().collect::<Vec<_>>(),
-        ["1001", "2", "0", "no"]
+        unannounced_row("1001", "2", "no")
     );
     // Sorted by holds: 1001 is the first with two.
     state.on_key(key(KeyCode::Char('s')));
@@ -632,7 +674,16 @@ fn text_has_aligned_tables_with_owners_and_waiters() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
-        "/local/app: 50 semaphores, 200 sessions, 3 resources"
+        "/local/app: 50 semaphores, 200 sessions, 3 resources at 2024-03-01T12:00:00.000Z"
+    );
+    let nodes = lines.iter().position(|l| *l == "NODES").unwrap();
+    assert_eq!(
+        lines[nodes + 1].split_whitespace().collect::<Vec<_>>(),
+        ["NODE", "RTT", "ERRORS", "LAST", "ERROR"]
+    );
+    assert_eq!(
+        lines[nodes + 2].split_whitespace().collect::<Vec<_>>(),
+        [NODE, "1.2ms", "0"]
     );
 
     let start = lines.iter().position(|l| *l == "SEMAPHORES").unwrap();
@@ -714,15 +765,27 @@ fn text_has_aligned_tables_with_owners_and_waiters() {
         .unwrap();
     assert_eq!(
         lines[sessions].split_whitespace().collect::<Vec<_>>(),
-        ["SESSION", "HOLDS", "WAITS", "ANNOUNCED", "DESCRIPTION"]
+        [
+            "SESSION",
+            "HOST",
+            "PID",
+            "TOOL",
+            "AGE",
+            "TIMEOUT",
+            "CONTACT",
+            "HOLDS",
+            "WAITS",
+            "ANNOUNCED",
+            "DESCRIPTION"
+        ]
     );
     assert_eq!(
         lines[sessions + 1].split_whitespace().collect::<Vec<_>>(),
-        ["1000", "1", "0", "yes", "worker-1000"]
+        unannounced_row("1000", "1", "yes worker-1000")
     );
     assert_eq!(
         lines[sessions + 200].split_whitespace().collect::<Vec<_>>(),
-        ["1199", "2", "0", "no"]
+        unannounced_row("1199", "2", "no")
     );
     let resources = lines.iter().position(|l| *l == "RESOURCES").unwrap();
     assert_eq!(
@@ -755,7 +818,8 @@ fn text_is_deterministic_and_handles_an_empty_snapshot() {
     };
     assert_eq!(
         text(&empty),
-        "/local/empty: 0 semaphores, 0 sessions, 0 resources\n\nSEMAPHORES\n(none)\n\n\
+        "/local/empty: 0 semaphores, 0 sessions, 0 resources at 1970-01-01T00:00:00.000Z \
+         (incomplete: see the notes)\n\nSEMAPHORES\n(none)\n\n\
          SESSIONS\n(none)\n\nRESOURCES\n(none)\n"
     );
 }
@@ -910,4 +974,176 @@ fn format_characters_from_the_server_cannot_reorder_a_row() {
     }
     assert!(matches!(clean("plain é ✓"), Cow::Borrowed(_)));
     assert_eq!(clean("a\u{1b}[2Jb"), "a?[2Jb");
+}
+
+/// The snapshot with session 1100 (the owner of `jobs`) announcing who it is and what it
+/// uses, and `jobs` persistent.
+fn with_who() -> Snapshot {
+    let mut snapshot = snapshot();
+    let jobs = snapshot
+        .semaphores
+        .iter_mut()
+        .find(|s| s.name == "jobs")
+        .unwrap();
+    jobs.owners[0].granted_ms = Some(1_709_294_216_000);
+    jobs.owners[0].delay_until_ms = Some(1_709_294_409_000);
+    let row = snapshot
+        .sessions
+        .iter_mut()
+        .find(|s| s.session_id == 1100)
+        .unwrap();
+    row.host = "web-3".to_string();
+    row.pid = Some(4411);
+    row.tool = "ydb-coord".to_string();
+    row.age = Some(Duration::from_secs(3 * 3600));
+    row.timeout = Some(Duration::from_secs(10));
+    row.contact = Some(Duration::from_secs(2));
+    row.uses = vec![
+        UseRow {
+            name: "jobs".to_string(),
+            held: true,
+            count: 1,
+            since: Duration::from_secs(184),
+            exact: true,
+            position: None,
+        },
+        UseRow {
+            name: "lock-07".to_string(),
+            held: false,
+            count: 1,
+            since: Duration::from_secs(9),
+            exact: true,
+            position: Some(2),
+        },
+    ];
+    snapshot
+}
+
+#[test]
+fn the_sessions_tab_drills_down_into_what_the_selected_session_holds_and_waits_for() {
+    let snapshot = with_who();
+    let mut state = ViewState::default();
+    type_keys(&mut state, "2/web-3");
+    state.on_key(key(KeyCode::Enter));
+    let lines = screen(&snapshot, &mut state, 140, 40);
+    let header = table_header(&lines, "SESSION");
+    assert_eq!(
+        lines[header + 1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "1100",
+            "web-3",
+            "4411",
+            "ydb-coord",
+            "3h00m",
+            "10s",
+            "2s",
+            "ago",
+            "2",
+            "0",
+            "yes",
+            "worker-1100"
+        ]
+    );
+    let pane = line_with(&lines, " session 1100 ");
+    let holds = lines[pane + 1].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(holds, ["holds", "jobs", "units", "1", "held", "3m04s"]);
+    let waits = lines[pane + 2].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(
+        waits,
+        [
+            "waits", "for", "lock-07", "units", "1", "waiting", "9s,", "place", "2", "in", "the",
+            "queue"
+        ]
+    );
+}
+
+#[test]
+fn owners_say_who_holds_since_when_and_a_lock_delay() {
+    let snapshot = with_who();
+    let out = text(&snapshot);
+    let owner = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("owner") && l.contains("1100"))
+        .unwrap();
+    for part in [
+        "since 2024-03-01T11:56:56.000Z",
+        "host web-3 pid 4411 ydb-coord",
+        "in lock delay until 2024-03-01T12:00:09.000Z",
+    ] {
+        assert!(owner.contains(part), "{part} in {owner}");
+    }
+    // The drill-down under the session's row.
+    let lines: Vec<&str> = out.lines().collect();
+    let row = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("1100 "))
+        .unwrap();
+    assert!(
+        lines[row + 1].trim_start().starts_with("holds"),
+        "{}",
+        lines[row + 1]
+    );
+    assert!(lines[row + 2].trim_start().starts_with("waits for"));
+    // The live view's detail pane says it too.
+    let mut state = ViewState::default();
+    type_keys(&mut state, "/jobs");
+    state.on_key(key(KeyCode::Enter));
+    let lines = screen(&snapshot, &mut state, 160, 40);
+    let owner = lines[line_with(&lines, "OWNERS 1") + 1].clone();
+    assert!(owner.contains("(lock delay, 9s left)"), "{owner}");
+    assert!(owner.contains("host web-3 pid 4411"), "{owner}");
+}
+
+#[test]
+fn d_asks_before_a_forced_delete_and_any_other_key_cancels() {
+    let snapshot = with_who();
+    let mut state = ViewState::default();
+    type_keys(&mut state, "/jobs");
+    state.on_key(key(KeyCode::Enter));
+    assert_eq!(type_keys(&mut state, "D"), Action::AskDelete);
+    state.ask_delete(&snapshot);
+    let lines = screen(&snapshot, &mut state, 200, 40);
+    let question = lines.last().unwrap();
+    assert!(
+        question.starts_with("force-delete \"jobs\" on /local/app? 1 owners"),
+        "{question}"
+    );
+    assert!(
+        question.contains("session 1100 host web-3 pid 4411"),
+        "{question}"
+    );
+    assert_eq!(
+        type_keys(&mut state, "y"),
+        Action::Delete {
+            node: NODE.to_string(),
+            name: "jobs".to_string()
+        }
+    );
+    assert!(state.confirm.is_none());
+    // Asked again, then declined: nothing happens.
+    state.on_key(key(KeyCode::Char('D')));
+    state.ask_delete(&snapshot);
+    assert_eq!(type_keys(&mut state, "n"), Action::Redraw);
+    assert!(state.confirm.is_none());
+    assert_eq!(state.message.as_deref(), Some("not deleted"));
+}
+
+#[test]
+fn an_ephemeral_semaphore_cannot_be_deleted_and_the_view_says_who_to_stop() {
+    let mut snapshot = with_who();
+    for s in &mut snapshot.semaphores {
+        s.ephemeral = true;
+    }
+    let mut state = ViewState::default();
+    type_keys(&mut state, "/jobs");
+    state.on_key(key(KeyCode::Enter));
+    state.on_key(key(KeyCode::Char('D')));
+    state.ask_delete(&snapshot);
+    assert!(state.confirm.is_none());
+    let message = state.message.clone().unwrap();
+    assert!(message.contains("ephemeral"), "{message}");
+    assert!(
+        message.contains("session 1100 host web-3 pid 4411"),
+        "{message}"
+    );
 }
