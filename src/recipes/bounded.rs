@@ -100,13 +100,13 @@ impl<G: Guard> Bounded<G> {
         let (release, asked) = oneshot::channel();
         let bounded = Self {
             token: held_token.child_token(),
-            held_token,
+            held_token: held_token.clone(),
             fencing_token: guard.fencing_token(),
             deadline,
             release: Some(release),
             _guard: std::marker::PhantomData,
         };
-        tokio::spawn(Self::bound(guard, deadline, asked));
+        tokio::spawn(Self::bound(guard, deadline, asked, held_token));
         bounded
     }
 
@@ -115,12 +115,14 @@ impl<G: Guard> Bounded<G> {
         Self::new(guard, granted_at + bound.min(LONGEST_BOUND))
     }
 
+    /// The task of the hold: at `deadline` it fires `lost` (the holder's view of the hold,
+    /// a child of the guard's token) and releases the guard.
     async fn bound(
         guard: G,
         deadline: Instant,
         asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
+        lost: CancellationToken,
     ) {
-        let lost = guard.token();
         tokio::select! {
             biased;
             () = tokio::time::sleep_until(deadline) => {

@@ -90,7 +90,7 @@ pub struct Leadership {
     lease: Lease,
 }
 
-lease_guard!(Leadership, resign, "leadership");
+lease_guard!(Leadership, "leadership", resign);
 
 /// The leader in `d`, as seen from the session `me`.
 fn leader_of(d: &SemaphoreDescription, me: u64) -> Option<Leader> {

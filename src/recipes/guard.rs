@@ -53,10 +53,9 @@ pub trait Guard: Send + 'static {
     fn fencing_token(&self) -> FencingToken;
 
     /// A cancellation token that fires when the hold is lost or ends (released, dropped,
-    /// past its deadline). Watch it; do not cancel it to let go: what cancelling does differs
-    /// between guards (a node's lease keeps the lock and only tells its watchers, a
-    /// [`Bounded`](super::Bounded) guard's token is its holder's own, a lock space's guard
-    /// releases the lock), so release with [`Guard::release`].
+    /// past its deadline). It is the holder's own, on every guard alike: cancelling it stops
+    /// the holder's work (the common tokio idiom: cancel to stop the workers, then release)
+    /// and never changes the lock, which only [`Guard::release`] or a drop lets go.
     fn token(&self) -> CancellationToken;
 
     /// Whether the hold is lost (or ended).

@@ -173,9 +173,12 @@ macro_rules! made_from {
 }
 pub(crate) use made_from;
 
-/// Implements `Deref<Target = Lease>`, the release verb and [`Guard`] for a guard type.
+/// Implements `Deref<Target = Lease>`, `release` (and the recipe's own verb for it, when it
+/// has one), `into_lease` and [`Guard`] for a guard type. `release` is inherent so that it
+/// never resolves through `Deref` to [`Lease::release`](crate::session::Lease::release),
+/// which cannot move out of a borrow.
 macro_rules! lease_guard {
-    ($guard:ident, $verb:ident, $what:literal) => {
+    ($guard:ident, $what:literal $(, $verb:ident)?) => {
         impl std::ops::Deref for $guard {
             type Target = crate::session::Lease;
 
@@ -194,9 +197,24 @@ macro_rules! lease_guard {
             /// # Cancel safety
             ///
             /// The release is requested at once; dropping the future only skips the wait.
+            pub async fn release(self) -> crate::error::Result<bool> {
+                self.lease.release().await
+            }
+
+            $(
+            #[doc = concat!("The same as [`", stringify!($guard), "::release`]: releases the ", $what, ".")]
+            ///
+            /// # Errors
+            ///
+            /// The session ended first (the server then releases everything itself).
+            ///
+            /// # Cancel safety
+            ///
+            /// The release is requested at once; dropping the future only skips the wait.
             pub async fn $verb(self) -> crate::error::Result<bool> {
                 self.lease.release().await
             }
+            )?
 
             /// The lease underneath.
             pub fn into_lease(self) -> crate::session::Lease {

@@ -93,10 +93,10 @@ impl MultiLockGuard {
         Self { leases, token }
     }
 
-    /// A clone of the guard's token: it fires when any of the locks is lost, released or
-    /// dropped. Do the protected work under it.
+    /// A token that fires when any of the locks is lost, released or dropped. Do the
+    /// protected work under it; cancelling it stops only that work, never the locks.
     pub fn token(&self) -> CancellationToken {
-        self.token.clone()
+        self.token.child_token()
     }
 
     /// Waits until the token fires.
@@ -144,17 +144,33 @@ impl MultiLockGuard {
         self.token.cancel();
         release_all(std::mem::take(&mut self.leases)).await
     }
-}
 
-/// How long a multi-lock that gives up waits, in all, for the server to confirm the
-/// releases of the locks it took; past it the releases stay queued on the session.
-impl Guard for MultiLockGuard {
-    /// The fencing token of the first name.
-    fn fencing_token(&self) -> FencingToken {
+    /// The same as [`MultiLockGuard::unlock`]: releases every lock.
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then releases everything itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MultiLockGuard::unlock`].
+    pub async fn release(self) -> Result<bool> {
+        self.unlock().await
+    }
+
+    /// The fencing token of the first name (in the canonical order); each name's own is
+    /// in [`MultiLockGuard::leases`].
+    pub fn fencing_token(&self) -> FencingToken {
         self.leases
             .first()
             .map(Lease::fencing_token)
             .unwrap_or_default()
+    }
+}
+
+impl Guard for MultiLockGuard {
+    fn fencing_token(&self) -> FencingToken {
+        MultiLockGuard::fencing_token(self)
     }
 
     fn token(&self) -> CancellationToken {
@@ -170,6 +186,8 @@ impl Guard for MultiLockGuard {
     }
 }
 
+/// How long a multi-lock that gives up waits, in all, for the server to confirm the
+/// releases of the locks it took; past it the releases stay queued on the session.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Releases every lease at once and waits for the answers: `true` if all were still held.

@@ -140,6 +140,20 @@ impl MutexGuard {
         }
     }
 
+    /// The same as [`MutexGuard::unlock`]: releases the lock (cleanly, on a mutex with a
+    /// [lock delay](Mutex::lock_delay)).
+    ///
+    /// # Errors
+    ///
+    /// The session ended first (the server then releases everything itself).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MutexGuard::unlock`].
+    pub async fn release(self) -> Result<bool> {
+        self.unlock().await
+    }
+
     /// The lease underneath. Of a mutex with a [lock delay](Mutex::lock_delay), its release
     /// is not a clean one: the next holder waits the delay.
     pub fn into_lease(self) -> Lease {

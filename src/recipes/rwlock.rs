@@ -55,8 +55,8 @@ pub struct RwLockWriteGuard {
     lease: Lease,
 }
 
-lease_guard!(RwLockReadGuard, unlock, "read lock");
-lease_guard!(RwLockWriteGuard, unlock, "write lock");
+lease_guard!(RwLockReadGuard, "read lock", unlock);
+lease_guard!(RwLockWriteGuard, "write lock", unlock);
 
 impl RwLock {
     pub(crate) fn new(source: Source, name: &str) -> Self {

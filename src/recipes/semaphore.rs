@@ -56,7 +56,7 @@ pub struct SemaphorePermit {
     lease: Lease,
 }
 
-lease_guard!(SemaphorePermit, release, "permit");
+lease_guard!(SemaphorePermit, "permit");
 
 impl Semaphore {
     pub(crate) fn new(source: Source, name: &str, limit: u64) -> Self {

@@ -115,11 +115,17 @@ impl Lease {
         self.held.since
     }
 
-    /// A clone of the lease's cancellation token, for `select!` or
-    /// `run_until_cancelled`. Every call returns the same token, a child of the session's
-    /// [`token`](crate::Session::token); it is made on the first call, so a lease whose
-    /// token nobody asks for costs none.
+    /// A cancellation token that fires when the lease ends or may have been lost, for
+    /// `select!` or `run_until_cancelled`. It is the holder's own (a child of the lease's,
+    /// which is made on the first call, so a lease whose token nobody asks for costs none):
+    /// cancelling it stops only the holder's work and never changes the lease; let go with
+    /// [`Lease::release`] or by dropping the lease.
     pub fn token(&self) -> CancellationToken {
+        self.lease_token().child_token()
+    }
+
+    /// The lease's own token (fired by the session, never by a holder).
+    pub(crate) fn lease_token(&self) -> CancellationToken {
         self.held.token(self.handle.token())
     }
 
@@ -129,7 +135,7 @@ impl Lease {
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
     pub async fn cancelled(&self) {
-        self.token().cancelled_owned().await;
+        self.lease_token().cancelled_owned().await;
     }
 
     /// Whether the lease may have been lost (its token fired while it is still held here).

@@ -201,9 +201,10 @@ impl SpaceGuard {
         self.state.deadline
     }
 
-    /// A token that fires when the lock is lost or ends (see [`SpaceGuard`]).
+    /// A token that fires when the lock is lost or ends (see [`SpaceGuard`]); cancelling it
+    /// stops only the holder's own work, never the lock.
     pub fn token(&self) -> CancellationToken {
-        self.state.lost.clone()
+        self.state.lost.child_token()
     }
 
     /// Waits until the lock is lost or ends.

@@ -664,6 +664,54 @@ async fn a_holder_cancelling_its_bounded_token_keeps_the_lock_until_the_deadline
     assert!(guard.is_lost());
 }
 
+/// One meaning for a guard's token, whatever the guard: cancelling it stops the holder's own
+/// work and never changes the lock (a lease, a recipe guard, a multi-lock, a bounded hold, a
+/// lock space's lock). Only `release()` or a drop lets go.
+#[tokio::test(start_paused = true)]
+async fn cancelling_any_guards_token_keeps_the_lock() {
+    use ydb_coordination::space::{Layout, LockSpace};
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let (a, b) = (env.session().await, env.session().await);
+    let busy = |r: Option<ydb_coordination::MutexGuard>| r.is_none();
+    let guard = within(a.mutex("plain").lock()).await.unwrap();
+    guard.token().cancel();
+    assert!(!guard.is_lost());
+    assert!(busy(within(b.mutex("plain").try_lock()).await.unwrap()));
+    assert!(within(guard.release()).await.unwrap());
+
+    let both = within(a.multi_lock(["m1", "m2"]).lock()).await.unwrap();
+    both.token().cancel();
+    assert!(!both.is_lost());
+    assert!(busy(within(b.mutex("m2").try_lock()).await.unwrap()));
+    assert!(within(both.unlock()).await.unwrap());
+
+    let bounded = within(a.mutex("bounded").lock_for(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    bounded.token().cancel();
+    assert!(!bounded.is_lost());
+    assert!(busy(within(b.mutex("bounded").try_lock()).await.unwrap()));
+    assert!(within(bounded.release()).await.unwrap());
+
+    let space = within(
+        LockSpace::builder()
+            .node("n1", &env.client, &env.node)
+            .layout(Layout::new(1, ["n1"]).unwrap())
+            .open(),
+    )
+    .await
+    .unwrap();
+    let held = within(space.mutex("spaced").lock()).await.unwrap();
+    held.token().cancel();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!held.is_lost());
+    assert!(busy(within(b.mutex("spaced").try_lock()).await.unwrap()));
+    assert!(within(held.release()).await.unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn lock_for_unlocked_before_the_deadline_releases_normally() {
     let env = Env::new().await;
