@@ -62,7 +62,7 @@ pub(crate) enum Bite {
 /// assumption (the margin, a tenth of the session timeout, absorbs up to 10%).
 const CLOCK_RATE: f64 = 0.95;
 /// The rate of every worker's clock in the slow-clock bite, beyond the assumption.
-const SLOW_CLOCK: f64 = 0.75;
+const SLOW_CLOCK: f64 = 0.5;
 /// Where Debian's libfaketime is; the clock-rate worker needs it.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 

@@ -266,12 +266,18 @@ impl SessionCore {
     pub(super) fn on_acquire_pending(&mut self, now: Instant, req_id: u64) {
         let Some(super::pending::Entry {
             kind: Kind::Acquire { name, caller },
+            sent_at,
             ..
         }) = self.pending.get(req_id)
         else {
             return;
         };
-        let (name, caller) = (name.clone(), *caller);
+        let (name, caller, sent_at) = (name.clone(), *caller, *sent_at);
+        // The server says at once that the acquire waits: a sample of the round trip (the
+        // grant or the timeout that ends the wait is not one).
+        if let Some(sent) = sent_at {
+            self.live.on_confirmed(sent, now);
+        }
         let Some(active) = self.active_mut(&name, caller) else {
             return;
         };

@@ -64,12 +64,21 @@ impl Liveness {
         self.last_inbound = now;
     }
 
-    /// The answer to a request sent at `sent` arrived at `now`.
+    /// The answer to a request sent at `sent`, which the server answers at once (a ping,
+    /// an attach, a describe, a release, an acquire's first word), arrived at `now`: a
+    /// contact, and a sample of the round trip.
     pub(crate) fn on_confirmed(&mut self, sent: Instant, now: Instant) {
+        self.on_contact(sent);
+        self.round_trip = now.saturating_duration_since(sent);
+    }
+
+    /// The answer to a request sent at `sent` that the server may have held for a while
+    /// (an acquire's grant or its timeout) arrived: a contact, but no sample of the round
+    /// trip, which would otherwise grow by the wait and stretch every bound after it.
+    pub(crate) fn on_contact(&mut self, sent: Instant) {
         if sent > self.confirmed {
             self.confirmed = sent;
         }
-        self.round_trip = now.saturating_duration_since(sent);
     }
 
     /// The latest round trip of a request the server answered: how late after a deadline

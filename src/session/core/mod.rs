@@ -732,7 +732,13 @@ impl SessionCore {
         let matches = expected(&entry.kind);
         let entry = self.pending.remove(req_id)?;
         if let Some(sent) = entry.sent_at {
-            self.live.on_confirmed(sent, now);
+            if matches!(entry.kind, Kind::Acquire { .. }) {
+                // Held by the server while the acquire waited: contact, not a round trip
+                // (its first word, the pending answer, was the sample).
+                self.live.on_contact(sent);
+            } else {
+                self.live.on_confirmed(sent, now);
+            }
             self.metrics
                 .request(entry.kind.op(), now.saturating_duration_since(sent));
         }

@@ -886,6 +886,30 @@ fn on_a_live_stream_the_servers_timeout_answer_is_awaited_one_round_trip_past_th
     ));
 }
 
+/// The round trip of the rule is one the server answered at once: an acquire that waited
+/// in the queue (here 2 s) and was then answered is contact, not a sample, so the next
+/// bounded call on a stalled stream still ends a moment past its deadline.
+#[test]
+fn an_acquire_that_waited_is_not_a_round_trip() {
+    let mut h = Harness::new();
+    let now = h.at(MS);
+    h.acquire(now, 1, "job", lock().timeout(10 * S));
+    h.run(now);
+    let first = now + 20 * MS;
+    h.server(first, pending(1));
+    h.run(first);
+    assert_eq!(h.core.live.round_trip(), 20 * MS);
+    // Granted two seconds later, after the holder let go.
+    let granted = now + 2 * S;
+    h.server(granted, acquired(1, true));
+    h.run(granted);
+    assert_eq!(
+        h.core.live.round_trip(),
+        20 * MS,
+        "the wait in the queue became the round trip"
+    );
+}
+
 #[test]
 fn a_reattach_answered_with_another_session_ends_the_session() {
     let mut h = Harness::new();
