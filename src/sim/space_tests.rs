@@ -348,17 +348,23 @@ fn epochs_at_the_end_of_their_range_reshard_without_overflow() {
 fn the_checker_catches_a_gate_that_lets_locks_through_in_a_layout_left_behind() {
     // The gate of the space core opens for a process whose layout the published one has
     // left behind (a member back from a lapse that missed a step): its lock is handed over
-    // lost on arrival. Seed 30 shows it (the first of 0..400); the correct core passes it
+    // lost on arrival. It takes a rare history (seed 37 is the first of 0..400 at the time
+    // of writing, about 8 s in a debug build), so the first 200 seeds are searched. The
+    // correct core passes the space's budget
     // (`a_space_keeps_one_holder_and_growing_tokens_through_a_reshard`).
     let cfg = broken(SpaceConfig {
         gate_ignores_layout: true,
         ..SpaceConfig::default()
     });
-    let found = run(&cfg, 30);
+    let caught = (0..200).any(|seed| {
+        run(&cfg, seed)
+            .violations
+            .iter()
+            .any(|v| v.what == "lost on arrival")
+    });
     assert!(
-        found.violations.iter().any(|v| v.what == "lost on arrival"),
-        "a gate open in a layout left behind went unnoticed: {}",
-        explain(&found)
+        caught,
+        "a gate open in a layout left behind went unnoticed in 200 seeds"
     );
 }
 
