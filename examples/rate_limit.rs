@@ -110,14 +110,11 @@ async fn worker(limiter: RateLimiter, start: Instant) -> ydb_coordination::Resul
             return Ok(calls);
         }
         // Waiting no longer than the run has left: a timeout takes nothing.
-        match limiter.acquire_timeout(RESOURCE, 1, left).await {
-            Ok(()) => {
-                calls.push(start.elapsed());
-                // The call to the provider.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(calls),
-            Err(e) => return Err(e),
+        if !limiter.acquire_timeout(RESOURCE, 1, left).await? {
+            return Ok(calls);
         }
+        calls.push(start.elapsed());
+        // The call to the provider.
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -60,6 +60,7 @@ pub struct Client {
 /// # let _ = builder;
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build`"]
 pub struct ClientBuilder {
     connection_string: String,
     credentials: Credentials,

@@ -353,7 +353,7 @@ impl AcquireOptions {
         self
     }
 
-    /// All tokens (`count = u64::MAX`): what YDB's lock idiom uses for an exclusive lock on an
+    /// All units (`count = u64::MAX`): what YDB's lock idiom uses for an exclusive lock on an
     /// ephemeral semaphore. On a persistent semaphore use `count(limit)` instead.
     pub fn exclusive() -> Self {
         Self::default().count(u64::MAX)

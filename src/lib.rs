@@ -105,7 +105,9 @@
 //!
 //! # Fencing
 //!
-//! [`Lease::fencing_token`] is the server's `order_id` of the ownership. It guarantees:
+//! [`Lease::fencing_token`] is a [`FencingToken`]: on one node, epoch 0 and the server's
+//! `order_id` of the ownership as its order; in a lock space, the layout's epoch as well.
+//! It guarantees:
 //! - successive owners of one semaphore get strictly increasing fencing tokens (the server grants in
 //!   queue order, and the counter is node-wide and persisted);
 //! - one owner keeps one token for its whole tenure, across reattaches and server restarts;

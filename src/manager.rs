@@ -146,6 +146,7 @@ impl<T: Send + 'static> Renewal<T> {
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a stream does nothing unless polled"]
 pub struct SessionStream {
     path: String,
     renewal: Renewal<Session>,
@@ -246,7 +247,10 @@ enum Current {
 impl SessionManager {
     /// Starts the manager; the first session is opened in the background.
     ///
-    /// Must be called within a Tokio runtime.
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime: the manager's supervisor is a task (as `tokio::spawn`
+    /// panics). Within `#[tokio::main]` or a runtime's `block_on` it cannot.
     pub fn new(client: Client, path: &str, options: SessionOptions) -> Self {
         let (tx, rx) = watch::channel(Current::Starting);
         let stop = CancellationToken::new();
@@ -426,6 +430,10 @@ impl Client {
     }
 
     /// A [`SessionManager`] on `path`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, as [`SessionManager::new`].
     pub fn session_manager(&self, path: &str, options: SessionOptions) -> SessionManager {
         SessionManager::new(self.clone(), path, options)
     }

@@ -257,7 +257,11 @@ impl Transport {
             AsciiMetadataValue::from_static(BUILD_INFO),
         );
         if let Some(token) = self.token().await? {
-            map.insert("x-ydb-auth-ticket", ascii("token", &token)?);
+            // Sensitive: kept out of the HTTP/2 header compression table and of any debug
+            // print of the request.
+            let mut ticket = ascii("token", &token)?;
+            ticket.set_sensitive(true);
+            map.insert("x-ydb-auth-ticket", ticket);
         }
         Ok(map)
     }
@@ -400,6 +404,29 @@ pub(crate) fn check(operation: Option<Operation>, context: &str) -> Result<Opera
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The credential header is sensitive: HTTP/2 never indexes it, and a debug print of
+    /// the request does not show it.
+    #[tokio::test]
+    async fn the_auth_ticket_is_sensitive() {
+        let transport = Transport::new(TransportConfig {
+            info: ConnectionInfo::parse("grpc://localhost:2136/local").unwrap(),
+            credentials: Credentials::token("secret-token"),
+            ca_pem: None,
+            tls_domain: None,
+            discovery: false,
+            discovery_interval: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            attempt_timeout: Duration::from_secs(1),
+        })
+        .unwrap();
+        let map = transport.metadata().await.unwrap();
+        let ticket = map.get("x-ydb-auth-ticket").unwrap();
+        assert!(ticket.is_sensitive());
+        assert!(!format!("{map:?}").contains("secret-token"));
+        assert!(!map.get("x-ydb-database").unwrap().is_sensitive());
+    }
 
     fn parse(s: &str) -> Option<ConnectionInfo> {
         ConnectionInfo::parse(s).ok()

@@ -427,9 +427,8 @@ async fn obtain(
     loop {
         let this = left.min(MAX_ACQUIRE_WAIT);
         match limiter.acquire_timeout(resource, units, this).await {
-            Err(e) if e.kind() == ErrorKind::NotAcquired && left > this => left -= this,
-            Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(false),
-            r => return r.map(|()| true),
+            Ok(false) if left > this => left -= this,
+            r => return r,
         }
     }
 }

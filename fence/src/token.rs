@@ -135,7 +135,7 @@ impl From<FencingToken> for Token {
     }
 }
 
-/// The guard's token (`order` on a node, `epoch.order` in a space), then `@plan_step.tx_id`
+/// The guard's token (`order` on a node, `e<epoch>:<order>` in a space), then `@plan_step.tx_id`
 /// when it has an incarnation.
 ///
 /// ```

@@ -15,8 +15,10 @@ pub use self::kind::{ErrorKind, RetryRule};
 pub use self::status::{StatusCode, UnknownStatus};
 use crate::proto::IssueMessage;
 
-/// One issue attached to a YDB status.
+/// One issue attached to a YDB status. More fields may come (a severity, a position), so it
+/// is read, not built, outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Issue {
     /// The server's message.
     pub message: String,

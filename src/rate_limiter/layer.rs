@@ -394,8 +394,14 @@ async fn take<E>(
         };
     }
     match limiter.acquire_timeout(resource, units, wait).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotAcquired => Err(RateLimitError::Limited(e)),
+        Ok(true) => Ok(()),
+        Ok(false) => Err(RateLimitError::Limited(Error::new(
+            ErrorKind::NotAcquired,
+            format!(
+                "{units} units of rate-limiter resource {resource:?} were not available within \
+                 {wait:?}; nothing was taken"
+            ),
+        ))),
         Err(e) => Err(RateLimitError::LimiterFailed(e)),
     }
 }

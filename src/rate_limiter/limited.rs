@@ -49,6 +49,7 @@ use crate::error::{Result, RetryRule};
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a stream does nothing unless polled"]
 pub struct RateLimited<S: Stream> {
     limiter: RateLimiter,
     path: Arc<str>,

@@ -278,18 +278,36 @@ impl RateLimiter {
     /// Dropping the future does not withdraw the acquire on the server: it may still take
     /// the units (YDB's quoter keeps a request until it is granted or its wait ends).
     pub async fn acquire(&self, path: &str, units: u64) -> Result<()> {
-        let wait = self.inner.client.transport().request_timeout();
-        self.acquire_timeout(path, units, wait).await
+        let wait = self
+            .inner
+            .client
+            .transport()
+            .request_timeout()
+            .min(MAX_ACQUIRE_WAIT);
+        if self.acquire_timeout(path, units, wait).await? {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::NotAcquired,
+            format!(
+                "{units} units of rate-limiter resource {path:?} were not available within the \
+                 request timeout ({wait:?}); nothing was taken: try again later, or ask for fewer \
+                 units"
+            ),
+        ))
     }
 
     /// Takes `units` from the resource `path`, waiting at most `wait` (at most
-    /// [`MAX_ACQUIRE_WAIT`], the server's cap) until they are available. Units over the
+    /// [`MAX_ACQUIRE_WAIT`], the server's cap) until they are available: `true` when they
+    /// were taken, `false` when they were not available within `wait` (nothing was taken),
+    /// as [`try_acquire`](RateLimiter::try_acquire) and a recipe's `_timeout` form's
+    /// `None`. Units over the
     /// resource's bucket are granted into debt once the bucket is full: the acquires after
     /// it wait the debt off. Acquires of one resource are granted in the order they reached
     /// the server's node.
     ///
     /// The server is asked to give up the wait before the call's own deadline, so that
-    /// [`ErrorKind::NotAcquired`] means nothing was taken. An acquire is not idempotent: it is
+    /// `false` means nothing was taken. An acquire is not idempotent: it is
     /// repeated only after failures that say it was not carried out (the endpoint was
     /// unreachable, `UNAVAILABLE`, `OVERLOADED`).
     ///
@@ -298,7 +316,7 @@ impl RateLimiter {
     /// ```
     /// # use ydb_coordination::emulator::Emulator;
     /// use std::time::Duration;
-    /// use ydb_coordination::{Client, ErrorKind, config::NodeConfig, rate_limiter::ResourceSettings};
+    /// use ydb_coordination::{Client, config::NodeConfig, rate_limiter::ResourceSettings};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -308,10 +326,10 @@ impl RateLimiter {
     /// let limiter = client.rate_limiter("quotas");
     /// let one_per_second = ResourceSettings::new().max_units_per_second(1.0);
     /// limiter.create_resource("reports", one_per_second).await?;
-    /// match limiter.acquire_timeout("reports", 1, Duration::from_secs(5)).await {
-    ///     Ok(()) => { /* send the report */ }
-    ///     Err(e) if e.kind() == ErrorKind::NotAcquired => { /* busy: try later */ }
-    ///     Err(e) => return Err(e.into()),
+    /// if limiter.acquire_timeout("reports", 1, Duration::from_secs(5)).await? {
+    ///     /* send the report */
+    /// } else {
+    ///     /* busy: try later */
     /// }
     /// # Ok(())
     /// # }
@@ -319,8 +337,9 @@ impl RateLimiter {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::NotAcquired`] when the units were not available within `wait`: nothing was
-    /// taken. [`ErrorKind::OutcomeUnknown`] when the units may have been taken: the answer
+    /// [`ErrorKind::InvalidArgument`] for a `wait` over [`MAX_ACQUIRE_WAIT`] (the server
+    /// would cut it short), as a recipe refuses an out-of-range timeout.
+    /// [`ErrorKind::OutcomeUnknown`] when the units may have been taken: the answer
     /// did not come (the connection broke after the request went out, or no answer within
     /// `wait`, a round trip and 200 ms: the rule of every bounded call, see
     /// [`Acquiring`](crate::Acquiring)), or the server's operation timer answered, which can
@@ -334,19 +353,20 @@ impl RateLimiter {
     ///
     /// Dropping the future does not withdraw the acquire on the server: it may still take
     /// the units (YDB's quoter keeps a request until it is granted or its wait ends).
-    pub async fn acquire_timeout(&self, path: &str, units: u64, wait: Duration) -> Result<()> {
-        let what = format!("acquire {units} units of rate-limiter resource {path:?}");
-        let wait = wait.min(MAX_ACQUIRE_WAIT);
-        match self.take(path, Units::Required(units), wait, &what).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotAcquired => Err(Error::caused_by(
-                ErrorKind::NotAcquired,
+    pub async fn acquire_timeout(&self, path: &str, units: u64, wait: Duration) -> Result<bool> {
+        if wait > MAX_ACQUIRE_WAIT {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
                 format!(
-                    "{what}: not available within {wait:?}; nothing was taken: try again \
-                     later, or ask for fewer units"
+                    "a rate-limiter acquire waits at most {MAX_ACQUIRE_WAIT:?}, not {wait:?}; \
+                     wait less, or ask again after it"
                 ),
-                &e,
-            )),
+            ));
+        }
+        let what = format!("acquire {units} units of rate-limiter resource {path:?}");
+        match self.take(path, Units::Required(units), wait, &what).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotAcquired => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -359,8 +379,7 @@ impl RateLimiter {
     ///
     /// # Errors
     ///
-    /// As [`acquire_timeout`](RateLimiter::acquire_timeout), but never
-    /// [`ErrorKind::NotAcquired`].
+    /// As [`acquire_timeout`](RateLimiter::acquire_timeout).
     ///
     /// # Cancel safety
     ///

@@ -64,9 +64,11 @@ pub struct Candidate {
     pub data: Vec<u8>,
     /// The candidate's session.
     pub session_id: u64,
-    /// The server's `order_id` of the candidacy: the fencing token for the leader; for a
-    /// waiter, the token it will lead with (grants happen in increasing `order_id`).
-    pub order_id: u64,
+    /// The leader's fencing token; for a waiter, the token it will lead with (grants
+    /// happen in increasing order). On one node its epoch is 0; from
+    /// [`SpaceElection::candidates`](crate::space::SpaceElection::candidates) it carries the
+    /// layout's epoch, as the space leader's own token does.
+    pub fencing_token: FencingToken,
     /// Whether this candidate is the leader (only the first can be).
     pub is_leader: bool,
     /// Whether the candidate is the session that asked (as [`Leader::is_me`]).
@@ -111,7 +113,7 @@ fn candidates_of(d: &SemaphoreDescription, me: u64) -> Vec<Candidate> {
         .map(|(c, is_leader)| Candidate {
             data: c.data.clone(),
             session_id: c.session_id,
-            order_id: c.order_id,
+            fencing_token: FencingToken::new(0, c.order_id),
             is_leader,
             is_me: c.session_id == me,
         })

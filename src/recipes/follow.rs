@@ -188,6 +188,7 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
 /// [`ValueStream`](super::ValueStream) ([`Published::subscribe`](super::Published::subscribe))
 /// and [`LeaderStream`](super::LeaderStream) ([`Election::observe`](super::Election::observe));
 /// see those for what each yields across a session loss.
+#[must_use = "a stream does nothing unless polled"]
 pub struct Following<V> {
     inner: Pin<Box<dyn Stream<Item = Result<V>> + Send>>,
 }

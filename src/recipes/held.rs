@@ -45,6 +45,7 @@ use crate::session::Lease;
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "a stream does nothing unless polled"]
 pub struct Held<G> {
     renewal: Renewal<G>,
     what: String,

@@ -49,7 +49,7 @@ pub struct Semaphore {
     data: Vec<u8>,
 }
 
-/// Tokens of a [`Semaphore`]; dropping them releases. Dereferences to the [`Lease`].
+/// Units of a [`Semaphore`]; dropping them releases. Dereferences to the [`Lease`].
 #[derive(Debug)]
 #[must_use = "dropping the permit releases it"]
 pub struct SemaphorePermit {

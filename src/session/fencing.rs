@@ -78,19 +78,20 @@ impl From<FencingToken> for u128 {
     }
 }
 
-/// The order id alone on one node (epoch 0), `epoch.order` in a lock space.
+/// The order id alone on one node (epoch 0), `e<epoch>:<order>` in a lock space: never a
+/// form that reads as a decimal (`3.9` would look greater than `3.10`).
 ///
 /// ```
 /// # use ydb_coordination::FencingToken;
 /// assert_eq!(FencingToken::new(0, 17).to_string(), "17");
-/// assert_eq!(FencingToken::new(3, 17).to_string(), "3.17");
+/// assert_eq!(FencingToken::new(3, 17).to_string(), "e3:17");
 /// ```
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.epoch == 0 {
             write!(f, "{}", self.order)
         } else {
-            write!(f, "{}.{}", self.epoch, self.order)
+            write!(f, "e{}:{}", self.epoch, self.order)
         }
     }
 }

@@ -14,7 +14,7 @@ use super::fencing::FencingToken;
 use super::inbox::Handle;
 use crate::error::{Error, Result};
 
-/// Tokens of a semaphore held by a session.
+/// Units of a semaphore held by a session.
 ///
 /// A lease is valid while its [`token`](Lease::token) is not cancelled. The token fires when
 /// the lease is released or dropped, and when the session may have lost it: the server
@@ -49,6 +49,7 @@ use crate::error::{Error, Result};
 /// # Ok(())
 /// # }
 /// ```
+#[must_use = "dropping the lease releases it at once"]
 pub struct Lease {
     /// The record the session core shares: name, count, order id, since when, the token.
     held: Arc<Held>,

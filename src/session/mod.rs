@@ -649,6 +649,7 @@ fn outcome<T>(result: &Result<T>) -> &'static str {
 /// It keeps its session open: the session closes once every handle, lease and watch of it
 /// is dropped.
 #[derive(Debug)]
+#[must_use = "a stream does nothing unless polled"]
 pub struct WatchStream {
     rx: mailbox::Receiver,
     session: Session,

@@ -38,7 +38,7 @@ pub struct SemaphoreDescription {
     pub name: String,
     /// The semaphore's data.
     pub data: Vec<u8>,
-    /// Tokens held by the owners together.
+    /// Units held by the owners together.
     pub count: u64,
     /// Tokens in all (`u64::MAX` for ephemeral semaphores).
     pub limit: u64,
@@ -61,7 +61,7 @@ pub struct SemaphoreSession {
     pub session_id: u64,
     /// For waiters, the acquire's timeout in milliseconds (`u64::MAX` = forever); 0 for owners.
     pub timeout_millis: u64,
-    /// Tokens held or wanted.
+    /// Units held or wanted.
     pub count: u64,
     /// The owner's or waiter's data.
     pub data: Vec<u8>,
@@ -128,10 +128,10 @@ pub struct SessionSnapshot {
 pub struct HeldLease {
     /// The semaphore.
     pub name: String,
-    /// Tokens held.
+    /// Units held.
     pub count: u64,
-    /// The lease's fencing token.
-    pub fencing_token: u64,
+    /// The lease's fencing token (epoch 0: a lease is on one node).
+    pub fencing_token: crate::session::FencingToken,
     /// When it was granted.
     pub since: tokio::time::Instant,
 }
@@ -142,7 +142,7 @@ pub struct HeldLease {
 pub struct WaitingAcquire {
     /// The semaphore.
     pub name: String,
-    /// Tokens wanted.
+    /// Units wanted.
     pub count: u64,
     /// When it was asked for.
     pub since: tokio::time::Instant,

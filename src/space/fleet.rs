@@ -155,6 +155,7 @@ impl SpaceElection {
     }
 
     /// Leads for as long as the stream is polled (see [`SpaceHeld`]).
+    #[must_use = "a stream does nothing unless polled"]
     pub fn hold(&self, data: &[u8]) -> SpaceHeld {
         let election = self.clone();
         let data = data.to_vec();
@@ -212,12 +213,16 @@ impl SpaceElection {
     /// Cancel safe.
     pub async fn candidates(&self) -> Result<Vec<Candidate>> {
         let shared = self.space.shared();
-        let (node, _) = observed(shared, &self.name).await?;
-        shared
+        let (node, epoch) = observed(shared, &self.name).await?;
+        let candidates = shared
             .manager(&node)?
             .election(&self.name)
             .candidates()
-            .await
+            .await?;
+        Ok(candidates
+            .into_iter()
+            .map(|c| space_candidate(c, epoch))
+            .collect())
     }
 
     /// The leader as it changes, as the node's [`Election::observe`](crate::Election::observe):
@@ -253,6 +258,7 @@ impl SpaceElection {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "a stream does nothing unless polled"]
     pub fn observe(&self) -> SpaceFollowing<Option<SpaceLeader>> {
         let name = self.name.clone();
         follow_place(
@@ -325,6 +331,20 @@ fn space_leader(l: Leader, node: String) -> Option<SpaceLeader> {
         is_me: l.is_me,
         node,
     })
+}
+
+/// A node's candidate as the space shows it: the leader with the token and value it wrote
+/// ([`leader_value`]); a waiter (or a leader that has not written them yet) with the
+/// token it would lead with in the layout observed, `epoch`.
+fn space_candidate(mut c: Candidate, epoch: u64) -> Candidate {
+    match read_leader_value(&c.data).filter(|_| c.is_leader) {
+        Some((token, value)) => {
+            c.data = value.to_vec();
+            c.fencing_token = token;
+        }
+        None => c.fencing_token = FencingToken::new(epoch, c.fencing_token.order),
+    }
+    c
 }
 
 /// A stream that follows one name's place in a [`LockSpace`] through its layouts
@@ -595,6 +615,7 @@ impl SpaceGroup {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "a stream does nothing unless polled"]
     pub fn watch(&self) -> SpaceFollowing<Vec<Member>> {
         let name = self.name.clone();
         follow_place(

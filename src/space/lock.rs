@@ -88,6 +88,7 @@ impl Wait {
 /// and when the guard is released or dropped. Dropping it releases every part (in a small task that
 /// also lets the process report a newer epoch once the releases are answered).
 #[derive(Debug)]
+#[must_use = "dropping the guard releases the lock at once"]
 pub struct SpaceGuard {
     state: Arc<GuardState>,
     _drop: DropGuard,
@@ -864,6 +865,7 @@ impl SpaceMutex {
     }
 
     /// Holds the lock for as long as the stream is polled (see [`SpaceHeld`]).
+    #[must_use = "a stream does nothing unless polled"]
     pub fn hold(&self) -> SpaceHeld {
         let mutex = self.clone();
         hold(move || mutex.lock())
@@ -1018,6 +1020,7 @@ impl SpaceSemaphore {
     }
 
     /// Holds `n` units for as long as the stream is polled (see [`SpaceHeld`]).
+    #[must_use = "a stream does nothing unless polled"]
     pub fn hold(&self, n: u64) -> SpaceHeld {
         let semaphore = self.clone();
         hold(move || semaphore.acquire(n))
@@ -1179,12 +1182,14 @@ impl SpaceRwLock {
     }
 
     /// Holds shared access for as long as the stream is polled (see [`SpaceHeld`]).
+    #[must_use = "a stream does nothing unless polled"]
     pub fn hold_read(&self) -> SpaceHeld {
         let lock = self.clone();
         hold(move || lock.read())
     }
 
     /// Holds exclusive access for as long as the stream is polled (see [`SpaceHeld`]).
+    #[must_use = "a stream does nothing unless polled"]
     pub fn hold_write(&self) -> SpaceHeld {
         let lock = self.clone();
         hold(move || lock.write())

@@ -509,17 +509,26 @@ fn lease_lost_to_server_expiry_is_counted_and_warned() {
         assert_eq!(m.gauge(SESSIONS, &[("state", "reattaching")]), 0.0);
 
         let id = s.id().to_string();
-        let lost = obs.named("lease lost");
+        // One warning for the session's lost leases, each lease's own line at debug.
+        let lost = obs.named("leases lost");
         assert_eq!(lost.len(), 1, "{lost:#?}");
         let ev = &lost[0];
         assert_eq!(ev.level, Level::WARN);
-        assert_eq!(ev.field("semaphore"), Some("job"));
-        assert_eq!(ev.field("fencing_token"), Some(fence.as_str()));
+        assert_eq!(ev.field("leases"), Some("1"));
+        assert!(
+            ev.field("semaphores").is_some_and(|s| s.contains("job")),
+            "{ev:?}"
+        );
         assert_eq!(ev.field("why"), Some("session_expired"));
         assert_eq!(
             ev.span(SESSION_SPAN).and_then(|s| s.get("session_id")),
             Some(&id)
         );
+        let each = obs.named("lease lost");
+        assert_eq!(each.len(), 1, "{each:#?}");
+        assert_eq!(each[0].level, Level::DEBUG);
+        assert_eq!(each[0].field("semaphore"), Some("job"));
+        assert_eq!(each[0].field("fencing_token"), Some(fence.as_str()));
 
         let session_lost = obs.named("session lost");
         assert_eq!(session_lost.len(), 1, "{session_lost:#?}");
@@ -527,6 +536,36 @@ fn lease_lost_to_server_expiry_is_counted_and_warned() {
         assert_eq!(ev.level, Level::WARN);
         assert_eq!(ev.field("session_id"), Some(id.as_str()));
         assert_eq!(ev.field("cause"), Some("session_expired"));
+    });
+}
+
+/// A session that loses many leases says so once, not once a lease.
+#[test]
+fn a_lost_session_warns_once_for_all_its_leases() {
+    observe(|obs| async move {
+        let env = Env::new().await;
+        if !env.emulated() {
+            return;
+        }
+        let s = env.session().await;
+        let mut leases = Vec::new();
+        for name in ["a", "b", "c"] {
+            leases.push(within(s.acquire(name, lock())).await.unwrap());
+        }
+        assert!(env.emulator.expire_session("app", s.id()));
+        for lease in &leases {
+            within(lease.cancelled()).await;
+        }
+        wait_state(&s, |st| *st == SessionState::Expired).await;
+        let lost = obs.named("leases lost");
+        assert_eq!(lost.len(), 1, "{lost:#?}");
+        assert_eq!(lost[0].level, Level::WARN);
+        assert_eq!(lost[0].field("leases"), Some("3"));
+        let warned = obs.named("lease lost");
+        assert!(
+            warned.iter().all(|e| e.level == Level::DEBUG),
+            "{warned:#?}"
+        );
     });
 }
 
@@ -560,12 +599,15 @@ fn lease_lost_to_the_client_deadline_is_counted_as_deadline() {
         assert_eq!(m.gauge(SESSIONS, &[("state", "reattaching")]), 0.0);
         assert_eq!(m.counter(REATTACHES, &[]), 0);
 
-        let lost = obs.named("lease lost");
+        let lost = obs.named("leases lost");
         assert_eq!(lost.len(), 1, "{lost:#?}");
         assert_eq!(lost[0].level, Level::WARN);
-        assert_eq!(lost[0].field("semaphore"), Some("job"));
-        assert_eq!(lost[0].field("fencing_token"), Some(fence.as_str()));
+        assert_eq!(lost[0].field("leases"), Some("1"));
         assert_eq!(lost[0].field("why"), Some("deadline"));
+        let each = obs.named("lease lost");
+        assert_eq!(each.len(), 1, "{each:#?}");
+        assert_eq!(each[0].field("semaphore"), Some("job"));
+        assert_eq!(each[0].field("fencing_token"), Some(fence.as_str()));
         let session_lost = obs.named("session lost");
         assert_eq!(session_lost.len(), 1, "{session_lost:#?}");
         assert_eq!(session_lost[0].level, Level::WARN);
@@ -767,7 +809,7 @@ fn snapshot_lists_leases_and_waiters_without_a_round_trip() {
         let h = &snap.held[0];
         assert_eq!(h.name, "other");
         assert_eq!(h.count, 1);
-        assert_eq!(h.fencing_token, other.fencing_token().order);
+        assert_eq!(h.fencing_token, other.fencing_token());
         assert!(before <= h.since && h.since <= granted, "{snap:#?}");
         assert_eq!(snap.waiting.len(), 2, "{snap:#?}");
         let (first, second) = (&snap.waiting[0], &snap.waiting[1]);

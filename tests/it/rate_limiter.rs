@@ -13,7 +13,9 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
-    Client, ErrorKind, RateLimiter, config::NodeConfig, rate_limiter::ResourceSettings,
+    Client, ErrorKind, RateLimiter,
+    config::NodeConfig,
+    rate_limiter::{MAX_ACQUIRE_WAIT, ResourceSettings},
 };
 
 const NODE: &str = "quotas";
@@ -172,16 +174,24 @@ async fn an_acquire_that_cannot_be_granted_in_time_takes_nothing() {
     // The bucket's first unit, then the next one is a second away.
     within(limiter.acquire("api", 1)).await.unwrap();
     let start = Instant::now();
-    let err = within(limiter.acquire_timeout("api", 1, Duration::from_millis(300)))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotAcquired);
-    assert_eq!(millis_since(start), 300, "the server gave up at the wait");
-    // Nothing was taken: the next unit still comes on time.
-    within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+    let taken = within(limiter.acquire_timeout("api", 1, Duration::from_millis(300)))
         .await
         .unwrap();
+    assert!(!taken);
+    assert_eq!(millis_since(start), 300, "the server gave up at the wait");
+    // Nothing was taken: the next unit still comes on time.
+    assert!(
+        within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+            .await
+            .unwrap()
+    );
     assert!(millis_since(start) <= 1000, "{}", millis_since(start));
+
+    // A wait the server would cut short is refused, as a recipe refuses one.
+    let err = within(limiter.acquire_timeout("api", 1, MAX_ACQUIRE_WAIT + Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
 
     // try_acquire does not wait.
     let start = Instant::now();
@@ -201,13 +211,15 @@ async fn used_units_never_wait_and_leave_debt_that_acquires_wait_off() {
     within(limiter.report_used("api", 20)).await.unwrap();
     assert_eq!(millis_since(start), 0);
     // Two seconds of debt: an acquire within one second is not granted.
-    let err = within(limiter.acquire_timeout("api", 1, Duration::from_secs(1)))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotAcquired);
-    within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+    let taken = within(limiter.acquire_timeout("api", 1, Duration::from_secs(1)))
         .await
         .unwrap();
+    assert!(!taken);
+    assert!(
+        within(limiter.acquire_timeout("api", 1, Duration::from_secs(5)))
+            .await
+            .unwrap()
+    );
     let waited = millis_since(start);
     assert!((1_800..=2_200).contains(&waited), "{waited}");
 }
@@ -269,7 +281,7 @@ async fn a_fleet_of_acquirers_shares_one_rate() {
                 if limiter
                     .acquire_timeout("payments", 1, Duration::from_secs(30))
                     .await
-                    .is_ok()
+                    .is_ok_and(|taken| taken)
                 {
                     granted += 1;
                 }

@@ -557,14 +557,14 @@ async fn election_candidates_list_the_leader_then_waiters_in_fifo_order() {
             (b"c".as_slice(), c.id(), false, false),
         ]
     );
-    assert_eq!(queue[0].order_id, lead_a.fencing_token().order);
-    assert!(queue[0].order_id < queue[1].order_id);
-    assert!(queue[1].order_id < queue[2].order_id);
+    assert_eq!(queue[0].fencing_token, lead_a.fencing_token());
+    assert!(queue[0].fencing_token < queue[1].fencing_token);
+    assert!(queue[1].fencing_token < queue[2].fencing_token);
 
     // The leader resigns: the first waiter leads with the order id it was listed with.
     within(lead_a.resign()).await.unwrap();
     let lead_b = within(campaign_b).await.unwrap();
-    assert_eq!(lead_b.fencing_token().order, queue[1].order_id);
+    assert_eq!(lead_b.fencing_token(), queue[1].fencing_token);
     let queue = within(a.election("sched").candidates()).await.unwrap();
     let sessions: Vec<(u64, bool)> = queue.iter().map(|x| (x.session_id, x.is_leader)).collect();
     assert_eq!(sessions, [(b.id(), true), (c.id(), false)]);

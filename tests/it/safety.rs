@@ -62,9 +62,11 @@ async fn job_is_free_again(env: &Env, s: &Session) {
     drop(again);
     let other = env.session().await;
     let theirs = tokio::time::timeout(Duration::from_secs(2), other.acquire("job", lock())).await;
-    theirs
-        .expect("another session could not acquire \"job\": the dropped grant leaked")
-        .unwrap();
+    drop(
+        theirs
+            .expect("another session could not acquire \"job\": the dropped grant leaked")
+            .unwrap(),
+    );
 }
 
 /// Reads a watch until nothing arrives for a second; every item must be `Ok`.
@@ -281,7 +283,7 @@ async fn granted_soon_after(env: &Env, since: Instant, waiter: ydb_coordination:
             env.emulator.session_ids("app")
         )
     });
-    granted.unwrap();
+    drop(granted.unwrap());
 }
 
 #[tokio::test(start_paused = true)]

@@ -1312,6 +1312,9 @@ async fn an_observed_election_and_a_watched_group_follow_a_reshard() {
     let candidates = within(observer.election(&name).candidates()).await.unwrap();
     assert_eq!(candidates.len(), 1);
     assert!(candidates[0].is_leader && !candidates[0].is_me);
+    // The leader's own token (with its epoch) and value, as the leader reads them.
+    assert_eq!(candidates[0].fencing_token, leadership.fencing_token());
+    assert_eq!(candidates[0].data, b"in-a");
     let member = within(p1.group(&group).join(b"w1")).await.unwrap();
     next_where(&mut sets, "w1 in A", |s| s.len() == 1 && s[0].data == b"w1").await;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::{Client, ErrorKind, RateLimiter, rate_limiter::ResourceSettings};
+use ydb_coordination::{Client, RateLimiter, rate_limiter::ResourceSettings};
 
 use super::stats::quantile;
 use super::{Config, R, STEP, within};
@@ -122,14 +122,13 @@ async fn run(
                 loop {
                     let left = to.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Ok(granted);
+                        return Ok::<_, ydb_coordination::Error>(granted);
                     }
                     // Waiting no longer than the window has left; a timeout takes nothing.
-                    match limiter.acquire_timeout(&resource, 1, left).await {
-                        Ok(()) => granted += 1,
-                        Err(e) if e.kind() == ErrorKind::NotAcquired => return Ok(granted),
-                        Err(e) => return Err(e),
+                    if !limiter.acquire_timeout(&resource, 1, left).await? {
+                        return Ok(granted);
                     }
+                    granted += 1;
                 }
             })
         })

@@ -61,6 +61,9 @@ use super::types::{HeldLease, SessionSnapshot, WaitingAcquire};
 use crate::error::{Error, ErrorKind};
 use crate::proto::{SessionResponse, StatusCode, session_request as rq, session_response as rs};
 
+/// How many of the names a lost session held its one warning lists.
+const LOST_EXAMPLES: usize = 5;
+
 /// What a pending request's answer is for.
 #[derive(Debug)]
 enum Kind {
@@ -585,7 +588,7 @@ impl SessionCore {
                 held.push(HeldLease {
                     name: name.to_string(),
                     count: h.count,
-                    fencing_token: h.order_id,
+                    fencing_token: crate::session::FencingToken::new(0, h.order_id),
                     since: h.since,
                 });
             }
@@ -936,12 +939,20 @@ impl SessionCore {
         } else {
             tracing::debug!(session_id = self.session_id(), "session closed");
         }
+        // One line for the session's lost leases, however many (a few names as examples);
+        // each lease's own line is at debug level.
+        let mut lost = 0usize;
+        let mut examples: Vec<&str> = Vec::new();
         for (name, state) in self.names.iter() {
             if let Some(h) = &state.holding {
                 let held_for = now.saturating_duration_since(h.since);
                 self.metrics.lease_ended(name, held_for, Some(cause));
                 if cause != "closed" && !super::types::is_announcement(name) {
-                    tracing::warn!(
+                    lost += 1;
+                    if examples.len() < LOST_EXAMPLES {
+                        examples.push(name);
+                    }
+                    tracing::debug!(
                         semaphore = &**name,
                         fencing_token = h.order_id,
                         why = cause,
@@ -952,6 +963,15 @@ impl SessionCore {
             if state.active().is_some_and(|a| a.queued) {
                 self.metrics.queued(name, -1.0);
             }
+        }
+        if lost > 0 {
+            tracing::warn!(
+                session_id = self.session_id(),
+                leases = lost,
+                semaphores = ?examples,
+                why = cause,
+                "leases lost"
+            );
         }
         for (_, entry) in self.pending.drain() {
             match entry.kind {
