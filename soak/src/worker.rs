@@ -44,7 +44,7 @@ const KEEP_WRITING_HOLD: Duration = Duration::from_secs(15);
 const LONG_HOLD_ODDS: f64 = 0.3;
 /// How often a holder goes deaf for a while: it keeps writing without looking at its
 /// token, so that only fencing stands between it and the next holder.
-const DEAF_ODDS: f64 = 0.1;
+pub(crate) const DEAF_ODDS: f64 = 0.1;
 
 /// The worker's command line (given by the controller).
 #[derive(Debug, Clone, clap::Args)]
@@ -105,6 +105,9 @@ pub(crate) struct WorkerArgs {
     /// catch).
     #[arg(long)]
     pub(crate) unfenced: bool,
+    /// How often a hold goes deaf for a while (from 0 to 1).
+    #[arg(long, default_value_t = DEAF_ODDS)]
+    pub(crate) deaf_odds: f64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -130,6 +133,7 @@ struct Ctx {
     timeout: Duration,
     postgres: Option<String>,
     unfenced: bool,
+    deaf_odds: f64,
 }
 
 impl Ctx {
@@ -214,6 +218,7 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         timeout: timeout_,
         postgres: args.postgres.clone(),
         unfenced: args.unfenced,
+        deaf_odds: args.deaf_odds.clamp(0.0, 1.0),
     });
     // Which sessions are this process's, so that the checker knows whose leases a
     // server-side expiry ended.
@@ -609,7 +614,7 @@ fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Hold {
     } else {
         short
     };
-    let deaf = rng.random_bool(DEAF_ODDS).then(|| {
+    let deaf = rng.random_bool(ctx.deaf_odds).then(|| {
         let after = between(rng, Duration::ZERO, length);
         (after, between(rng, ctx.timeout, ctx.timeout * 2))
     });

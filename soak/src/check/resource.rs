@@ -35,8 +35,9 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
             _ => {}
         }
     }
-    // The last write accepted per name: its token, writer and op.
-    let mut last: HashMap<&str, ([u64; 2], &str, u64)> = HashMap::new();
+    // The greatest token accepted per name so far, and its writer and op: every write below
+    // it is a stale holder's, whatever came between.
+    let mut greatest: HashMap<&str, ([u64; 2], &str, u64)> = HashMap::new();
     for e in events {
         if e.process != RESOURCE || e.kind != Kind::Fenced || e.phase != Phase::Ok {
             continue;
@@ -56,15 +57,18 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
             continue;
         };
         let token = [token[0], token[1]];
-        if let Some((prev, prev_writer, prev_op)) = last.insert(name, (token, writer, op))
-            && token < prev
-        {
-            report.violations.push(Violation {
-                check: Check::ResourceTokens,
-                message: format!(
-                    "{name}: PostgreSQL accepted {writer} op {op} with {token:?} after {prev_writer} op {prev_op} with {prev:?} (a lost update)"
-                ),
-            });
+        match greatest.get(name) {
+            Some(&(top, top_writer, top_op)) if token < top => {
+                report.violations.push(Violation {
+                    check: Check::ResourceTokens,
+                    message: format!(
+                        "{name}: PostgreSQL accepted {writer} op {op} with {token:?} after {top_writer} op {top_op} with {top:?} (a lost update)"
+                    ),
+                });
+            }
+            _ => {
+                greatest.insert(name, (token, writer, op));
+            }
         }
         let tenure = |message: String| Violation {
             check: Check::ResourceTenure,
@@ -192,10 +196,13 @@ mod tests {
         let b = h.grant("w1.0", "m0", 40, 6);
         let new = h.write("w1.0", b, 6, 50, Phase::Ok);
         let late = h.write("w0.0", a, 5, 60, Phase::Ok);
+        let later = h.write("w0.0", a, 5, 70, Phase::Ok);
         h.row("w1.0", new, b, 6);
         h.row("w0.0", late, a, 5);
+        // Not below the write before it, but below the successor's: lost as well.
+        h.row("w0.0", later, a, 5);
         let report = h.check();
-        assert_eq!(report.count(Check::ResourceTokens), 1, "{report:?}");
+        assert_eq!(report.count(Check::ResourceTokens), 2, "{report:?}");
         assert_eq!(report.count(Check::ResourceTenure), 0, "{report:?}");
     }
 
