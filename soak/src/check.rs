@@ -10,6 +10,7 @@
 /// The node a lease of the lock node lives on, as histories name it.
 const LOCK_NODE: &str = "locks";
 
+mod resource;
 mod server;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -60,6 +61,11 @@ pub(crate) enum Check {
     Membership,
     /// An acquire with a bound ends within it and a round trip.
     Bounds,
+    /// The tokens the real resource (PostgreSQL) accepted never decrease per name.
+    ResourceTokens,
+    /// Every write the real resource accepted was made in a tenure that had begun, with its
+    /// lease's token.
+    ResourceTenure,
 }
 
 impl fmt::Display for Check {
@@ -82,6 +88,8 @@ impl fmt::Display for Check {
             Check::ReleaseConfirmed => "release-confirmed",
             Check::Membership => "membership",
             Check::Bounds => "bounds",
+            Check::ResourceTokens => "resource-tokens",
+            Check::ResourceTenure => "resource-tenure",
         })
     }
 }
@@ -95,7 +103,7 @@ pub(crate) fn parse_check(name: &str) -> Result<Check, String> {
 }
 
 /// Every check, in the order the summary lists them.
-pub(crate) const CHECKS: [Check; 17] = [
+pub(crate) const CHECKS: [Check; 19] = [
     Check::Exclusion,
     Check::OneLeader,
     Check::TokensGrow,
@@ -113,6 +121,8 @@ pub(crate) const CHECKS: [Check; 17] = [
     Check::ReleaseConfirmed,
     Check::Membership,
     Check::Bounds,
+    Check::ResourceTokens,
+    Check::ResourceTenure,
 ];
 
 /// One broken guarantee.
@@ -163,9 +173,22 @@ pub(crate) struct Report {
     pub(crate) grants: BTreeMap<What, usize>,
     /// What the server's history counts: grants, session ends by why, tablet restarts.
     pub(crate) server: BTreeMap<String, usize>,
+    /// The real resource's writes (`--resource postgres`).
+    pub(crate) resource: ResourceCounts,
     /// Checks left out of the verdict (their violations are still listed): a known open
     /// defect, named on the command line (`--ignore`).
     pub(crate) ignored: Vec<Check>,
+}
+
+/// What happened to the fenced writes sent to the real resource.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResourceCounts {
+    /// The writes it accepted, as its history table tells.
+    pub(crate) accepted: usize,
+    /// The writes it refused as stale, as their writers were told.
+    pub(crate) refused: usize,
+    /// The writes whose outcome their writers never learned.
+    pub(crate) unknown: usize,
 }
 
 impl Report {
@@ -260,6 +283,7 @@ pub(crate) fn check(events: &[Event], params: Params) -> Report {
     }
     reshard_steps(events, &mut report);
     server::check(events, &params, &mut report);
+    resource::check(events, &mut report);
     report
 }
 

@@ -31,6 +31,7 @@ use crate::check::{self, CHECKS, Check, Params, Report};
 use crate::history::{self, Kind, Phase, Recorder, What, now};
 use crate::link::{Dir, Link};
 use crate::register;
+use crate::resource::{self, Resource};
 use crate::worker::{COUNTER, LEADER, MUTEX_NAMES, POOL, SPACE_NAMES, register_name};
 
 /// How many times the operator looks for a holder of a moving name before it partitions
@@ -56,6 +57,10 @@ pub(crate) enum Bite {
     /// assumption (a client clock at most 10% slow): tokens fire after the server expired
     /// the session.
     SlowClock,
+    /// The workers write to PostgreSQL without the fence's check (the run's resource is
+    /// PostgreSQL), and every hold goes deaf for a while (not one in ten), so that a minute
+    /// has stale holders: their late writes commit after their successors'.
+    UnfencedPostgres,
 }
 
 /// The rate of the one worker whose clock runs at another rate, within the documented
@@ -85,6 +90,10 @@ pub(crate) struct RunArgs {
     /// Break the system on purpose; the verdict must then fail.
     #[arg(long, value_enum)]
     pub(crate) bite: Option<Bite>,
+    /// Where the fenced writes go: the register alone, or a real PostgreSQL beside it (the
+    /// controller starts one; `apt-get install postgresql`).
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) resource: Resource,
     /// Where to write the histories (default: a fresh directory under the temp dir).
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -306,6 +315,8 @@ struct Run {
     client: Client,
     register: register::Shared,
     register_addr: SocketAddr,
+    /// The connection string of the PostgreSQL the fenced writes also go to.
+    postgres: Option<String>,
     until: u64,
     /// Each worker's links, by slot: one per node it uses (`locks`, `n1`..`n4`) and one to
     /// the directory, by the node's last path segment.
@@ -434,6 +445,19 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let register_addr = listener.local_addr()?;
     tokio::spawn(register::serve(listener, register.clone(), register_rec));
+    let postgres = if args.resource == Resource::Postgres
+        || args.bite == Some(Bite::UnfencedPostgres)
+    {
+        let started = resource::start().await?;
+        if started.is_none() {
+            eprintln!(
+                "soak: PostgreSQL is not installed (apt-get install postgresql): the fenced writes go to the register alone"
+            );
+        }
+        started
+    } else {
+        None
+    };
 
     let options = SessionOptions::new().timeout(args.session_timeout);
     let directory = SpaceDirectory::new(&client, &nodes.directory, SPACE, options.clone())?;
@@ -476,6 +500,7 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         client,
         register,
         register_addr,
+        postgres,
         until,
         links,
         clock_slot,
@@ -520,6 +545,10 @@ async fn run(args: RunArgs) -> Result<Verdict, BoxError> {
         }
     }
 
+    if let Some(config) = &run.postgres {
+        let rec = Recorder::create(&dir.join("postgres.jsonl"), "postgres")?;
+        resource::read_back(config, &rec).await?;
+    }
     let (events, unreadable) = history::load(&dir)?;
     let params = Params {
         ignored: run.args.ignore.clone(),
@@ -726,6 +755,12 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
     }
     if run.args.bite == Some(Bite::KeepWriting) {
         cmd.arg("--keep-writing");
+    }
+    if let Some(config) = &run.postgres {
+        cmd.arg("--postgres").arg(config);
+    }
+    if run.args.bite == Some(Bite::UnfencedPostgres) {
+        cmd.arg("--unfenced").arg("--deaf-odds").arg("1");
     }
     if matches!(
         run.args.bite,
@@ -1795,6 +1830,22 @@ fn print_summary(
         "unfenced counter: {} lost updates (what fencing prevents; reported, not a violation)",
         report.lost_updates
     );
+    match (&run.postgres, run.args.bite) {
+        (None, _) => println!("resource: the register alone"),
+        (Some(_), Some(Bite::UnfencedPostgres)) => {
+            println!("resource: PostgreSQL beside the register, written WITHOUT the fence's check")
+        }
+        (Some(_), _) => {
+            println!("resource: PostgreSQL beside the register, fenced by its adapter");
+        }
+    }
+    if run.postgres.is_some() {
+        let counts = report.resource;
+        println!(
+            "PostgreSQL writes: {} accepted (its history table), {} refused as stale, {} unknown",
+            counts.accepted, counts.refused, counts.unknown
+        );
+    }
     println!(
         "reshard steps published: {reshards} (history: {})",
         report.reshard_steps

@@ -82,6 +82,12 @@ pub(crate) enum Kind {
     Revoke,
     /// The server: the tablet of `node` restarted.
     Restart,
+    /// A fenced write to the real resource (`--resource postgres`), made with the register
+    /// write of the same op: as its worker saw it (`ok` applied, `fail` refused as stale,
+    /// `unknown`), and as the resource kept it (process `postgres`, one `ok` per row of its
+    /// history table in the order it accepted them: `target` and `target_op` the writer's
+    /// process and op).
+    Fenced,
 }
 
 /// Where in its life an operation is.

@@ -11,6 +11,7 @@ mod controller;
 mod history;
 mod link;
 mod register;
+mod resource;
 mod worker;
 
 use std::process::ExitCode;

@@ -17,6 +17,7 @@ use ydb_coordination::{Client, SessionManager, SessionOptions, auth::Credentials
 
 use crate::history::{Kind, Phase, Recorder, Token, What, now};
 use crate::register::{self, Request};
+use crate::resource::{PgWrite, PgWriter};
 
 /// The permits of the counted semaphore.
 pub(crate) const PERMITS: u64 = 3;
@@ -43,7 +44,7 @@ const KEEP_WRITING_HOLD: Duration = Duration::from_secs(15);
 const LONG_HOLD_ODDS: f64 = 0.3;
 /// How often a holder goes deaf for a while: it keeps writing without looking at its
 /// token, so that only fencing stands between it and the next holder.
-const DEAF_ODDS: f64 = 0.1;
+pub(crate) const DEAF_ODDS: f64 = 0.1;
 
 /// The worker's command line (given by the controller).
 #[derive(Debug, Clone, clap::Args)]
@@ -96,6 +97,17 @@ pub(crate) struct WorkerArgs {
     /// seed by the controller).
     #[arg(long, default_value_t = 9_000)]
     pub(crate) max_hold_ms: u64,
+    /// The PostgreSQL every fenced write also goes to (`--resource postgres`): a
+    /// tokio-postgres connection string.
+    #[arg(long)]
+    pub(crate) postgres: Option<String>,
+    /// Write to PostgreSQL without the fence's check (a broken writer, for the checker to
+    /// catch).
+    #[arg(long)]
+    pub(crate) unfenced: bool,
+    /// How often a hold goes deaf for a while (from 0 to 1).
+    #[arg(long, default_value_t = DEAF_ODDS)]
+    pub(crate) deaf_odds: f64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -119,6 +131,9 @@ struct Ctx {
     long_holds: bool,
     max_hold: Duration,
     timeout: Duration,
+    postgres: Option<String>,
+    unfenced: bool,
+    deaf_odds: f64,
 }
 
 impl Ctx {
@@ -201,6 +216,9 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         long_holds: args.long_holds,
         max_hold: Duration::from_millis(args.max_hold_ms),
         timeout: timeout_,
+        postgres: args.postgres.clone(),
+        unfenced: args.unfenced,
+        deaf_odds: args.deaf_odds.clamp(0.0, 1.0),
     });
     // Which sessions are this process's, so that the checker knows whose leases a
     // server-side expiry ended.
@@ -379,13 +397,33 @@ async fn release<E: std::fmt::Display>(
     }
 }
 
-/// One write to the register, its invoke stamped at `ts` (taken before the holder checked
-/// its token, so a write is never stamped before a fire that stopped it). A `deaf` write is
-/// made without looking at the token (its invoke says so): only fencing judges it.
+/// Where a workload's writes go: the register, and the real resource when the run has one.
+#[derive(Debug)]
+struct Writers {
+    register: register::Client,
+    postgres: Option<PgWriter>,
+}
+
+impl Writers {
+    fn new(ctx: &Ctx) -> Self {
+        Self {
+            register: register::Client::new(ctx.register),
+            postgres: ctx
+                .postgres
+                .clone()
+                .map(|config| PgWriter::new(config, !ctx.unfenced)),
+        }
+    }
+}
+
+/// One write to the register (a fenced one to the real resource too, at once), its invoke
+/// stamped at `ts` (taken before the holder checked its token, so a write is never stamped
+/// before a fire that stopped it). A `deaf` write is made without looking at the token (its
+/// invoke says so): only fencing judges it.
 #[allow(clippy::too_many_arguments)]
 async fn write(
     ctx: &Ctx,
-    client: &mut register::Client,
+    writers: &mut Writers,
     ts: u64,
     lease: u64,
     what: What,
@@ -418,7 +456,35 @@ async fn write(
         id: op,
         lease,
     };
-    match client.call(&request).await {
+    let Writers { register, postgres } = writers;
+    let to_postgres = async {
+        let (Some(pg), Some(token)) = (postgres.as_mut(), token) else {
+            return;
+        };
+        let w = PgWrite {
+            name,
+            token,
+            process: rec.process(),
+            op,
+            lease,
+            value,
+        };
+        let done = pg.write(&w).await;
+        let e = |phase| {
+            rec.event(op, Kind::Fenced, phase)
+                .what(what)
+                .name(name)
+                .lease(lease)
+                .token(token)
+        };
+        rec.record(&match done {
+            Ok(true) => e(Phase::Ok),
+            Ok(false) => e(Phase::Fail),
+            Err(err) => e(Phase::Unknown).detail(err.to_string()),
+        });
+    };
+    let (answer, ()) = tokio::join!(register.call(&request), to_postgres);
+    match answer {
         Ok(reply) => {
             rec.record(&event(if reply.ok { Phase::Ok } else { Phase::Fail }));
             Some(reply.ok)
@@ -458,7 +524,7 @@ struct Hold {
 #[allow(clippy::too_many_arguments)]
 async fn hold_and_write(
     ctx: &Ctx,
-    client: &mut register::Client,
+    client: &mut Writers,
     lease: u64,
     what: What,
     name: &str,
@@ -548,7 +614,7 @@ fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Hold {
     } else {
         short
     };
-    let deaf = rng.random_bool(DEAF_ODDS).then(|| {
+    let deaf = rng.random_bool(ctx.deaf_odds).then(|| {
         let after = between(rng, Duration::ZERO, length);
         (after, between(rng, ctx.timeout, ctx.timeout * 2))
     });
@@ -566,7 +632,7 @@ async fn pause(rng: &mut StdRng) {
 
 async fn mutex_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = register::Client::new(ctx.register);
+    let mut client = Writers::new(&ctx);
     while ctx.running() {
         let name = MUTEX_NAMES[rng.random_range(0..MUTEX_NAMES.len())];
         let mutex = manager.mutex(name);
@@ -600,7 +666,7 @@ async fn mutex_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
 /// holder paused between its read and its write overwrites its successor's increment.
 async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = register::Client::new(ctx.register);
+    let mut client = Writers::new(&ctx);
     let what = What::Counter;
     let target = register_name(what, COUNTER);
     while ctx.running() {
@@ -626,7 +692,7 @@ async fn counter_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
                 name: target.clone(),
                 process: rec.process().to_string(),
             };
-            match client.call(&request).await {
+            match client.register.call(&request).await {
                 Ok(reply) => {
                     rec.record(&read(Phase::Ok).value(reply.value));
                     let cancel = guard.token();
@@ -682,7 +748,7 @@ async fn semaphore_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
 
 async fn election_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = register::Client::new(ctx.register);
+    let mut client = Writers::new(&ctx);
     let what = What::Election;
     let me = ctx.rec.process().to_string();
     while ctx.running() {
@@ -710,7 +776,7 @@ async fn election_loop(ctx: Arc<Ctx>, manager: SessionManager, seed: u64) {
 
 async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = register::Client::new(ctx.register);
+    let mut client = Writers::new(&ctx);
     let what = What::Space;
     while ctx.running() {
         // In a transition, mostly a name that moves: its locks are taken in both places,
