@@ -1046,6 +1046,34 @@ mod tests {
         passes(&h.check());
     }
 
+    /// An acquire given up on (its stream cut) can still be granted on its old session while
+    /// the next acquire waits, and that ownership lasts until the old session expires. It is
+    /// not the next lease's: the order ids tell them apart.
+    #[test]
+    fn a_grant_to_an_acquire_given_up_on_is_not_the_next_leases() {
+        let mut h = H::default();
+        h.server_session(LOCK_NODE, 1, "w0.0", 1);
+        h.server_session(LOCK_NODE, 2, "w0.0", 2);
+        h.server_grant(LOCK_NODE, "pool", 1, 7, 12);
+        h.server_grant(LOCK_NODE, "pool", 2, 8, 12);
+        let a = h.grant("w0.0", What::Semaphore, "pool", 12, 8);
+        h.release_done("w0.0", a, 20, true);
+        h.server_revoke(LOCK_NODE, "pool", 2, 8, 20, "released");
+        h.server_end(LOCK_NODE, 1, 25, "expired");
+        h.server_revoke(LOCK_NODE, "pool", 1, 7, 25, "session-ended");
+        passes(&h.check());
+        // The same history with the lease reporting the orphan's order id fails: the release
+        // reported done while the server still listed it.
+        let mut h = H::default();
+        h.server_session(LOCK_NODE, 1, "w0.0", 1);
+        h.server_grant(LOCK_NODE, "pool", 1, 7, 12);
+        let a = h.grant("w0.0", What::Semaphore, "pool", 12, 7);
+        h.release_done("w0.0", a, 20, true);
+        h.server_end(LOCK_NODE, 1, 25, "expired");
+        h.server_revoke(LOCK_NODE, "pool", 1, 7, 25, "session-ended");
+        only(&h.check(), Check::ReleaseConfirmed);
+    }
+
     #[test]
     fn a_space_lock_outside_the_membership_fails() {
         let setup = || {

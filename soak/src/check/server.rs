@@ -46,6 +46,8 @@ struct Own {
     session: u64,
     process: String,
     granted: u64,
+    /// Its order id on its node (the grant's `value`).
+    order: Option<u64>,
     /// When and why it ended (`released`, `session-ended`, `deleted`).
     ended: Option<(u64, String)>,
 }
@@ -59,6 +61,9 @@ struct Lease {
     /// When the acquire ended (ok, fail or unknown).
     ended: Option<u64>,
     ok: Option<u64>,
+    /// The order id its grant reported, for a lease on one node (every kind but a space
+    /// lock, whose token is its layout's).
+    order: Option<u64>,
     /// The first fire of its token, as its watcher or its holder saw it.
     fire: Option<u64>,
     /// When its holder let it go: its release's invoke, or the process's exit.
@@ -104,12 +109,19 @@ impl World<'_> {
     }
 
     /// The lease an ownership belongs to: the same process and name, granted between the
-    /// acquire's invoke and its ok.
+    /// acquire's invoke and its ok, and with the same order id when the lease reported one.
+    /// The order id tells apart a grant its acquire reported from one the server made in the
+    /// same window to an acquire its caller had given up on (and withdrew, or whose session
+    /// expires).
     fn lease_of(&self, own: &Own) -> Option<&Lease> {
         self.leases
             .get(&(own.process.clone(), own.sem.clone()))?
             .iter()
-            .find(|l| l.invoke <= own.granted && l.ok.is_some_and(|ok| own.granted <= ok))
+            .find(|l| {
+                l.invoke <= own.granted
+                    && l.ok.is_some_and(|ok| own.granted <= ok)
+                    && (l.order.is_none() || l.order == own.order)
+            })
     }
 
     /// The first grant of (node, sem) at or after `ts` to another session than `session`.
@@ -163,6 +175,7 @@ fn index(events: &[Event]) -> World<'_> {
                     session: s,
                     process: process.to_string(),
                     granted: e.ts,
+                    order: e.value,
                     ended: None,
                 });
             }
@@ -274,6 +287,9 @@ fn index_worker(
                 l.ended.get_or_insert(e.ts);
                 if phase == Phase::Ok {
                     l.ok = Some(e.ts);
+                    if l.what != Some(What::Space) {
+                        l.order = e.token.map(|t| t[1]);
+                    }
                 }
             }
         }
