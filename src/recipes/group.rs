@@ -394,7 +394,8 @@ impl Group {
     /// member. It stays one for as long as the returned [`Membership`] lives: on a
     /// [`SessionManager`](crate::SessionManager) it joins again in the next session after a loss, by itself.
     ///
-    /// Nobody waits to join: the group has no size limit.
+    /// Nobody waits to join: the group has no size limit, so [`Acquiring::queued`] answers
+    /// `false`.
     ///
     /// # Errors
     ///
@@ -407,16 +408,18 @@ impl Group {
     ///
     /// Dropping the future before it completes withdraws the request: the process does not
     /// join.
-    pub async fn join(&self, data: &[u8]) -> Result<Membership> {
+    pub fn join(&self, data: &[u8]) -> Acquiring<Membership> {
         let group = self.clone();
         let data = data.to_vec();
-        let held = Held::new(
-            format!("group {:?}", self.name),
-            Arc::new(move || Box::pin(group.member(&data))),
-        );
-        let membership = Membership::start(held);
-        membership.joined().await?;
-        Ok(membership)
+        Acquiring::steps(move |_, _| {
+            Box::pin(async move {
+                let what = format!("group {:?}", group.name);
+                let held = Held::new(what, Arc::new(move || Box::pin(group.member(&data))));
+                let membership = Membership::start(held);
+                membership.joined().await?;
+                Ok(membership)
+            })
+        })
     }
 
     /// The members now, in the order they joined (each with its data; see [`Member`]).

@@ -8,10 +8,16 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Result;
 use crate::session::{FencingToken, Lease};
 
-/// A held lock, permit, leadership or membership, wherever it is held: a [`Lease`], every
-/// recipe's guard on one coordination node, a [`Bounded`](super::Bounded) guard, and a
-/// lock held in a [`LockSpace`](crate::space::LockSpace). Write code generic over it to run
-/// the same on one node and on a lock space.
+/// A held lock, permit or leadership, wherever it is held: a [`Lease`], every recipe's guard
+/// on one coordination node, a [`Bounded`](super::Bounded) guard, and a lock held in a
+/// [`LockSpace`](crate::space::LockSpace). Write code generic over it to run the same on one
+/// node and on a lock space.
+///
+/// A group's [`Membership`](super::Membership) and a lock space's
+/// [`SpaceMembership`](crate::space::SpaceMembership) are not guards: on a
+/// [`SessionManager`](crate::SessionManager) or a lock space a membership joins again by
+/// itself after a loss, so it has no one fencing token and no one loss to report;
+/// [`Membership::state`](super::Membership::state) and each one's `ended()` say where it is.
 ///
 /// Dropping a guard releases what it holds without blocking; [`Guard::release`] releases
 /// it and waits for the server's answer.

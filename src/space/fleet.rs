@@ -551,23 +551,21 @@ impl SpaceGroup {
     /// # Cancel safety
     ///
     /// Dropping the future before it completes leaves the places joined so far.
-    pub async fn join(&self, data: &[u8]) -> Result<SpaceMembership> {
+    pub fn join(&self, data: &[u8]) -> Acquiring<SpaceMembership> {
         let shared = self.space.shared().clone();
-        let (joined, ticket) = join_places(&shared, &self.name, data, BTreeMap::new()).await?;
-        let (leave, asked) = oneshot::channel();
-        let (ended_tx, ended) = watch::channel(None);
-        tokio::spawn(keep(
-            shared,
-            self.name.clone(),
-            data.to_vec(),
-            joined,
-            ticket,
-            asked,
-            ended_tx,
-        ));
-        Ok(SpaceMembership {
-            leave: Some(leave),
-            ended,
+        let name = self.name.clone();
+        let data = data.to_vec();
+        Acquiring::steps(move |_, _| {
+            Box::pin(async move {
+                let (joined, ticket) = join_places(&shared, &name, &data, BTreeMap::new()).await?;
+                let (leave, asked) = oneshot::channel();
+                let (ended_tx, ended) = watch::channel(None);
+                tokio::spawn(keep(shared, name, data, joined, ticket, asked, ended_tx));
+                Ok(SpaceMembership {
+                    leave: Some(leave),
+                    ended,
+                })
+            })
         })
     }
 

@@ -45,7 +45,10 @@ async fn group_members_are_listed_in_join_order_with_their_data() {
             .is_empty()
     );
     let ma = within(a.group("workers").join(b"a")).await.unwrap();
-    let mb = within(b.group("workers").join(b"b")).await.unwrap();
+    // A join is an acquire like any other: nobody waits to join, so it is never queued.
+    let mut joining = b.group("workers").join(b"b");
+    assert!(!within(joining.queued()).await);
+    let mb = within(joining).await.unwrap();
     let _mc = within(c.group("workers").join(b"c")).await.unwrap();
     let seen_by_b = within(b.group("workers").members()).await.unwrap();
     assert_eq!(data(&seen_by_b), [b"a", b"b", b"c"]);
