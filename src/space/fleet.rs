@@ -550,7 +550,8 @@ impl SpaceGroup {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before it completes leaves the places joined so far.
+    /// Dropping the future before it completes withdraws: the places joined so far are left
+    /// (their memberships dropped), and the process is not a member.
     pub fn join(&self, data: &[u8]) -> Acquiring<SpaceMembership> {
         let shared = self.space.shared().clone();
         let name = self.name.clone();
