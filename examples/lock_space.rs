@@ -123,12 +123,15 @@ async fn work(
         let name = task(rand::random_range(0..NAMES));
         let guard = bounded(&format!("the lock {name}"), space.mutex(&name).lock()).await??;
         let register = registers.get(&name).ok_or("no register")?;
-        *stats.per_epoch.entry(guard.epoch()).or_default() += 1;
+        let parts = guard
+            .space_lease()
+            .ok_or("a lock of a space has its parts")?;
+        *stats.per_epoch.entry(parts.epoch()).or_default() += 1;
         let write = Write {
             worker,
             token: guard.fencing_token(),
-            epoch: guard.epoch(),
-            nodes: guard.nodes().to_vec(),
+            epoch: parts.epoch(),
+            nodes: parts.nodes().to_vec(),
         };
         let written = locked(register).write(write);
         if let Err(why) = written {

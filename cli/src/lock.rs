@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
 use ydb_coordination::config::{DescribeOptions, NodeIncarnation};
-use ydb_coordination::{Acquiring, Error, ErrorKind, Lease, MutexGuard, Session};
+use ydb_coordination::{
+    Acquiring, Error, ErrorKind, FencingToken, Leadership, Lease, MutexGuard, RwLockReadGuard,
+    SemaphorePermit, Session,
+};
 use ydb_coordination_fence::Token as FenceToken;
 
 use super::child;
@@ -53,31 +57,47 @@ pub(crate) struct Request {
     pub(crate) what: &'static str,
 }
 
-/// What was taken: a lease, or a lock-delay mutex's guard, whose unlock records the clean
-/// release its next holder reads.
+/// What was taken: the guard of the recipe the request names.
 enum Held {
-    Lease(Lease),
-    Delayed(MutexGuard),
+    Mutex(MutexGuard),
+    Read(RwLockReadGuard),
+    Permit(SemaphorePermit),
+    Leader(Leadership),
 }
 
-impl std::ops::Deref for Held {
-    type Target = Lease;
-
-    fn deref(&self) -> &Lease {
-        match self {
-            Held::Lease(lease) => lease,
-            Held::Delayed(guard) => guard,
+/// `$e` of whichever guard `$held` is (every guard has the same verbs).
+macro_rules! each {
+    ($held:expr, |$g:ident| $e:expr) => {
+        match $held {
+            Held::Mutex($g) => $e,
+            Held::Read($g) => $e,
+            Held::Permit($g) => $e,
+            Held::Leader($g) => $e,
         }
-    }
+    };
 }
 
 impl Held {
+    fn fencing_token(&self) -> FencingToken {
+        each!(self, |g| g.fencing_token())
+    }
+
+    /// The units held.
+    fn count(&self) -> u64 {
+        each!(self, |g| g.lease().map_or(0, Lease::count))
+    }
+
+    fn is_lost(&self) -> bool {
+        each!(self, |g| g.is_lost())
+    }
+
+    fn token(&self) -> CancellationToken {
+        each!(self, |g| g.token())
+    }
+
     /// Releases it, cleanly (a lock-delay lock's next holder does not wait).
     async fn release(self) -> ydb_coordination::Result<bool> {
-        match self {
-            Held::Lease(lease) => lease.release().await,
-            Held::Delayed(guard) => guard.unlock().await,
-        }
+        each!(self, |g| g.release().await)
     }
 }
 
@@ -324,23 +344,20 @@ async fn acquire(
     signals: &mut Signals,
     progress: bool,
 ) -> Result<Held, Failure> {
-    // The plain verb, or the `_timeout`/`try_` one; both give the guard's lease (`$held`:
-    // what is kept of the guard).
+    // The plain verb, or the `_timeout`/`try_` one; both give the guard (`$held`: which
+    // one it is).
     macro_rules! obtain {
-        ($plain:expr, |$d:ident| $timed:expr, $try:expr) => {
-            obtain!($plain, |$d| $timed, $try, |g| Held::Lease(g.into_lease()))
-        };
-        ($plain:expr, |$d:ident| $timed:expr, $try:expr, |$g:ident| $held:expr) => {
+        ($plain:expr, |$d:ident| $timed:expr, $try:expr, $held:path) => {
             match req.wait {
                 Wait::Forever => wait_for($plain, session, req, signals, progress)
                     .await?
-                    .map(|$g| Some($held)),
+                    .map(|g| Some($held(g))),
                 Wait::For($d) => wait_for($timed, session, req, signals, progress)
                     .await?
-                    .map(|x| x.map(|$g| $held)),
+                    .map(|x| x.map($held)),
                 Wait::AtOnce => wait_for($try, session, req, signals, progress)
                     .await?
-                    .map(|x| x.map(|$g| $held)),
+                    .map(|x| x.map($held)),
             }
         };
     }
@@ -350,7 +367,12 @@ async fn acquire(
     let result = match req.kind {
         Kind::Exclusive { lock_delay: None } => {
             let mutex = session.mutex(name).data(data);
-            obtain!(mutex.lock(), |d| mutex.lock_timeout(d), mutex.try_lock())
+            obtain!(
+                mutex.lock(),
+                |d| mutex.lock_timeout(d),
+                mutex.try_lock(),
+                Held::Mutex
+            )
         }
         Kind::Exclusive {
             lock_delay: Some(delay),
@@ -360,12 +382,17 @@ async fn acquire(
                 mutex.lock(),
                 |d| mutex.lock_timeout(d),
                 mutex.try_lock(),
-                |g| Held::Delayed(g)
+                Held::Mutex
             )
         }
         Kind::Shared => {
             let rwlock = session.rwlock(name).data(data);
-            obtain!(rwlock.read(), |d| rwlock.read_timeout(d), rwlock.try_read())
+            obtain!(
+                rwlock.read(),
+                |d| rwlock.read_timeout(d),
+                rwlock.try_read(),
+                Held::Read
+            )
         }
         Kind::Counted {
             count,
@@ -380,7 +407,8 @@ async fn acquire(
             obtain!(
                 semaphore.acquire(count),
                 |d| semaphore.acquire_timeout(count, d),
-                semaphore.try_acquire(count)
+                semaphore.try_acquire(count),
+                Held::Permit
             )
         }
         Kind::Leadership => {
@@ -388,7 +416,8 @@ async fn acquire(
             obtain!(
                 election.campaign(&data),
                 |d| election.campaign_timeout(&data, d),
-                election.try_campaign(&data)
+                election.try_campaign(&data),
+                Held::Leader
             )
         }
     };

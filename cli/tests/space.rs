@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use ydb_coordination::space::{LockSpace, SpaceDirectory, SpaceGuard};
-use ydb_coordination::{Client, SessionOptions};
+use ydb_coordination::space::{LockSpace, SpaceDirectory};
+use ydb_coordination::{Client, MutexGuard, SessionOptions};
 
 /// The space's name; its directory is the test node.
 const SPACE: &str = "billing";
@@ -187,7 +187,7 @@ fn follows(env: &Env, space: &LockSpace, epoch: u64) {
 }
 
 /// Releases `guard`, then waits until every member reports `epoch`.
-fn release(env: &Env, client: &Client, guard: SpaceGuard, epoch: u64) {
+fn release(env: &Env, client: &Client, guard: MutexGuard, epoch: u64) {
     let deadline = Instant::now() + LIMIT;
     env._rt.block_on(async {
         guard.release().await.unwrap();

@@ -9,7 +9,7 @@ mod common;
 
 use common::{Env, NODE, wait_until};
 use serde_json::Value;
-use ydb_coordination::{Client, Lease, Session, SessionOptions};
+use ydb_coordination::{Client, RwLockReadGuard, Session, SessionOptions};
 
 const SESSIONS: usize = 300;
 const NAMES: usize = 12;
@@ -22,7 +22,7 @@ fn name(i: usize) -> String {
 #[test]
 fn a_fleet_whose_announcements_outgrow_a_message_is_read_whole_within_the_limit() {
     let env = Env::with("top-limit", |b| b.max_message_size(LIMIT));
-    let _fleet: Vec<(Session, Vec<Lease>)> = env._rt.block_on(async {
+    let _fleet: Vec<(Session, Vec<RwLockReadGuard>)> = env._rt.block_on(async {
         let client = Client::connect(&env.cs).await.unwrap();
         let mut tasks = Vec::new();
         for i in 0..SESSIONS {
@@ -35,7 +35,7 @@ fn a_fleet_whose_announcements_outgrow_a_message_is_read_whole_within_the_limit(
                 let mut leases = Vec::new();
                 for n in 0..NAMES {
                     let guard = s.rwlock(&name(n)).read().await.unwrap();
-                    leases.push(guard.into_lease());
+                    leases.push(guard);
                 }
                 (s, leases)
             }));

@@ -1034,7 +1034,11 @@ async fn row_recovery(cfg: &Config) -> R<Recovery> {
     .await?;
     for _ in 0..reps {
         let t = Instant::now();
-        if !emulator.expire_session(node, guard.session_id()) {
+        let session_id = guard
+            .lease()
+            .ok_or("a node's guard has its lease")?
+            .session_id();
+        if !emulator.expire_session(node, session_id) {
             return Err("expire_session: no such session".into());
         }
         within("token fires", STEP, async {

@@ -805,11 +805,9 @@ async fn space_loop(ctx: Arc<Ctx>, space: LockSpace, seed: u64) {
                     .name(name)
                     .token([base[0], base[1], 0])
                     .value(u64::try_from(hold.length.as_millis()).unwrap_or(u64::MAX))
-                    .detail(format!(
-                        "epoch {} on {}",
-                        guard.epoch(),
-                        guard.nodes().join("+")
-                    )),
+                    .detail(guard.space_lease().map_or_else(String::new, |parts| {
+                        format!("epoch {} on {}", parts.epoch(), parts.nodes().join("+"))
+                    })),
             );
             let watch = watch_token(&ctx, lease, what, name, guard.token());
             hold_and_write(

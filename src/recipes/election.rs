@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::follow::{Follow, Following, Spec, read};
-use super::{Acquiring, Held, Prepare, Source, acquiring, lease_guard};
+use super::{Acquiring, Held, Holding, Prepare, Source, acquiring, lease_guard};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::Result;
 use crate::session::optional;
@@ -89,7 +89,7 @@ pub struct Candidate {
 #[derive(Debug)]
 #[must_use = "dropping the leadership resigns"]
 pub struct Leadership {
-    lease: Lease,
+    held: Holding,
 }
 
 lease_guard!(Leadership, "leadership", resign);
@@ -161,7 +161,11 @@ impl Election {
     ///
     /// Dropping the future withdraws the candidacy.
     pub fn campaign(&self, data: &[u8]) -> Acquiring<Leadership> {
-        self.start(data, None, |r| r.map(|lease| Leadership { lease }))
+        self.start(data, None, |r| {
+            r.map(|lease| Leadership {
+                held: Holding::node(lease),
+            })
+        })
     }
 
     /// Becomes the leader only if nobody leads or waits now; `None` otherwise.
@@ -231,7 +235,11 @@ impl Election {
         timeout: Duration,
     ) -> Acquiring<Option<Leadership>> {
         self.start(data, Some(timeout), |r| {
-            optional(r).map(|lease| lease.map(|lease| Leadership { lease }))
+            optional(r).map(|lease| {
+                lease.map(|lease| Leadership {
+                    held: Holding::node(lease),
+                })
+            })
         })
     }
 
@@ -244,6 +252,7 @@ impl Election {
         Held::new(
             format!("election {:?}", self.name),
             Arc::new(move || Box::pin(election.campaign(&data))),
+            |g| g.lease().map(Lease::session_id),
         )
     }
 

@@ -128,20 +128,6 @@ pub enum MembershipState {
     Ended(Option<Error>),
 }
 
-/// One membership's lease, for the [`Held`] stream that keeps it.
-#[derive(Debug)]
-struct MemberLease {
-    lease: Lease,
-}
-
-impl std::ops::Deref for MemberLease {
-    type Target = Lease;
-
-    fn deref(&self) -> &Lease {
-        &self.lease
-    }
-}
-
 /// Being a member of a [`Group`], from [`Group::join`]: the process stays a member for as
 /// long as this handle lives. Dropping it leaves the group.
 ///
@@ -191,7 +177,7 @@ fn answer(
 
 impl Membership {
     /// Starts the task that keeps the membership `held`.
-    fn start(held: Held<MemberLease>) -> Self {
+    fn start(held: Held<Lease>) -> Self {
         let (state_tx, state) = watch::channel(MembershipState::Joining);
         let (leave, asked) = oneshot::channel();
         tokio::spawn(Self::keep(held, state_tx, asked));
@@ -204,7 +190,7 @@ impl Membership {
     /// The task: takes each membership from `held` and waits for it to end, until asked to
     /// leave (or the handle is dropped, which drops the lease and so releases it).
     async fn keep(
-        mut held: Held<MemberLease>,
+        mut held: Held<Lease>,
         state: watch::Sender<MembershipState>,
         mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
     ) {
@@ -231,7 +217,7 @@ impl Membership {
                 asked = &mut asked => {
                     // Asked to leave: release and answer. The handle was dropped: dropping
                     // the lease releases it.
-                    let released = member.lease.release().await;
+                    let released = member.release().await;
                     answer(asked, released);
                     break None;
                 }
@@ -371,8 +357,8 @@ impl Group {
     }
 
     /// One attempt at membership with `data`.
-    fn member(&self, data: &[u8]) -> Acquiring<MemberLease> {
-        self.member_as(data, |lease| MemberLease { lease })
+    fn member(&self, data: &[u8]) -> Acquiring<Lease> {
+        self.member_as(data, |lease| lease)
     }
 
     /// One attempt at membership with `data`, its lease made into `T`. A membership must
@@ -414,7 +400,11 @@ impl Group {
         Acquiring::steps(move |_, _| {
             Box::pin(async move {
                 let what = format!("group {:?}", group.name);
-                let held = Held::new(what, Arc::new(move || Box::pin(group.member(&data))));
+                let held = Held::new(
+                    what,
+                    Arc::new(move || Box::pin(group.member(&data))),
+                    |lease: &Lease| Some(lease.session_id()),
+                );
                 let membership = Membership::start(held);
                 membership.joined().await?;
                 Ok(membership)

@@ -1,14 +1,13 @@
 //! Locks held "forever": a stream of guards that re-acquires after each loss.
 
-use std::ops::Deref;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::Stream;
 
+use super::Guard;
 use crate::error::Result;
 use crate::manager::{Make, Renewal};
-use crate::session::Lease;
 
 /// A lock held for as long as the stream is polled, from [`Mutex::hold`](super::Mutex::hold),
 /// [`Semaphore::hold`](super::Semaphore::hold), [`RwLock::hold_read`](super::RwLock::hold_read),
@@ -49,8 +48,10 @@ use crate::session::Lease;
 pub struct Held<G> {
     renewal: Renewal<G>,
     what: String,
-    /// The session of the last guard.
-    last_session: Option<u64>,
+    /// The session of the last guard (`None` in a lock space), once there was one.
+    last: Option<Option<u64>>,
+    /// The session a guard is held in (on one node), for the log.
+    session_of: fn(&G) -> Option<u64>,
 }
 
 impl<G> std::fmt::Debug for Held<G> {
@@ -64,20 +65,23 @@ impl<G> std::fmt::Debug for Held<G> {
 
 impl<G> Held<G>
 where
-    G: Deref<Target = Lease> + Send + 'static,
+    G: Guard,
 {
-    pub(crate) fn new(what: String, acquire: Make<G>) -> Self {
+    /// The stream of `what` (for the log), each guard made by `acquire`; `session_of` a
+    /// guard tells the log its session, where it has one.
+    pub(crate) fn new(what: String, acquire: Make<G>, session_of: fn(&G) -> Option<u64>) -> Self {
         Self {
             renewal: Renewal::new(acquire),
             what,
-            last_session: None,
+            last: None,
+            session_of,
         }
     }
 }
 
 impl<G> Stream for Held<G>
 where
-    G: Deref<Target = Lease> + Send + 'static,
+    G: Guard,
 {
     type Item = Result<G>;
 
@@ -86,19 +90,17 @@ where
         let item = std::task::ready!(this.renewal.poll_next(cx, |guard| guard.token()));
         if let Some(Ok(guard)) = &item {
             let what = this.what.as_str();
-            match this.last_session.replace(guard.session_id()) {
-                // The previous guard's session is gone: the lock came back on a new one.
-                Some(old) if old != guard.session_id() => tracing::info!(
+            let fencing_token = guard.fencing_token();
+            let session_id = (this.session_of)(guard);
+            match this.last.replace(session_id) {
+                // The lock came back after a loss: on one node, on a new session.
+                Some(old) if old != session_id || session_id.is_none() => tracing::info!(
                     lock = what,
-                    session_id = guard.session_id(),
-                    fencing_token = %guard.fencing_token(),
+                    session_id,
+                    %fencing_token,
                     "held lock re-acquired"
                 ),
-                _ => tracing::debug!(
-                    lock = what,
-                    fencing_token = %guard.fencing_token(),
-                    "held lock acquired"
-                ),
+                _ => tracing::debug!(lock = what, %fencing_token, "held lock acquired"),
             }
         }
         Poll::Ready(item)

@@ -5,9 +5,13 @@
 //!
 //! Each recipe can be made from a [`Session`] (it ends with the session) or from a
 //! [`SessionManager`] (a lock attempt interrupted by a session loss carries on in the
-//! replacement session, and [`Mutex::hold`] re-acquires a lost lock). Each is written once
-//! against its session source and never asks which of the two it has. None of them contains
-//! protocol code: they only call [`Session`] operations.
+//! replacement session, and [`Mutex::hold`] re-acquires a lost lock); the locks
+//! ([`Mutex`], [`Semaphore`], [`RwLock`], [`MultiLock`]) also from a
+//! [`LockSpace`](crate::LockSpace), where each name is taken in every place its layout
+//! gives it. It is the same type, with the same verbs and guards, wherever it locks: each is
+//! written once against where it locks and never asks which of the three it has. None of
+//! them contains protocol code: they only call [`Session`] operations (a lock space's
+//! through its managers).
 //!
 //! Every acquire has a plain form, a `try_` form and a `_timeout(d)` form, and returns an
 //! [`Acquiring`] future with [`Acquiring::queued`].
@@ -17,13 +21,54 @@
 //! [`ErrorKind::InvalidArgument`] before anything is sent (a stream yields that error, then
 //! ends).
 //!
-//! Every guard is a [`Guard`]: its `fencing_token()`, `token()`, `is_lost()` and
-//! `release()` mean the same on one node and in a [`LockSpace`](crate::LockSpace), so code
-//! generic over it runs on either. A distributed guard can be lost while you hold it; that
-//! is the difference from `tokio::sync::MutexGuard`. The guards of one node dereference to
-//! their [`Lease`](crate::Lease); the bounded ones ([`Mutex::lock_for`],
-//! [`Semaphore::acquire_for`], [`RwLock::read_for`], [`RwLock::write_for`]) are a
-//! [`Bounded`] guard, whose guard lives in the task that ends it at its deadline.
+//! Every guard has the same inherent verbs (`fencing_token()`, `token()`, `cancelled()`,
+//! `is_lost()`, `release()`) and is a [`Guard`], so code written against one recipe runs on
+//! one node, on a manager and in a lock space alike. A distributed guard can be lost while
+//! you hold it; that is the difference from `tokio::sync::MutexGuard`. What a guard holds
+//! is its [`lease`](MutexGuard::lease) on one node or its
+//! [`space_lease`](MutexGuard::space_lease) in a lock space; the bounded forms
+//! ([`Mutex::lock_for`], [`Semaphore::acquire_for`], [`RwLock::read_for`],
+//! [`RwLock::write_for`]) return a [`Bounded`] guard, whose guard lives in the task that
+//! ends it at its deadline.
+//!
+//! # Examples
+//!
+//! One function, with nothing but the recipe's own methods, on a session, a manager and a
+//! lock space:
+//!
+//! ```
+//! # use ydb_coordination::emulator::Emulator;
+//! use ydb_coordination::space::{Layout, LockSpace};
+//! use ydb_coordination::{Client, FencingToken, Mutex, Result, SessionOptions};
+//!
+//! /// Charges the card under the lock; `None` if the lock was lost first.
+//! async fn charge(card: &Mutex) -> Result<Option<FencingToken>> {
+//!     let guard = card.lock().await?;
+//!     let token = guard.fencing_token();
+//!     let work = async { /* write to the store, sending `token` along */ };
+//!     let done = guard.token().run_until_cancelled(work).await;
+//!     guard.unlock().await?;
+//!     Ok(done.map(|()| token))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+//! # let emulator = Emulator::builder().node("/local/app").node("/local/n1").start().await?;
+//! # let client = Client::connect(&emulator.connection_string()).await?;
+//! let session = client.session("/local/app", SessionOptions::new()).await?;
+//! let manager = client.session_manager("/local/app", SessionOptions::new());
+//! let space = LockSpace::builder()
+//!     .node("n1", &client, "/local/n1")
+//!     .layout(Layout::new(1, ["n1"])?)
+//!     .open()
+//!     .await?;
+//! charge(&session.mutex("card-42")).await?;
+//! charge(&manager.mutex("card-42")).await?;
+//! let token = charge(&space.mutex("card-42")).await?;
+//! assert_eq!(token.map(|t| t.epoch), Some(1));
+//! # Ok(())
+//! # }
+//! ```
 
 mod acquiring;
 mod bounded;
@@ -32,6 +77,7 @@ mod follow;
 mod group;
 mod guard;
 mod held;
+mod holding;
 pub(crate) mod lock_delay;
 mod multi_lock;
 mod mutex;
@@ -47,19 +93,21 @@ pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::guard::Guard;
 pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
-pub(crate) use self::mutex::semaphore as mutex_semaphore;
 pub use self::mutex::{Mutex, MutexGuard};
+pub(crate) use self::mutex::{other_mode, semaphore as mutex_semaphore};
 pub use self::published::{Published, ValueStream};
 pub use self::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 use crate::session::Acquiring;
 
 use self::acquiring::AfterGrant;
+pub(crate) use self::holding::{Holding, Scope};
 pub(crate) use self::source::{Next, Source};
 use crate::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
 use crate::session::{SemaphoreDescription, Session};
+use std::time::Duration;
 
 /// A recipe's acquire of `name`, or, for a name over [`MAX_NAME_LEN`](crate::config::MAX_NAME_LEN)
 /// bytes, one that fails with [`ErrorKind::InvalidArgument`] when awaited, sending nothing:
@@ -87,6 +135,83 @@ pub(crate) fn acquiring_then<T: Send + 'static>(
     match config::check_name(name) {
         Ok(()) => Acquiring::new(source, name, options, prepare, after, finish),
         Err(err) => Acquiring::failed(err),
+    }
+}
+
+/// A lock recipe's acquire in a lock space: of `names` with `spec` in every place (waiting
+/// at most `timeout`; `bounded`: the hold ends at a bound), its parts made into the
+/// caller's guard by `wrap`. Always `Some` without a timeout.
+pub(crate) fn in_space<T: Send + 'static>(
+    space: &crate::LockSpace,
+    names: Vec<String>,
+    spec: crate::space::Spec,
+    timeout: Option<Duration>,
+    bounded: bool,
+    wrap: impl FnOnce(crate::space::SpaceLease) -> T + Send + 'static,
+) -> Acquiring<Option<T>> {
+    match timeout {
+        Some(t) => crate::space::start(space, names, spec, t, bounded, wrap),
+        None => crate::space::start_plain(space, names, spec, bounded, wrap)
+            .and_then(|held| Ok(Some(held))),
+    }
+}
+
+/// A one-name lock recipe's acquire (a mutex's, a semaphore's, a reader-writer lock's) of
+/// `name` as `spec` says, wherever `scope` locks: waiting at most `timeout` (`bounded`: the
+/// hold ends at a bound, which is no clean release), its hold made into the caller's
+/// guard by `finish`. Always `Some` without a timeout.
+pub(crate) fn take_lock<T: Send + 'static>(
+    scope: &Scope,
+    name: &str,
+    spec: crate::space::Spec,
+    timeout: Option<Duration>,
+    bounded: bool,
+    finish: impl Fn(Holding) -> T + Send + Sync + 'static,
+) -> Acquiring<Option<T>> {
+    let source = match scope {
+        Scope::Space(space) => {
+            let names = vec![name.to_string()];
+            let finish = move |parts| finish(Holding::Space(parts));
+            return in_space(space, names, spec, timeout, bounded, finish);
+        }
+        Scope::Node(source) => source,
+    };
+    let mut options = spec.options;
+    if let Some(t) = timeout {
+        options = options.timeout(t);
+    }
+    let after = spec.lock_delay.map(lock_delay::after_grant);
+    let delayed = after.is_some();
+    let clean = delayed && !bounded;
+    let (guard, mutex) = (spec.guard, spec.mutex);
+    let named = name.to_string();
+    acquiring_then(source, name, options, spec.prepare, after, move |r| {
+        // A lease of a persistent semaphore must end when it is force-deleted under it.
+        let r = if guard {
+            r.inspect(crate::session::Lease::guard)
+        } else {
+            r
+        };
+        let r = if mutex {
+            r.map_err(|e| other_mode(e, &named, delayed))
+        } else {
+            r
+        };
+        let lease = granted(r, timeout.is_some())?;
+        Ok(lease.map(|lease| finish(Holding::Node { lease, clean })))
+    })
+}
+
+/// A node's answer to a recipe's acquire: only a `timed` (bounded) wait answers "not
+/// granted in time" (`None`); any other answer is the lease or an error.
+pub(crate) fn granted(
+    answer: Result<crate::session::Lease>,
+    timed: bool,
+) -> Result<Option<crate::session::Lease>> {
+    if timed {
+        crate::session::optional(answer)
+    } else {
+        answer.map(Some)
     }
 }
 
@@ -173,22 +298,86 @@ macro_rules! made_from {
 }
 pub(crate) use made_from;
 
-/// Implements `Deref<Target = Lease>`, `release` (and the recipe's own verb for it, when it
-/// has one), `into_lease` and [`Guard`] for a guard type. `release` is inherent so that it
-/// never resolves through `Deref` to [`Lease::release`](crate::session::Lease::release),
-/// which cannot move out of a borrow.
+/// The inherent methods and the [`Guard`] impl of a recipe guard `$guard` whose field `held`
+/// is a [`Holding`] (`$what`: what it holds, for the docs; `$verb`: the recipe's own word
+/// for `release`, when it has one). They are inherent so that a user needs no trait import,
+/// and written once here so that every guard, on a node or in a lock space, says the same.
 macro_rules! lease_guard {
     ($guard:ident, $what:literal $(, $verb:ident)?) => {
-        impl std::ops::Deref for $guard {
-            type Target = crate::session::Lease;
-
-            fn deref(&self) -> &crate::session::Lease {
-                &self.lease
-            }
-        }
-
         impl $guard {
-            #[doc = concat!("Releases the ", $what, " and waits for the server's answer (`false`: it was already lost).")]
+            #[doc = concat!("The fencing token of the ", $what, ": send it with every write to the protected resource.")]
+            ///
+            /// On one node its epoch is 0; in a [`LockSpace`](crate::LockSpace) it carries
+            /// the epoch of the layout the lock was taken in, so tokens of one name stay
+            /// ordered across reshards.
+            pub fn fencing_token(&self) -> crate::session::FencingToken {
+                self.held.fencing_token()
+            }
+
+            #[doc = concat!("A token that fires when the ", $what, " is lost or ends (released, dropped).")]
+            ///
+            /// It is the holder's own: cancelling it stops only the holder's work and never
+            /// changes the lock, which only `release()` or a drop lets go (see
+            /// [`Guard::token`](crate::Guard::token)).
+            pub fn token(&self) -> tokio_util::sync::CancellationToken {
+                self.held.token()
+            }
+
+            #[doc = concat!("Waits until the ", $what, " is lost or ends.")]
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future has no effect on the hold.
+            pub async fn cancelled(&self) {
+                self.held.cancelled().await;
+            }
+
+            #[doc = concat!("Whether the ", $what, " may have been lost (or ended).")]
+            pub fn is_lost(&self) -> bool {
+                self.held.is_lost()
+            }
+
+            /// Replaces the holder's data (what describes and watchers see), keeping the
+            /// hold and its fencing token; in a lock space, in every place.
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for data
+            /// over [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN); the hold was lost or
+            /// ended.
+            ///
+            /// # Cancel safety
+            ///
+            /// Dropping the future does not withdraw the updates already requested.
+            pub async fn set_data(&self, data: &[u8]) -> crate::error::Result<()> {
+                self.held.set_data(data).await
+            }
+
+            /// The lease of a hold on one node (a [`Session`](crate::Session)'s or a
+            /// [`SessionManager`](crate::SessionManager)'s); `None` in a
+            /// [`LockSpace`](crate::LockSpace), whose hold is [`Self::space_lease`].
+            pub fn lease(&self) -> Option<&crate::session::Lease> {
+                self.held.lease()
+            }
+
+            /// The parts of a hold in a [`LockSpace`](crate::LockSpace) (its nodes, its
+            /// epoch, each name's fencing token); `None` on one node, whose hold is
+            /// [`Self::lease`].
+            pub fn space_lease(&self) -> Option<&crate::space::SpaceLease> {
+                self.held.space_lease()
+            }
+
+            /// The lease of a hold on one node, to keep without the guard; a hold in a
+            /// lock space comes back as it was (`Err`).
+            ///
+            /// # Errors
+            ///
+            /// The guard itself, for a hold in a [`LockSpace`](crate::LockSpace).
+            pub fn into_lease(self) -> std::result::Result<crate::session::Lease, Self> {
+                self.held.into_lease().map_err(|held| Self { held })
+            }
+
+            #[doc = concat!("Releases the ", $what, " and waits for the answer (`false`: it was already lost).")]
             ///
             /// # Errors
             ///
@@ -198,7 +387,7 @@ macro_rules! lease_guard {
             ///
             /// The release is requested at once; dropping the future only skips the wait.
             pub async fn release(self) -> crate::error::Result<bool> {
-                self.lease.release().await
+                self.held.release().await
             }
 
             $(
@@ -210,33 +399,28 @@ macro_rules! lease_guard {
             ///
             /// # Cancel safety
             ///
-            /// The release is requested at once; dropping the future only skips the wait.
+            #[doc = concat!("As [`", stringify!($guard), "::release`].")]
             pub async fn $verb(self) -> crate::error::Result<bool> {
-                self.lease.release().await
+                self.held.release().await
             }
             )?
-
-            /// The lease underneath.
-            pub fn into_lease(self) -> crate::session::Lease {
-                self.lease
-            }
         }
 
         impl crate::recipes::Guard for $guard {
             fn fencing_token(&self) -> crate::session::FencingToken {
-                self.lease.fencing_token()
+                self.held.fencing_token()
             }
 
             fn token(&self) -> tokio_util::sync::CancellationToken {
-                self.lease.token()
+                self.held.token()
             }
 
             fn is_lost(&self) -> bool {
-                self.lease.is_lost()
+                self.held.is_lost()
             }
 
             fn release(self) -> impl std::future::Future<Output = crate::error::Result<bool>> + Send {
-                self.lease.release()
+                self.held.release()
             }
         }
     };
@@ -284,5 +468,76 @@ impl SessionManager {
     /// An [`Election`] that survives session loss.
     pub fn election(&self, name: &str) -> Election {
         Election::new(Source::new(self.clone()), name)
+    }
+}
+
+impl crate::LockSpace {
+    /// A [`Mutex`] on `name` in this space: the same lock as
+    /// [`SessionManager::mutex`] of that name on each node the layout places it on (two
+    /// during a reshard's transition), taken in every place, with one guard over them.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// let space = LockSpace::builder()
+    ///     .node("n1", &client, "/local/n1")
+    ///     .node("n2", &client, "/local/n2")
+    ///     .layout(Layout::new(1, ["n1", "n2"])?)
+    ///     .open()
+    ///     .await?;
+    /// let mutex = space.mutex("tenant-7/migrate");
+    /// let guard = mutex.lock().await?;
+    /// assert!(mutex.try_lock().await?.is_none());
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(Scope::Space(self.clone()), name)
+    }
+
+    /// A counted [`Semaphore`] `name` with `limit` units in this space (created on each
+    /// node if missing); in a transition a permit is taken in both places, so the limit
+    /// holds on both sides.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) {
+    /// assert_eq!(space.semaphore("fragile-api", 5).limit(), 5);
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: &str, limit: u64) -> Semaphore {
+        Semaphore::new(Scope::Space(self.clone()), name, limit)
+    }
+
+    /// A [`RwLock`] on `name` in this space.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
+    /// space.rwlock("config");
+    /// # }
+    /// ```
+    pub fn rwlock(&self, name: &str) -> RwLock {
+        RwLock::new(Scope::Space(self.clone()), name)
+    }
+
+    /// A [`MultiLock`] on the mutexes `names` of this space (any order, repeats ignored);
+    /// the names may live on different nodes, and are taken in one global order whichever
+    /// layout of a reshard a process runs.
+    ///
+    /// ```
+    /// # use ydb_coordination::space::LockSpace;
+    /// # #[allow(dead_code)] fn f(space: &LockSpace) {
+    /// assert_eq!(space.multi_lock(["b", "a", "b"]).names(), ["a", "b"]);
+    /// # }
+    /// ```
+    pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> MultiLock {
+        MultiLock::new(Scope::Space(self.clone()), names)
     }
 }

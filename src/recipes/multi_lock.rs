@@ -6,12 +6,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Guard, Next, Source};
+use super::{Guard, Next, Scope, Source, in_space};
 use crate::bound::RoundTrips;
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::SessionManager;
 use crate::session::{Acquiring, FencingToken, Lease, Session};
+use crate::space::SpaceLease;
 
 /// Several [`Mutex`](super::Mutex)es of one node taken together: all of them or none,
 /// under one deadline, held in one session, behind one guard.
@@ -53,13 +54,14 @@ use crate::session::{Acquiring, FencingToken, Lease, Session};
 /// ```
 #[derive(Debug, Clone)]
 pub struct MultiLock {
-    source: Source,
+    scope: Scope,
     /// Sorted, each once.
     names: Vec<String>,
     data: Vec<u8>,
 }
 
-/// Every lock of a [`MultiLock`], held in one session; dropping it releases them all.
+/// Every lock of a [`MultiLock`], held in one session (or in their places in a
+/// [`LockSpace`](crate::LockSpace)); dropping it releases them all.
 ///
 /// Its [`token`](MultiLockGuard::token) fires as soon as any part is lost (or the guard is
 /// unlocked or dropped). A small task, started with the guard, waits for the parts' tokens
@@ -67,8 +69,17 @@ pub struct MultiLock {
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks every lock"]
 pub struct MultiLockGuard {
-    leases: Vec<Lease>,
-    token: CancellationToken,
+    parts: Parts,
+}
+
+/// What a multi-lock holds: its leases in one session, or its parts in a lock space.
+#[derive(Debug)]
+enum Parts {
+    Node {
+        leases: Vec<Lease>,
+        token: CancellationToken,
+    },
+    Space(SpaceLease),
 }
 
 /// A token that fires when any of `tokens` does, or when it is cancelled itself (which also
@@ -90,13 +101,18 @@ fn any_of(tokens: Vec<CancellationToken>) -> CancellationToken {
 impl MultiLockGuard {
     fn new(leases: Vec<Lease>) -> Self {
         let token = any_of(leases.iter().map(Lease::token).collect());
-        Self { leases, token }
+        Self {
+            parts: Parts::Node { leases, token },
+        }
     }
 
     /// A token that fires when any of the locks is lost, released or dropped. Do the
     /// protected work under it; cancelling it stops only that work, never the locks.
     pub fn token(&self) -> CancellationToken {
-        self.token.child_token()
+        match &self.parts {
+            Parts::Node { token, .. } => token.child_token(),
+            Parts::Space(space) => space.token(),
+        }
     }
 
     /// Waits until the token fires.
@@ -105,51 +121,95 @@ impl MultiLockGuard {
     ///
     /// Cancel safe.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await;
+        match &self.parts {
+            Parts::Node { token, .. } => token.cancelled().await,
+            Parts::Space(space) => space.cancelled().await,
+        }
     }
 
     /// Whether the token fired: some lock may have been lost.
     pub fn is_lost(&self) -> bool {
-        self.token.is_cancelled() || self.leases.iter().any(Lease::is_lost)
+        match &self.parts {
+            Parts::Node { leases, token } => {
+                token.is_cancelled() || leases.iter().any(Lease::is_lost)
+            }
+            Parts::Space(space) => space.is_lost(),
+        }
+    }
+
+    /// Each lock's name and fencing token, in the canonical order they were taken in.
+    pub fn fencing_tokens(&self) -> Vec<(&str, FencingToken)> {
+        match &self.parts {
+            Parts::Node { leases, .. } => leases
+                .iter()
+                .map(|l| (l.name(), l.fencing_token()))
+                .collect(),
+            Parts::Space(space) => space
+                .fencing_tokens()
+                .iter()
+                .map(|(name, token)| (name.as_str(), *token))
+                .collect(),
+        }
     }
 
     /// The locks' names, in the canonical order they were taken in.
     pub fn names(&self) -> Vec<&str> {
-        self.leases.iter().map(Lease::name).collect()
+        self.fencing_tokens().into_iter().map(|(n, _)| n).collect()
     }
 
-    /// The leases, in the canonical order: each part's fencing token is
-    /// [`Lease::fencing_token`].
+    /// The leases of a multi-lock on one node, in the canonical order; empty in a
+    /// [`LockSpace`](crate::LockSpace), whose parts are [`MultiLockGuard::space_lease`].
     pub fn leases(&self) -> &[Lease] {
-        &self.leases
+        match &self.parts {
+            Parts::Node { leases, .. } => leases,
+            Parts::Space(_) => &[],
+        }
     }
 
-    /// The session holding the locks.
-    pub fn session_id(&self) -> u64 {
-        self.leases.first().map_or(0, Lease::session_id)
+    /// The parts of a multi-lock in a [`LockSpace`](crate::LockSpace) (its nodes, its
+    /// epoch); `None` on one node, whose parts are [`MultiLockGuard::leases`].
+    pub fn space_lease(&self) -> Option<&SpaceLease> {
+        match &self.parts {
+            Parts::Node { .. } => None,
+            Parts::Space(space) => Some(space),
+        }
     }
 
-    /// Releases every lock and waits for the server's answers: `true` if all were still
+    /// Releases every lock and waits for the servers' answers: `true` if all were still
     /// held, `false` if any was already lost.
     ///
     /// # Errors
     ///
-    /// The session ended first (the server then releases everything itself).
+    /// A session ended first (its server then releases what it held).
     ///
     /// # Cancel safety
     ///
     /// The token fires and every release is requested at once (as by a drop); dropping the
     /// future only skips the wait.
     pub async fn unlock(mut self) -> Result<bool> {
-        self.token.cancel();
-        release_all(std::mem::take(&mut self.leases)).await
+        match &mut self.parts {
+            Parts::Node { leases, token } => {
+                token.cancel();
+                release_all(std::mem::take(leases)).await
+            }
+            Parts::Space(_) => match std::mem::replace(
+                &mut self.parts,
+                Parts::Node {
+                    leases: Vec::new(),
+                    token: CancellationToken::new(),
+                },
+            ) {
+                Parts::Space(space) => space.release().await,
+                Parts::Node { .. } => Ok(false),
+            },
+        }
     }
 
     /// The same as [`MultiLockGuard::unlock`]: releases every lock.
     ///
     /// # Errors
     ///
-    /// The session ended first (the server then releases everything itself).
+    /// A session ended first (its server then releases what it held).
     ///
     /// # Cancel safety
     ///
@@ -159,12 +219,14 @@ impl MultiLockGuard {
     }
 
     /// The fencing token of the first name (in the canonical order); each name's own is
-    /// in [`MultiLockGuard::leases`].
+    /// in [`MultiLockGuard::fencing_tokens`].
     pub fn fencing_token(&self) -> FencingToken {
-        self.leases
-            .first()
-            .map(Lease::fencing_token)
-            .unwrap_or_default()
+        match &self.parts {
+            Parts::Node { leases, .. } => {
+                leases.first().map(Lease::fencing_token).unwrap_or_default()
+            }
+            Parts::Space(space) => space.fencing_token(),
+        }
     }
 }
 
@@ -203,15 +265,21 @@ async fn release_all(leases: Vec<Lease>) -> Result<bool> {
 
 impl Drop for MultiLockGuard {
     fn drop(&mut self) {
-        // The leases drop after this, each releasing its lock.
-        self.token.cancel();
+        // The leases drop after this, each releasing its lock (a space's parts release
+        // themselves).
+        if let Parts::Node { token, .. } = &self.parts {
+            token.cancel();
+        }
     }
 }
 
 impl MultiLock {
-    pub(crate) fn new<S: AsRef<str>>(source: Source, names: impl IntoIterator<Item = S>) -> Self {
+    pub(crate) fn new<S: AsRef<str>>(
+        scope: impl Into<Scope>,
+        names: impl IntoIterator<Item = S>,
+    ) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             names: canonical(names),
             data: Vec::new(),
         }
@@ -251,17 +319,7 @@ impl MultiLock {
     /// Dropping the future withdraws the request in progress and releases the locks
     /// already taken.
     pub fn lock(&self) -> Acquiring<MultiLockGuard> {
-        let this = self.clone();
-        Acquiring::steps(move |queued, trips| {
-            Box::pin(async move {
-                this.take(None, &queued, &trips).await?.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Internal,
-                        "a multi-lock without a timeout ended without its locks",
-                    )
-                })
-            })
-        })
+        self.start(None).expect_some()
     }
 
     /// Takes every lock only if each is free now and nobody is queued for it; `None`
@@ -317,33 +375,56 @@ impl MultiLock {
     ///
     /// As [`MultiLock::lock`].
     pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MultiLockGuard>> {
-        if let Err(e) = config::check_acquire_timeout(timeout) {
+        self.start(Some(timeout))
+    }
+
+    /// The acquire of every lock, waiting at most `timeout` (without one, always `Some`).
+    fn start(&self, timeout: Option<Duration>) -> Acquiring<Option<MultiLockGuard>> {
+        let checked = match timeout {
+            Some(timeout) => config::check_acquire_timeout(timeout),
+            None => Ok(()),
+        };
+        if let Err(e) = checked.and_then(|()| self.check()) {
             return Acquiring::failed(e);
         }
+        let source = match &self.scope {
+            Scope::Node(source) => source.clone(),
+            Scope::Space(space) => {
+                let spec = crate::space::Spec::mutex(&self.data, None);
+                return in_space(space, self.names.clone(), spec, timeout, false, |parts| {
+                    MultiLockGuard {
+                        parts: Parts::Space(parts),
+                    }
+                });
+            }
+        };
         let this = self.clone();
-        Acquiring::steps(move |queued, trips| {
+        let acquiring = Acquiring::steps(move |queued, trips| {
             Box::pin(async move {
-                let deadline = crate::clock::later(Instant::now(), timeout);
-                this.take(Some(deadline), &queued, &trips).await
+                let deadline = timeout.map(|t| crate::clock::later(Instant::now(), t));
+                this.take(&source, deadline, &queued, &trips).await
             })
-        })
-        .within(timeout)
+        });
+        match timeout {
+            Some(timeout) => acquiring.within(timeout),
+            None => acquiring,
+        }
     }
 
     /// Takes every lock by `deadline` (`None`: no deadline), in one session, starting over
     /// in the next session after a loss when the source renews.
     async fn take(
         &self,
+        source: &Source,
         deadline: Option<Instant>,
         queued: &watch::Sender<bool>,
         trips: &RoundTrips,
     ) -> Result<Option<MultiLockGuard>> {
-        self.check()?;
         loop {
-            let session = self.source.session().await?;
+            let session = source.session().await?;
             trips.note(session.round_trip());
             match self.take_in(&session, deadline, queued, trips).await {
-                Err(e) => match self.source.after_error(e) {
+                Err(e) => match source.after_error(e) {
                     Next::Retry(_) => continue,
                     Next::End(e) => return Err(e),
                 },

@@ -3,14 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::session::optional;
-
-use tokio_util::sync::CancellationToken;
-
-use super::{Acquiring, Bounded, Guard, Held, Prepare, Source, acquiring_then, lock_delay};
+use super::{
+    Acquiring, Bounded, Held, Holding, Prepare, Scope, lease_guard, lock_delay, take_lock,
+};
 use crate::config::AcquireOptions;
-use crate::error::{Error, ErrorKind, Result};
-use crate::session::{FencingToken, Lease};
+use crate::error::{Error, ErrorKind};
+use crate::session::Lease;
 
 /// What a mutex takes of its semaphore, on a node and on each place of a lock space alike
 /// (the two must match, or they refuse each other: the server's `PreconditionFailed`, which
@@ -37,7 +35,7 @@ pub(crate) fn semaphore(lock_delay: Option<Duration>, data: &[u8]) -> (AcquireOp
 /// semaphore; a persistent one of an ephemeral semaphore or of another limit), becomes
 /// [`ErrorKind::ModeMismatch`] naming the other mode and what to do; the server's error stays
 /// its source.
-fn other_mode(err: Error, name: &str, delayed: bool) -> Error {
+pub(crate) fn other_mode(err: Error, name: &str, delayed: bool) -> Error {
     if err.kind() != ErrorKind::PreconditionFailed {
         return err;
     }
@@ -82,107 +80,54 @@ fn other_mode(err: Error, name: &str, delayed: bool) -> Error {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Mutex {
-    source: Source,
+    scope: Scope,
     name: String,
     data: Vec<u8>,
     lock_delay: Option<Duration>,
 }
 
-/// A held [`Mutex`]; dropping it unlocks. Dereferences to the [`Lease`].
+/// A held [`Mutex`]; dropping it unlocks. The same guard on one node and in a
+/// [`LockSpace`](crate::LockSpace): what it holds is its [`lease`](MutexGuard::lease) on
+/// one node or its [`space_lease`](MutexGuard::space_lease) in a space.
 ///
-/// Of a mutex with a [lock delay](Mutex::lock_delay), only [`MutexGuard::unlock`] and
-/// [`Guard::release`] are a clean release; a dropped guard (a drop cannot wait for the
-/// marker's write), a lease taken out with [`MutexGuard::into_lease`] and a
-/// [bounded](Mutex::lock_for) hold end without one, and the next holder waits the delay.
+/// Of a mutex with a [lock delay](Mutex::lock_delay), [`MutexGuard::unlock`] (or
+/// [`MutexGuard::release`]) first records on the server that the release is clean (one
+/// more request per place), so the next holder does not wait; if that record cannot be
+/// written, the lock is released all the same and the next holder waits. A dropped guard (a
+/// drop cannot wait for the record's write), a future of `unlock()` dropped before the
+/// record is written, a lease taken out with [`MutexGuard::into_lease`], a lock already
+/// lost and a [bounded](Mutex::lock_for) hold end without one, and the next holder waits
+/// the delay.
+///
+/// # Examples
+///
+/// ```
+/// # use ydb_coordination::emulator::Emulator;
+/// # use ydb_coordination::{Client, SessionOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let emulator = Emulator::builder().node("/local/app").start().await?;
+/// # let client = Client::connect(&emulator.connection_string()).await?;
+/// let session = client.session("/local/app", SessionOptions::new()).await?;
+/// let guard = session.mutex("job").lock().await?;
+/// let token = guard.fencing_token();
+/// assert_eq!(guard.lease().map(|l| l.fencing_token()), Some(token));
+/// assert!(guard.unlock().await?);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks the mutex"]
 pub struct MutexGuard {
-    lease: Lease,
-    /// Whether an unlock records a clean release (a lock-delay mutex).
-    clean: bool,
+    held: Holding,
 }
 
-impl std::ops::Deref for MutexGuard {
-    type Target = Lease;
-
-    fn deref(&self) -> &Lease {
-        &self.lease
-    }
-}
-
-impl MutexGuard {
-    fn new(lease: Lease, clean: bool) -> Self {
-        Self { lease, clean }
-    }
-
-    /// Releases the lock and waits for the server's answer (`false`: it was already lost).
-    ///
-    /// On a mutex with a [lock delay](Mutex::lock_delay), first records on the server that
-    /// the release is clean (one more request), so the next holder does not wait; if that
-    /// record cannot be written, the lock is released all the same and the next holder
-    /// waits.
-    ///
-    /// # Errors
-    ///
-    /// The session ended first (the server then releases everything itself).
-    ///
-    /// # Cancel safety
-    ///
-    /// Without a lock delay, the release is requested at once; dropping the future only
-    /// skips the wait. With one, dropping the future before the record is written releases
-    /// the lock at once, as a dropped guard does (not a clean release: the next holder
-    /// waits).
-    pub async fn unlock(self) -> Result<bool> {
-        if self.clean {
-            lock_delay::release_clean(self.lease).await
-        } else {
-            self.lease.release().await
-        }
-    }
-
-    /// The same as [`MutexGuard::unlock`]: releases the lock (cleanly, on a mutex with a
-    /// [lock delay](Mutex::lock_delay)).
-    ///
-    /// # Errors
-    ///
-    /// The session ended first (the server then releases everything itself).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`MutexGuard::unlock`].
-    pub async fn release(self) -> Result<bool> {
-        self.unlock().await
-    }
-
-    /// The lease underneath. Of a mutex with a [lock delay](Mutex::lock_delay), its release
-    /// is not a clean one: the next holder waits the delay.
-    pub fn into_lease(self) -> Lease {
-        self.lease
-    }
-}
-
-impl Guard for MutexGuard {
-    fn fencing_token(&self) -> FencingToken {
-        self.lease.fencing_token()
-    }
-
-    fn token(&self) -> CancellationToken {
-        self.lease.token()
-    }
-
-    fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    fn release(self) -> impl std::future::Future<Output = Result<bool>> + Send {
-        self.unlock()
-    }
-}
+lease_guard!(MutexGuard, "lock", unlock);
 
 impl Mutex {
-    pub(crate) fn new(source: Source, name: &str) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
             data: Vec::new(),
             lock_delay: None,
@@ -235,15 +180,41 @@ impl Mutex {
     /// release of one says nothing about another that was lost, and one marker cannot tell
     /// which permit was lost.
     ///
-    /// This covers one node's mutex. A [`LockSpace`](crate::LockSpace)'s mutex has the same
-    /// option, [`SpaceMutex::lock_delay`](crate::space::SpaceMutex::lock_delay): each place
-    /// of the name is this mutex on its node, with its own marker, and the guard waits if
-    /// any place's last tenure ended uncleanly; it also covers a name that a reshard moves
-    /// to a node where it has no semaphore yet.
+    /// # In a lock space
+    ///
+    /// Each place of the name is this mutex on its node, with its own marker. Once every
+    /// place is granted, the holder reads each place's marker and writes its own `held` one
+    /// there; the guard is handed over after the delay if any place says its last tenure
+    /// there ended without a clean release, counted from that place's grant. An unlock
+    /// writes `released` on every place before it releases. A part or the membership lost
+    /// counts as unclean too; a part lost during the delay is given back and the lock asked
+    /// for again (a bounded form past its bound ends with
+    /// [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable)).
+    ///
+    /// A reshard moves a name to a node where nobody has held it, so the place starts
+    /// without a marker: the history of the name is on its old node. In the transition a
+    /// holder takes both places, so it reads the old place's marker (and waits after an
+    /// unclean end there) and writes its own on the new one. That is not enough on its
+    /// own: nobody may hold the name in the transition, and a holder of the old layout may
+    /// be lost on the old place after a holder of the transition released cleanly on both;
+    /// either way the first holder in the next layout finds no marker, or a clean one, on
+    /// its only place. So every marker in a space names the epoch of the layout it was
+    /// written in, and a place whose marker is not of the layout the lock is taken in (none,
+    /// or an older one: also a name that a reshard moved away and back) holds its holder
+    /// until `delay` after the process began to run that layout (opened the space with it,
+    /// or followed it). That is safe: a tenure such a marker does not show belongs to an
+    /// older layout, and had ended before the layout run was published (with a directory, a
+    /// step is published only once no member runs an older layout or holds a lock taken in
+    /// it; a member cut off from it has lost its locks by then) or before the process was
+    /// started with it (with fixed layouts, as the
+    /// [reshard rule](crate::space#resharding) asks of the operator). The cost: a name
+    /// first taken within `delay` of the process's start (or of its move to a new layout)
+    /// waits out the rest of that `delay`; later locks find the markers of their layout and
+    /// do not.
     ///
     /// # Cost
     ///
-    /// Six requests more per lock, two per unlock. Each lock makes sure of the semaphore (a
+    /// Per place, six requests more per lock, two per unlock. Each lock makes sure of the semaphore (a
     /// create, and a describe once it exists), then after the grant describes it and writes
     /// the marker, and has the session watch the semaphore so that a forced delete ends the
     /// hold (a describe at the grant and one after each marker write); an unlock writes the
@@ -328,33 +299,16 @@ impl Mutex {
         std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
     }
 
-    fn options(&self) -> AcquireOptions {
-        semaphore(self.lock_delay, &self.data).0
-    }
-
-    /// An acquire of the lock (waiting at most `timeout`) whose lease `finish` turns into
-    /// the caller's guard (told whether an unlock records a clean release).
+    /// An acquire of the lock (waiting at most `timeout`) whose hold `finish` turns into
+    /// the caller's guard. `bounded`: the hold ends at a bound, which is no clean release.
     fn start<T: Send + 'static>(
         &self,
         timeout: Option<Duration>,
-        finish: impl Fn(Result<Lease>, bool) -> Result<T> + Send + Sync + 'static,
-    ) -> Acquiring<T> {
-        let mut options = self.options();
-        if let Some(t) = timeout {
-            options = options.timeout(t);
-        }
-        let (_, prepare) = semaphore(self.lock_delay, &self.data);
-        let after = self.lock_delay.map(lock_delay::after_grant);
-        let clean = after.is_some();
-        let name = self.name.clone();
-        acquiring_then(
-            &self.source,
-            &self.name,
-            options,
-            prepare,
-            after,
-            move |r| finish(r.map_err(|e| other_mode(e, &name, clean)), clean),
-        )
+        bounded: bool,
+        finish: impl Fn(Holding) -> T + Send + Sync + 'static,
+    ) -> Acquiring<Option<T>> {
+        let spec = crate::space::Spec::mutex(&self.data, self.lock_delay);
+        take_lock(&self.scope, &self.name, spec, timeout, bounded, finish)
     }
 
     /// Waits for the lock.
@@ -372,17 +326,25 @@ impl Mutex {
     /// (on a [`Session`](crate::Session) scope: the session was lost while
     /// waiting; a [`SessionManager`](crate::SessionManager) scope retries in the next
     /// session instead, until the manager stops: then its error,
-    /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown).
+    /// [`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown). In a
+    /// [`LockSpace`](crate::LockSpace), also
+    /// [`ErrorKind::PreconditionFailed`](crate::ErrorKind::PreconditionFailed) for a layout
+    /// naming a node the space was not given, or a published layout that contradicts the
+    /// one run (see [`LockSpace::layout_error`](crate::LockSpace::layout_error)); a node's
+    /// manager's error once it stopped; in a transition, the directory's errors reading the
+    /// layout (the places taken are given back). Without a bound, a lock in a space waits
+    /// while the process is not a confirmed member of its directory, and is asked for again
+    /// after a read of the layout that went unanswered.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future withdraws the request; the lock is not taken. With a
-    /// [lock delay](Mutex::lock_delay), dropping it after the grant (during the delay)
-    /// releases the lock, not cleanly: the next holder waits the delay too.
+    /// Dropping the future withdraws the request; the lock is not taken (in a space, the
+    /// places already taken are released). With a [lock delay](Mutex::lock_delay), dropping
+    /// it after the grant (during the delay) releases the lock, not cleanly: the next holder
+    /// waits the delay too.
     pub fn lock(&self) -> Acquiring<MutexGuard> {
-        self.start(None, |r, clean| {
-            r.map(|lease| MutexGuard::new(lease, clean))
-        })
+        self.start(None, false, |held| MutexGuard { held })
+            .expect_some()
     }
 
     /// Takes the lock only if it is free and nobody is queued.
@@ -398,19 +360,23 @@ impl Mutex {
         self.lock_timeout(Duration::ZERO)
     }
 
-    /// Waits for the lock at most `timeout` (for a session too, on a manager without one); `None` if it passed.
+    /// Waits for the lock at most `timeout` in all (for a session too, on a manager
+    /// without one; in a lock space, for every place); `None` if a node answered that it
+    /// was not granted in time, and only then.
     ///
     /// # Errors
     ///
-    /// As [`Mutex::lock`].
+    /// As [`Mutex::lock`]; a timeout over a day is `InvalidArgument`. By the bound (see
+    /// [`Acquiring`]'s bounds), [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable)
+    /// when a node did not answer, or in a space, when the process is not a confirmed member
+    /// of its directory or (in a transition) the directory did not answer the read of the
+    /// layout; every place taken is given back.
     ///
     /// # Cancel safety
     ///
     /// As [`Mutex::lock`].
     pub fn lock_timeout(&self, timeout: Duration) -> Acquiring<Option<MutexGuard>> {
-        self.start(Some(timeout), |r, clean| {
-            optional(r).map(|lease| lease.map(|lease| MutexGuard::new(lease, clean)))
-        })
+        self.start(Some(timeout), false, |held| MutexGuard { held })
     }
 
     /// Waits for the lock and holds it for at most `bound` from the grant: a wedged holder
@@ -456,12 +422,11 @@ impl Mutex {
     /// returned.
     pub fn lock_for(&self, bound: Duration) -> Acquiring<Bounded<MutexGuard>> {
         // A hold ended at its deadline is no clean release: its holder may not have stopped.
-        self.start(None, move |r, _| {
-            r.map(|lease| {
-                let granted_at = lease.granted_at();
-                Bounded::from_grant(MutexGuard::new(lease, false), granted_at, bound)
-            })
+        self.start(None, true, move |held| {
+            let granted_at = held.granted_at();
+            Bounded::from_grant(MutexGuard { held }, granted_at, bound)
         })
+        .expect_some()
     }
 
     /// Holds the lock for as long as the stream is polled: a guard now, and a new one
@@ -475,6 +440,7 @@ impl Mutex {
                 let mutex = mutex.clone();
                 Box::pin(mutex.lock())
             }),
+            |g| g.lease().map(Lease::session_id),
         )
     }
 }

@@ -3,11 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::session::optional;
-
-use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
+use super::{Acquiring, Bounded, Held, Holding, Scope, lease_guard, take_lock};
 use crate::config::AcquireOptions;
-use crate::error::Result;
 use crate::session::Lease;
 
 /// A reader-writer lock on one ephemeral semaphore: readers take one token, a writer takes
@@ -36,7 +33,7 @@ use crate::session::Lease;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    source: Source,
+    scope: Scope,
     name: String,
     data: Vec<u8>,
 }
@@ -45,23 +42,23 @@ pub struct RwLock {
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks"]
 pub struct RwLockReadGuard {
-    lease: Lease,
+    held: Holding,
 }
 
 /// Exclusive access to a [`RwLock`]. Dereferences to the [`Lease`].
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks"]
 pub struct RwLockWriteGuard {
-    lease: Lease,
+    held: Holding,
 }
 
 lease_guard!(RwLockReadGuard, "read lock", unlock);
 lease_guard!(RwLockWriteGuard, "write lock", unlock);
 
 impl RwLock {
-    pub(crate) fn new(source: Source, name: &str) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
             data: Vec::new(),
         }
@@ -92,27 +89,21 @@ impl RwLock {
         self
     }
 
-    fn options(&self, write: bool, timeout: Option<Duration>) -> AcquireOptions {
+    /// An acquire (`write`: exclusive) waiting at most `timeout`, whose hold `finish` turns
+    /// into the caller's guard.
+    fn start<T: Send + 'static>(
+        &self,
+        write: bool,
+        timeout: Option<Duration>,
+        finish: impl Fn(Holding) -> T + Send + Sync + 'static,
+    ) -> Acquiring<Option<T>> {
         let options = if write {
             AcquireOptions::exclusive()
         } else {
             AcquireOptions::shared()
         };
-        let options = options.ephemeral(true).data(self.data.clone());
-        match timeout {
-            Some(timeout) => options.timeout(timeout),
-            None => options,
-        }
-    }
-
-    fn start<T: Send + 'static>(
-        &self,
-        write: bool,
-        timeout: Option<Duration>,
-        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
-    ) -> Acquiring<T> {
-        let options = self.options(write, timeout);
-        acquiring(&self.source, &self.name, options, Prepare::Nothing, finish)
+        let spec = crate::space::Spec::rwlock(options.ephemeral(true).data(self.data.clone()));
+        take_lock(&self.scope, &self.name, spec, timeout, false, finish)
     }
 
     /// Waits for shared access.
@@ -129,7 +120,8 @@ impl RwLock {
     ///
     /// Dropping the future withdraws the request.
     pub fn read(&self) -> Acquiring<RwLockReadGuard> {
-        self.start(false, None, |r| r.map(|lease| RwLockReadGuard { lease }))
+        self.start(false, None, |held| RwLockReadGuard { held })
+            .expect_some()
     }
 
     /// Waits for exclusive access.
@@ -142,7 +134,8 @@ impl RwLock {
     ///
     /// Dropping the future withdraws the request.
     pub fn write(&self) -> Acquiring<RwLockWriteGuard> {
-        self.start(true, None, |r| r.map(|lease| RwLockWriteGuard { lease }))
+        self.start(true, None, |held| RwLockWriteGuard { held })
+            .expect_some()
     }
 
     /// Shared access only if available now.
@@ -200,9 +193,7 @@ impl RwLock {
     ///
     /// Dropping the future withdraws the request.
     pub fn read_timeout(&self, timeout: Duration) -> Acquiring<Option<RwLockReadGuard>> {
-        self.start(false, Some(timeout), |r| {
-            optional(r).map(|lease| lease.map(|lease| RwLockReadGuard { lease }))
-        })
+        self.start(false, Some(timeout), |held| RwLockReadGuard { held })
     }
 
     /// Waits for exclusive access at most `timeout` (for a session too, on a manager without one); `None` if it
@@ -238,9 +229,7 @@ impl RwLock {
     ///
     /// Dropping the future withdraws the request.
     pub fn write_timeout(&self, timeout: Duration) -> Acquiring<Option<RwLockWriteGuard>> {
-        self.start(true, Some(timeout), |r| {
-            optional(r).map(|lease| lease.map(|lease| RwLockWriteGuard { lease }))
-        })
+        self.start(true, Some(timeout), |held| RwLockWriteGuard { held })
     }
 
     /// Waits for shared access and holds it for at most `bound` from the grant (as
@@ -275,12 +264,11 @@ impl RwLock {
     /// Dropping the future withdraws the request; the deadline's task is started only when
     /// access is granted and returned.
     pub fn read_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockReadGuard>> {
-        self.start(false, None, move |r| {
-            r.map(|lease| {
-                let granted_at = lease.granted_at();
-                Bounded::from_grant(RwLockReadGuard { lease }, granted_at, bound)
-            })
+        self.start(false, None, move |held| {
+            let granted_at = held.granted_at();
+            Bounded::from_grant(RwLockReadGuard { held }, granted_at, bound)
         })
+        .expect_some()
     }
 
     /// Waits for exclusive access and holds it for at most `bound` from the grant (as
@@ -294,12 +282,11 @@ impl RwLock {
     ///
     /// As [`RwLock::read_for`].
     pub fn write_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockWriteGuard>> {
-        self.start(true, None, move |r| {
-            r.map(|lease| {
-                let granted_at = lease.granted_at();
-                Bounded::from_grant(RwLockWriteGuard { lease }, granted_at, bound)
-            })
+        self.start(true, None, move |held| {
+            let granted_at = held.granted_at();
+            Bounded::from_grant(RwLockWriteGuard { held }, granted_at, bound)
         })
+        .expect_some()
     }
 
     /// Holds shared access for as long as the stream is polled: a guard now, and a new one
@@ -327,6 +314,7 @@ impl RwLock {
         Held::new(
             format!("rwlock {:?} (read)", self.name),
             Arc::new(move || Box::pin(lock.read())),
+            |g| g.lease().map(Lease::session_id),
         )
     }
 
@@ -355,6 +343,7 @@ impl RwLock {
         Held::new(
             format!("rwlock {:?} (write)", self.name),
             Arc::new(move || Box::pin(lock.write())),
+            |g| g.lease().map(Lease::session_id),
         )
     }
 }

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::session::optional;
-
-use super::{Acquiring, Bounded, Held, Prepare, Source, acquiring, lease_guard};
+use super::{Acquiring, Bounded, Held, Holding, Scope, lease_guard, take_lock};
 use crate::config::AcquireOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::Lease;
@@ -43,7 +41,7 @@ use crate::session::Lease;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    source: Source,
+    scope: Scope,
     name: String,
     limit: u64,
     data: Vec<u8>,
@@ -53,15 +51,15 @@ pub struct Semaphore {
 #[derive(Debug)]
 #[must_use = "dropping the permit releases it"]
 pub struct SemaphorePermit {
-    lease: Lease,
+    held: Holding,
 }
 
 lease_guard!(SemaphorePermit, "permit");
 
 impl Semaphore {
-    pub(crate) fn new(source: Source, name: &str, limit: u64) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str, limit: u64) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
             limit,
             data: Vec::new(),
@@ -107,23 +105,18 @@ impl Semaphore {
         Ok(AcquireOptions::new().count(n).data(self.data.clone()))
     }
 
+    /// An acquire of `n` units (waiting at most `timeout`) whose hold `finish` turns into
+    /// the caller's guard.
     fn start<T: Send + 'static>(
         &self,
         n: u64,
         timeout: Option<Duration>,
-        finish: impl Fn(Result<Lease>) -> Result<T> + Send + Sync + 'static,
-    ) -> Acquiring<T> {
+        finish: impl Fn(Holding) -> T + Send + Sync + 'static,
+    ) -> Acquiring<Option<T>> {
         match self.options(n) {
             Ok(options) => {
-                let options = match timeout {
-                    Some(timeout) => options.timeout(timeout),
-                    None => options,
-                };
-                let prepare = Prepare::Semaphore { limit: self.limit };
-                // A permit must end when its semaphore is force-deleted under it.
-                acquiring(&self.source, &self.name, options, prepare, move |r| {
-                    finish(r.inspect(Lease::guard))
-                })
+                let spec = crate::space::Spec::semaphore(options, self.limit);
+                take_lock(&self.scope, &self.name, spec, timeout, false, finish)
             }
             Err(err) => Acquiring::failed(err),
         }
@@ -145,7 +138,8 @@ impl Semaphore {
     ///
     /// Dropping the future withdraws the request.
     pub fn acquire(&self, n: u64) -> Acquiring<SemaphorePermit> {
-        self.start(n, None, |r| r.map(|lease| SemaphorePermit { lease }))
+        self.start(n, None, |held| SemaphorePermit { held })
+            .expect_some()
     }
 
     /// Takes `n` units only if they are free now and nobody is queued.
@@ -189,9 +183,7 @@ impl Semaphore {
     ///
     /// As [`Semaphore::acquire`].
     pub fn acquire_timeout(&self, n: u64, timeout: Duration) -> Acquiring<Option<SemaphorePermit>> {
-        self.start(n, Some(timeout), |r| {
-            optional(r).map(|lease| lease.map(|lease| SemaphorePermit { lease }))
-        })
+        self.start(n, Some(timeout), |held| SemaphorePermit { held })
     }
 
     /// Waits for `n` units and holds them for at most `bound` from the grant: at the
@@ -228,12 +220,11 @@ impl Semaphore {
     /// As [`Semaphore::acquire`]: the deadline's task is started only when the units are
     /// granted and returned.
     pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<Bounded<SemaphorePermit>> {
-        self.start(n, None, move |r| {
-            r.map(|lease| {
-                let granted_at = lease.granted_at();
-                Bounded::from_grant(SemaphorePermit { lease }, granted_at, bound)
-            })
+        self.start(n, None, move |held| {
+            let granted_at = held.granted_at();
+            Bounded::from_grant(SemaphorePermit { held }, granted_at, bound)
         })
+        .expect_some()
     }
 
     /// Holds `n` units for as long as the stream is polled: a permit now, and a new one
@@ -243,6 +234,7 @@ impl Semaphore {
         Held::new(
             format!("semaphore {:?}", self.name),
             Arc::new(move || Box::pin(semaphore.acquire(n))),
+            |g| g.lease().map(Lease::session_id),
         )
     }
 }

@@ -358,6 +358,73 @@ impl<T> Future for Steps<T> {
     }
 }
 
+impl<T: Send + 'static> Acquiring<T> {
+    /// The same acquire, its outcome made into `U` by `map` (which may refuse it).
+    pub(crate) fn and_then<U: Send + 'static>(
+        self,
+        map: impl FnOnce(T) -> Result<U> + Send + 'static,
+    ) -> Acquiring<U> {
+        Acquiring::composed(Mapped {
+            inner: self,
+            map: Some(Box::new(map)),
+        })
+    }
+}
+
+impl<T: Send + 'static> Acquiring<Option<T>> {
+    /// The acquire of a form without a timeout, which ends with a hold or an error: `None`
+    /// cannot come, and would be an internal error.
+    pub(crate) fn expect_some(self) -> Acquiring<T> {
+        self.and_then(|held| {
+            held.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Internal,
+                    "an acquire without a timeout ended without the lock",
+                )
+            })
+        })
+    }
+}
+
+/// An acquire whose outcome is mapped (see [`Acquiring::and_then`]). It carries no bound of
+/// its own: the acquire inside keeps its bound and ends itself by it.
+struct Mapped<T, U> {
+    inner: Acquiring<T>,
+    map: Option<Box<dyn FnOnce(T) -> Result<U> + Send>>,
+}
+
+impl<T, U> fmt::Debug for Mapped<T, U> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.inner, f)
+    }
+}
+
+impl<T, U> Unpin for Mapped<T, U> {}
+
+impl<T: Send + 'static, U: Send + 'static> Compose<U> for Mapped<T, U> {
+    fn queued(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(self.inner.queued())
+    }
+
+    fn round_trips(&self) -> RoundTrips {
+        // Read only by a bound, which a mapped acquire leaves to the one inside.
+        RoundTrips::default()
+    }
+}
+
+impl<T, U> Future for Mapped<T, U> {
+    type Output = Result<U>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<U>> {
+        let done = std::task::ready!(Pin::new(&mut self.inner).poll(cx));
+        let map = self
+            .map
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "an acquire was polled after it ended"));
+        Poll::Ready(done.and_then(|t| map.and_then(|map| map(t))))
+    }
+}
+
 /// The answer of a `try_` or `_timeout` form: `None` only when the server answered that it
 /// was not granted in time.
 pub(crate) fn optional(result: Result<Lease>) -> Result<Option<Lease>> {

@@ -10,10 +10,11 @@ use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 
 use super::layout::Layout;
-use super::lock::{SpaceGuard, SpaceHeld, Spec, Wait, hold, start, start_plain};
+use super::lock::{SpaceLease, Spec, start, start_plain};
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{AcquireOptions, MAX_DATA_LEN};
 use crate::error::{Error, ErrorKind, Result};
+use crate::recipes::Held;
 use crate::recipes::{Candidate, Leader, Member, Membership, Prepare};
 use crate::session::Acquiring;
 use crate::session::FencingToken;
@@ -52,7 +53,7 @@ pub struct SpaceLeader {
     pub data: Vec<u8>,
     /// The node where it was read.
     pub node: String,
-    /// The leader's fencing token in the space, as its [`SpaceGuard::fencing_token`].
+    /// The leader's fencing token in the space, as its [`SpaceLease::fencing_token`].
     pub fencing_token: FencingToken,
     /// Whether the leader is this process (its session on that node).
     pub is_me: bool,
@@ -98,6 +99,7 @@ impl SpaceElection {
             guard: true,
             lock_delay: None,
             leader: true,
+            mutex: false,
         }
     }
 
@@ -106,21 +108,21 @@ impl SpaceElection {
     }
 
     /// Waits to lead, with `data` as the leader's value. The guard is the leadership:
-    /// [`SpaceGuard::set_data`] proclaims a new value, [`SpaceGuard::release`] resigns.
+    /// [`SpaceLease::set_data`] proclaims a new value, [`SpaceLease::release`] resigns.
     ///
     /// # Errors
     ///
-    /// As [`SpaceMutex::lock`](super::SpaceMutex::lock); `PreconditionFailed` when a node
+    /// As [`Mutex::lock`](crate::Mutex::lock) in a space; `PreconditionFailed` when a node
     /// has the name as another recipe's semaphore.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future withdraws the candidacy.
-    pub fn campaign(&self, data: &[u8]) -> Acquiring<SpaceGuard> {
+    pub fn campaign(&self, data: &[u8]) -> Acquiring<SpaceLease> {
         if let Err(e) = check_leader_value(data) {
             return Acquiring::failed(e);
         }
-        start_plain(&self.space, self.names(), Self::spec(data), None)
+        start_plain(&self.space, self.names(), Self::spec(data), false, |l| l)
     }
 
     /// Leads only if nobody leads or waits now; `None` otherwise.
@@ -132,7 +134,7 @@ impl SpaceElection {
     /// # Cancel safety
     ///
     /// As [`SpaceElection::campaign`].
-    pub fn try_campaign(&self, data: &[u8]) -> Acquiring<Option<SpaceGuard>> {
+    pub fn try_campaign(&self, data: &[u8]) -> Acquiring<Option<SpaceLease>> {
         self.campaign_timeout(data, Duration::ZERO)
     }
 
@@ -149,17 +151,29 @@ impl SpaceElection {
         &self,
         data: &[u8],
         timeout: Duration,
-    ) -> Acquiring<Option<SpaceGuard>> {
-        let wait = check_leader_value(data).and_then(|()| Wait::timeout(timeout));
-        start(&self.space, self.names(), Self::spec(data), wait, None)
+    ) -> Acquiring<Option<SpaceLease>> {
+        if let Err(e) = check_leader_value(data) {
+            return Acquiring::failed(e);
+        }
+        start(
+            &self.space,
+            self.names(),
+            Self::spec(data),
+            timeout,
+            false,
+            |l| l,
+        )
     }
 
-    /// Leads for as long as the stream is polled (see [`SpaceHeld`]).
-    #[must_use = "a stream does nothing unless polled"]
-    pub fn hold(&self, data: &[u8]) -> SpaceHeld {
+    /// Leads for as long as the stream is polled (see [`Held`]).
+    pub fn hold(&self, data: &[u8]) -> Held<SpaceLease> {
         let election = self.clone();
         let data = data.to_vec();
-        hold(move || election.campaign(&data))
+        Held::new(
+            format!("election {:?}", self.name),
+            std::sync::Arc::new(move || Box::pin(election.campaign(&data))),
+            |_| None,
+        )
     }
 
     /// The leader now, read where every leader holds the election (see the

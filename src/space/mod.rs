@@ -80,8 +80,10 @@
 //!     .layout(Layout::new(1, ["n1", "n2"])?)
 //!     .open()
 //!     .await?;
+//! // The same `Mutex` as on one node, and the same guard.
 //! let guard = space.mutex("charge-card-42").lock().await?;
-//! println!("held on {:?} with token {}", guard.nodes(), guard.fencing_token());
+//! let parts = guard.space_lease().ok_or("a lock in a space")?;
+//! println!("held on {:?} with token {}", parts.nodes(), guard.fencing_token());
 //! guard.release().await?;
 //! # Ok(())
 //! # }
@@ -108,9 +110,8 @@ use self::core::{ClaimId, Effect, Entry, SpaceCore};
 pub use self::directory::{SpaceDirectory, SpaceMember};
 pub use self::fleet::{SpaceElection, SpaceFollowing, SpaceGroup, SpaceLeader, SpaceMembership};
 pub use self::layout::{Lagging, Layout, Part};
-pub use self::lock::{
-    SpaceGuard, SpaceHeld, SpaceMultiLock, SpaceMutex, SpaceRwLock, SpaceSemaphore,
-};
+pub use self::lock::SpaceLease;
+pub(crate) use self::lock::{Spec, start, start_plain};
 pub use self::published::SpacePublished;
 
 use crate::client::Client;
@@ -637,7 +638,7 @@ impl LockSpace {
     /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
     /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
     /// let guard = space.mutex("job").lock().await?;
-    /// assert_eq!(space.running_epoch(), guard.epoch());
+    /// assert_eq!(space.running_epoch(), guard.fencing_token().epoch);
     /// # drop(guard);
     /// # Ok(())
     /// # }

@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use common::within;
 use futures::future::BoxFuture;
+use std::any::Any;
 use tokio::time::Instant;
 use ydb_coordination::emulator::{Emulator, FaultProxy};
-use ydb_coordination::space::{Layout, LockSpace, SpaceDirectory, SpaceGuard};
+use ydb_coordination::space::{Layout, LockSpace, SpaceDirectory};
 use ydb_coordination::{
-    AcquireOptions, Client, Error, ErrorKind, Session, SessionManager, SessionOptions,
+    AcquireOptions, Acquiring, Client, Error, ErrorKind, Session, SessionManager, SessionOptions,
 };
 
 const NODE: &str = "/local/app";
@@ -237,19 +238,23 @@ async fn hold(world: &mut World, form: Form, at: Where, layout: &Layout) {
     let (main, other) = (world.names.main.clone(), world.names.other.clone());
     if matches!(at, Where::Space | Where::Reshard) {
         let space = world.space(&world.direct, layout).await;
-        let guard: SpaceGuard = match form {
-            Form::DelayLockTimeout => within(space.mutex(&main).lock_delay(DELAY).lock()).await,
+        fn boxed<G: Send + 'static>(g: ydb_coordination::Result<G>) -> Box<dyn Any + Send> {
+            Box::new(g.unwrap())
+        }
+        let guard = match form {
+            Form::DelayLockTimeout => {
+                boxed(within(space.mutex(&main).lock_delay(DELAY).lock()).await)
+            }
             Form::SemaphoreTry | Form::SemaphoreTimeout => {
-                within(space.semaphore(&main, 2).acquire(2)).await
+                boxed(within(space.semaphore(&main, 2).acquire(2)).await)
             }
             Form::TryCampaign | Form::CampaignTimeout => {
-                within(space.election(&main).campaign(b"other")).await
+                boxed(within(space.election(&main).campaign(b"other")).await)
             }
-            Form::MultiTry | Form::MultiTimeout => within(space.mutex(&other).lock()).await,
-            Form::TryWrite | Form::ReadTimeout => within(space.rwlock(&main).write()).await,
-            _ => within(space.mutex(&main).lock()).await,
-        }
-        .unwrap();
+            Form::MultiTry | Form::MultiTimeout => boxed(within(space.mutex(&other).lock()).await),
+            Form::TryWrite | Form::ReadTimeout => boxed(within(space.rwlock(&main).write()).await),
+            _ => boxed(within(space.mutex(&main).lock()).await),
+        };
         world._held.push(Box::new((space, guard)));
         return;
     }
@@ -288,6 +293,11 @@ type Outcome = Result<Option<()>, Error>;
 
 fn some<T>(r: Result<Option<T>, Error>) -> Outcome {
     r.map(|g| g.map(drop))
+}
+
+/// A bounded acquire's outcome, as a future of its own.
+fn boxed<T: Send + 'static>(acquire: Acquiring<Option<T>>) -> BoxFuture<'static, Outcome> {
+    Box::pin(async move { some(acquire.await) })
 }
 
 /// The call of `form` by `caller`.
@@ -392,21 +402,20 @@ fn space_call(
     main: String,
     other: String,
 ) -> BoxFuture<'static, Outcome> {
-    let f = match form {
-        Form::TryLock => space.mutex(&main).try_lock(),
-        Form::LockTimeout => space.mutex(&main).lock_timeout(BOUND),
-        Form::DelayLockTimeout => space.mutex(&main).lock_delay(DELAY).lock_timeout(BOUND),
-        Form::SemaphoreTry => space.semaphore(&main, 2).try_acquire(1),
-        Form::SemaphoreTimeout => space.semaphore(&main, 2).acquire_timeout(1, BOUND),
-        Form::TryWrite => space.rwlock(&main).try_write(),
-        Form::ReadTimeout => space.rwlock(&main).read_timeout(BOUND),
-        Form::TryCampaign => space.election(&main).try_campaign(b"me"),
-        Form::CampaignTimeout => space.election(&main).campaign_timeout(b"me", BOUND),
-        Form::MultiTry => space.multi_lock([main, other]).try_lock(),
-        Form::MultiTimeout => space.multi_lock([main, other]).lock_timeout(BOUND),
+    match form {
+        Form::TryLock => boxed(space.mutex(&main).try_lock()),
+        Form::LockTimeout => boxed(space.mutex(&main).lock_timeout(BOUND)),
+        Form::DelayLockTimeout => boxed(space.mutex(&main).lock_delay(DELAY).lock_timeout(BOUND)),
+        Form::SemaphoreTry => boxed(space.semaphore(&main, 2).try_acquire(1)),
+        Form::SemaphoreTimeout => boxed(space.semaphore(&main, 2).acquire_timeout(1, BOUND)),
+        Form::TryWrite => boxed(space.rwlock(&main).try_write()),
+        Form::ReadTimeout => boxed(space.rwlock(&main).read_timeout(BOUND)),
+        Form::TryCampaign => boxed(space.election(&main).try_campaign(b"me")),
+        Form::CampaignTimeout => boxed(space.election(&main).campaign_timeout(b"me", BOUND)),
+        Form::MultiTry => boxed(space.multi_lock([main, other]).try_lock()),
+        Form::MultiTimeout => boxed(space.multi_lock([main, other]).lock_timeout(BOUND)),
         Form::SessionTry | Form::SessionTimeout => unreachable!("session forms"),
-    };
-    Box::pin(async move { some(f.await) })
+    }
 }
 
 /// The server-side ids of the faulted caller's sessions, by node path.

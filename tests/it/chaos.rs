@@ -609,7 +609,7 @@ async fn worker(
         };
         let id = shared.lock().grant(
             w,
-            guard.session_id(),
+            guard.lease().unwrap().session_id(),
             guard.fencing_token().order,
             guard.token(),
             long,

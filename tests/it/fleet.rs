@@ -307,7 +307,7 @@ async fn a_multi_lock_token_fires_when_any_part_is_lost() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(held);
     let guard = within(waiting).await.unwrap().unwrap();
-    assert_ne!(guard.session_id(), first.id());
+    assert_ne!(guard.leases()[0].session_id(), first.id());
     assert_eq!(guard.names(), ["a", "b"]);
     assert!(!guard.is_lost());
 }

@@ -198,7 +198,7 @@ async fn a_leader_proclaiming_while_its_semaphore_is_remade_does_not_keep_the_ne
         .await
         .expect("A's session kept the re-made election semaphore")
         .unwrap();
-    assert_eq!(next.session_id(), b.id());
+    assert_eq!(next.lease().unwrap().session_id(), b.id());
     assert!(!a.token().is_cancelled(), "the session itself lives on");
 }
 

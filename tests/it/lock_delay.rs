@@ -384,12 +384,12 @@ async fn a_held_lock_whose_session_expired_comes_back_in_the_next_session_after_
     let manager = env.client.session_manager(&env.node, SessionOptions::new());
     let mut held = manager.mutex("job").lock_delay(DELAY).hold();
     let first = within(held.next()).await.unwrap().unwrap();
-    let first_session = first.session_id();
+    let first_session = first.lease().unwrap().session_id();
     let expired_at = Instant::now();
     assert!(env.emulator.expire_session(&env.node, first_session));
     within(first.cancelled()).await;
     let second = within(held.next()).await.unwrap().unwrap();
-    assert_ne!(second.session_id(), first_session);
+    assert_ne!(second.lease().unwrap().session_id(), first_session);
     assert!(second.fencing_token() > first.fencing_token());
     assert!(expired_at.elapsed() >= DELAY, "{:?}", expired_at.elapsed());
     assert!(!second.is_lost());

@@ -629,7 +629,8 @@ fn held_mutex_reacquired_after_a_loss_is_told_at_info() {
         let mut held = manager.mutex("job").hold();
         let first = within(held.next()).await.unwrap().unwrap();
         assert!(obs.named("held lock re-acquired").is_empty());
-        env.emulator.expire_session("app", first.session_id());
+        env.emulator
+            .expire_session("app", first.lease().unwrap().session_id());
         let second = within(held.next()).await.unwrap().unwrap();
         let again = obs.named("held lock re-acquired");
         assert_eq!(again.len(), 1, "{again:#?}");
@@ -638,7 +639,7 @@ fn held_mutex_reacquired_after_a_loss_is_told_at_info() {
         assert_eq!(ev.field("lock"), Some("mutex \"job\""));
         assert_eq!(
             ev.field("session_id"),
-            Some(second.session_id().to_string().as_str())
+            Some(second.lease().unwrap().session_id().to_string().as_str())
         );
         assert_eq!(
             ev.field("fencing_token"),

@@ -238,13 +238,13 @@ async fn held_mutex_comes_back_after_expiry_with_a_greater_fencing_token() {
     let mut held = manager.mutex("job").hold();
     let first = within(held.next()).await.unwrap().unwrap();
     let old_token = first.token();
-    let old_session = first.session_id();
+    let old_session = first.lease().unwrap().session_id();
     env.emulator.expire_session("app", old_session);
     let second = within(held.next()).await.unwrap().unwrap();
     // The old guard's token fired before the new guard was issued.
     assert!(old_token.is_cancelled());
     assert!(second.fencing_token() > first.fencing_token());
-    assert_ne!(second.session_id(), old_session);
+    assert_ne!(second.lease().unwrap().session_id(), old_session);
     assert!(!second.is_lost());
     drop(first);
     // Restart: survived without a new guard.
@@ -334,13 +334,14 @@ async fn held_permits_and_leadership_come_back_after_expiry() {
             .map(|l| l.data),
         Some(b"me".to_vec())
     );
-    env.emulator.expire_session("app", permit.session_id());
+    env.emulator
+        .expire_session("app", permit.lease().unwrap().session_id());
     let permit2 = within(permits.next()).await.unwrap().unwrap();
     let leader2 = within(leadership.next()).await.unwrap().unwrap();
     assert!(permit.is_lost() && leader.is_lost());
     assert!(permit2.fencing_token() > permit.fencing_token());
     assert!(leader2.fencing_token() > leader.fencing_token());
-    assert_eq!(permit2.count(), 2);
+    assert_eq!(permit2.lease().unwrap().count(), 2);
     // A resignation makes the stream campaign again.
     let fence = leader2.fencing_token();
     within(leader2.resign()).await.unwrap();
@@ -365,7 +366,7 @@ async fn every_recipe_future_says_it_is_queued_then_completes() {
     let mut acquire = b.semaphore("s", 2).acquire(1);
     assert!(within(acquire.queued()).await);
     drop(permit);
-    assert_eq!(within(acquire).await.unwrap().count(), 1);
+    assert_eq!(within(acquire).await.unwrap().lease().unwrap().count(), 1);
 
     let write = within(a.rwlock("rw").write()).await.unwrap();
     let mut read = b.rwlock("rw").read();
@@ -479,19 +480,27 @@ async fn held_read_and_write_come_back_after_expiry() {
     let manager = env.client.session_manager(&env.node, SessionOptions::new());
     let mut reading = manager.rwlock("cfg").hold_read();
     let read = within(reading.next()).await.unwrap().unwrap();
-    env.emulator.expire_session("app", read.session_id());
+    env.emulator
+        .expire_session("app", read.lease().unwrap().session_id());
     let read2 = within(reading.next()).await.unwrap().unwrap();
     assert!(read.is_lost());
-    assert_ne!(read2.session_id(), read.session_id());
+    assert_ne!(
+        read2.lease().unwrap().session_id(),
+        read.lease().unwrap().session_id()
+    );
     assert!(read2.fencing_token() > read.fencing_token());
     drop((reading, read2));
 
     let mut writing = manager.rwlock("cfg").hold_write();
     let write = within(writing.next()).await.unwrap().unwrap();
-    env.emulator.expire_session("app", write.session_id());
+    env.emulator
+        .expire_session("app", write.lease().unwrap().session_id());
     let write2 = within(writing.next()).await.unwrap().unwrap();
     assert!(write.is_lost());
-    assert_ne!(write2.session_id(), write.session_id());
+    assert_ne!(
+        write2.lease().unwrap().session_id(),
+        write.lease().unwrap().session_id()
+    );
     assert!(write2.fencing_token() > write.fencing_token());
     manager.shutdown().await;
 }
@@ -520,9 +529,15 @@ async fn recipes_on_a_manager_survive_a_session_loss_while_queued() {
     let guard = within(lock).await.unwrap();
     let permit = within(acquire).await.unwrap();
     let leadership = within(campaign).await.unwrap();
-    assert_ne!(guard.session_id(), first.id());
-    assert_eq!(permit.session_id(), guard.session_id());
-    assert_eq!(leadership.session_id(), guard.session_id());
+    assert_ne!(guard.lease().unwrap().session_id(), first.id());
+    assert_eq!(
+        permit.lease().unwrap().session_id(),
+        guard.lease().unwrap().session_id()
+    );
+    assert_eq!(
+        leadership.lease().unwrap().session_id(),
+        guard.lease().unwrap().session_id()
+    );
     manager.shutdown().await;
 }
 
@@ -639,7 +654,7 @@ async fn lock_for_fires_at_the_deadline_and_hands_the_lock_over() {
     let guard_b = within(next).await.unwrap();
     assert!(Instant::now() < fired + Duration::from_secs(1));
     assert!(guard_b.fencing_token() > guard.fencing_token());
-    assert_eq!(guard_b.session_id(), b.id());
+    assert_eq!(guard_b.lease().unwrap().session_id(), b.id());
     // Unlocking after the deadline reports the lock as already gone.
     assert!(!within(guard.release()).await.unwrap());
     assert!(!guard_b.is_lost());

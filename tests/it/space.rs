@@ -23,11 +23,12 @@ use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::{Emulator, FaultProxy};
 use ydb_coordination::space::placement::place;
-use ydb_coordination::space::{Layout, LockSpace, LockSpaceBuilder, SpaceDirectory, SpaceGuard};
+use ydb_coordination::space::{Layout, LockSpace, LockSpaceBuilder, SpaceDirectory};
 use ydb_coordination::{
     Client, ErrorKind, FencingToken, Session, SessionOptions, config::DescribeOptions,
     config::MAX_NAME_LEN,
 };
+use ydb_coordination::{Guard, MutexGuard, SemaphorePermit};
 
 /// The directory node of the tests that have one, and the space's name there.
 const DIR: &str = "/local/dir";
@@ -117,20 +118,23 @@ fn moved(t: &Layout, n: usize) -> Vec<String> {
 }
 
 /// `space`'s try-lock of `name`: the guard, or `None` when someone holds it.
-async fn try_lock(space: &LockSpace, name: &str) -> Option<SpaceGuard> {
+async fn try_lock(space: &LockSpace, name: &str) -> Option<MutexGuard> {
     within(space.mutex(name).try_lock()).await.unwrap()
 }
 
 /// `space` takes `name`, which must be free.
-async fn take(space: &LockSpace, name: &str) -> SpaceGuard {
+async fn take(space: &LockSpace, name: &str) -> MutexGuard {
     try_lock(space, name)
         .await
         .unwrap_or_else(|| panic!("{name} is held"))
 }
 
 /// Releases `guard`, which must still have held every part.
-async fn unlock(guard: SpaceGuard) {
-    assert!(within(guard.release()).await.unwrap(), "a part was lost");
+async fn unlock<G: Guard>(guard: G) {
+    assert!(
+        within(Guard::release(guard)).await.unwrap(),
+        "a part was lost"
+    );
 }
 
 /// `space`'s session on `node`.
@@ -194,7 +198,10 @@ async fn each_lock_lands_on_its_node_and_names_spread_over_all() {
         let node = space.node_of(&name);
         assert_eq!(Some(node.as_str()), place(NODES, &name), "{name}");
         let guard = take(&space, &name).await;
-        assert_eq!(guard.nodes(), std::slice::from_ref(&node));
+        assert_eq!(
+            guard.space_lease().unwrap().nodes(),
+            std::slice::from_ref(&node)
+        );
         let me = session(&space, &node).await.id();
         for other in NODES {
             let owners = held_on(&space, other, &name).await.map(|h| h.1);
@@ -235,7 +242,10 @@ async fn exclusion_holds_in_both_phases_of_a_reshard() {
         }
         let old = take(&pa, name).await;
         let new = take(&pb, name).await;
-        assert_ne!(old.nodes(), new.nodes());
+        assert_ne!(
+            old.space_lease().unwrap().nodes(),
+            new.space_lease().unwrap().nodes()
+        );
         unlock(old).await;
         unlock(new).await;
     }
@@ -244,7 +254,7 @@ async fn exclusion_holds_in_both_phases_of_a_reshard() {
 /// One process's permits of a counted semaphore, and how many it holds.
 struct Holder {
     space: LockSpace,
-    held: Option<(SpaceGuard, u64)>,
+    held: Option<(SemaphorePermit, u64)>,
 }
 
 /// The tokens `holders` hold together.
@@ -326,7 +336,7 @@ async fn fencing_tokens_grow_across_a_move() {
     let name = moved(&t, 1).remove(0);
     let name = name.as_str();
     let mut history: Vec<FencingToken> = Vec::new();
-    let mut record = |guard: &SpaceGuard| {
+    let mut record = |guard: &MutexGuard| {
         let token = guard.fencing_token();
         if let Some(last) = history.last() {
             assert!(token > *last, "{token} after {last}");
@@ -350,7 +360,13 @@ async fn fencing_tokens_grow_across_a_move() {
     assert!(within(waiting.queued()).await);
     unlock(h2).await;
     let h3 = within(waiting).await.unwrap();
-    assert_eq!((h3.epoch(), h3.nodes().len()), (t.epoch(), 2));
+    assert_eq!(
+        (
+            h3.space_lease().unwrap().epoch(),
+            h3.space_lease().unwrap().nodes().len()
+        ),
+        (t.epoch(), 2)
+    );
     record(&h3);
 
     // p1 (in A+B) queues behind h3; then B is published.
@@ -369,11 +385,11 @@ async fn fencing_tokens_grow_across_a_move() {
     assert!(within(in_b.queued()).await);
     unlock(h3).await;
     let h4 = within(in_b).await.unwrap();
-    assert_eq!(h4.epoch(), b.epoch());
+    assert_eq!(h4.space_lease().unwrap().epoch(), b.epoch());
     record(&h4);
     unlock(h4).await;
     let h5 = within(late).await.unwrap();
-    assert_eq!(h5.epoch(), t.epoch());
+    assert_eq!(h5.space_lease().unwrap().epoch(), t.epoch());
     record(&h5);
     unlock(h5).await;
 
@@ -498,7 +514,7 @@ async fn a_lock_two_epochs_behind_the_published_layout_is_lost() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(again.epoch(), b.epoch());
+    assert_eq!(again.space_lease().unwrap().epoch(), b.epoch());
     unlock(again).await;
 }
 
@@ -665,7 +681,10 @@ async fn an_acquire_in_a_transition_queues_on_the_new_place() {
     assert_eq!(owners, Some(vec![me]));
     unlock(in_b).await;
     let guard = within(waiting).await.unwrap();
-    assert_eq!(guard.nodes(), [old_node, "n3".to_string()]);
+    assert_eq!(
+        guard.space_lease().unwrap().nodes(),
+        [old_node, "n3".to_string()]
+    );
     unlock(guard).await;
 }
 
@@ -679,7 +698,7 @@ async fn a_bounded_lock_ends_at_its_bound() {
     let bound = Duration::from_secs(5);
     let start = Instant::now();
     let guard = within(p1.mutex("report").lock_for(bound)).await.unwrap();
-    let deadline = guard.deadline().unwrap();
+    let deadline = guard.deadline();
     assert!(deadline >= start + bound && deadline <= Instant::now() + bound);
     let token = guard.token();
     tokio::time::sleep_until(deadline - Duration::from_millis(100)).await;
@@ -695,6 +714,67 @@ async fn a_bounded_lock_ends_at_its_bound() {
     drop(guard);
 }
 
+/// 11b. One recipe family: the verbs a lock space lacked before it shared the node's recipes
+///     (`read_for`, `write_for`, a bounded permit, `hold()` of each lock, a multi-lock's
+///     tokens) work in a space, and its guards say what they hold.
+#[tokio::test(start_paused = true)]
+async fn every_lock_verb_works_in_a_space() {
+    use futures::StreamExt;
+    let c = Cluster::start().await;
+    let l = layout(1, ["n1", "n2"]);
+    let (p1, p2) = (c.fixed(&l).await, c.fixed(&l).await);
+    let bound = Duration::from_secs(2);
+
+    // A bounded write lock shuts readers out until its bound, then lets them in.
+    let write = within(p1.rwlock("config").write_for(bound)).await.unwrap();
+    assert!(
+        within(p2.rwlock("config").try_read())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    within(write.cancelled()).await;
+    let read = within(p2.rwlock("config").read_for(bound)).await.unwrap();
+    assert!(read.deadline() > Instant::now());
+    assert!(within(read.release()).await.unwrap());
+
+    // A bounded permit counts against the limit until its bound.
+    let permit = within(p1.semaphore("pool", 2).acquire_for(2, bound))
+        .await
+        .unwrap();
+    let pool = p2.semaphore("pool", 2);
+    assert!(within(pool.try_acquire(1)).await.unwrap().is_none());
+    within(permit.cancelled()).await;
+    let taken = within(pool.try_acquire(2)).await.unwrap().unwrap();
+    let parts = taken.space_lease().unwrap();
+    assert_eq!(parts.epoch(), 1);
+    assert_eq!(parts.nodes(), [p2.node_of("pool")]);
+    assert!(taken.lease().is_none());
+    // A guard of a space has no one lease: `into_lease` gives it back.
+    let taken = taken.into_lease().unwrap_err();
+    unlock(taken).await;
+
+    // `hold()` of a space's mutex: a new guard with a greater token after the last ended.
+    let mut held = p1.mutex("singleton").hold();
+    let first = within(held.next()).await.unwrap().unwrap();
+    let first_token = first.fencing_token();
+    unlock(first).await;
+    let second = within(held.next()).await.unwrap().unwrap();
+    assert!(second.fencing_token() > first_token);
+    drop(second);
+
+    // A multi-lock of a space reports each name's token, in the canonical order.
+    let both = within(p1.multi_lock(["b", "a"]).lock()).await.unwrap();
+    let tokens = both.fencing_tokens();
+    assert_eq!(tokens.iter().map(|t| t.0).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(tokens.iter().all(|t| t.1.epoch == 1));
+    assert!(both.leases().is_empty());
+    assert_eq!(both.space_lease().unwrap().epoch(), 1);
+    assert!(within(p2.mutex("a").try_lock()).await.unwrap().is_none());
+    unlock(both).await;
+    unlock(take(&p2, "a").await).await;
+}
+
 /// 12. Bad input is refused by kind: a name too long, more permits than the limit, no
 ///     layout, a node twice, a layout naming a node the space lacks.
 #[tokio::test(start_paused = true)]
@@ -702,7 +782,9 @@ async fn bad_input_is_refused_by_kind() {
     let c = Cluster::start().await;
     let space = c.fixed(&layout(1, ["n1", "n2"])).await;
     let long = "x".repeat(MAX_NAME_LEN + 1);
-    let kind = |r: ydb_coordination::Result<Option<SpaceGuard>>| r.err().map(|e| e.kind());
+    fn kind<T>(r: ydb_coordination::Result<Option<T>>) -> Option<ErrorKind> {
+        r.err().map(|e| e.kind())
+    }
     let invalid = Some(ErrorKind::InvalidArgument);
     assert_eq!(kind(within(space.mutex(&long).try_lock()).await), invalid);
     let err = within(space.mutex(&long).lock()).await.unwrap_err();
@@ -1004,7 +1086,7 @@ async fn members(directory: &SpaceDirectory) -> usize {
 async fn try_lock_result(
     space: &LockSpace,
     name: &str,
-) -> ydb_coordination::Result<Option<SpaceGuard>> {
+) -> ydb_coordination::Result<Option<MutexGuard>> {
     within(space.mutex(name).try_lock()).await
 }
 
@@ -1063,7 +1145,7 @@ async fn a_process_cut_off_from_its_directory_takes_no_lock_in_the_old_layout() 
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(mine.epoch(), b.epoch());
+    assert_eq!(mine.space_lease().unwrap().epoch(), b.epoch());
     assert_eq!(members(&directory).await, 2);
 }
 

@@ -15,8 +15,9 @@ use std::time::Duration;
 use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::Emulator;
-use ydb_coordination::space::{Layout, LockSpace, SpaceGuard, SpaceMutex};
+use ydb_coordination::space::{Layout, LockSpace};
 use ydb_coordination::{Acquiring, Client, ErrorKind, Guard, Session, SessionOptions};
+use ydb_coordination::{Mutex, MutexGuard};
 
 const DELAY: Duration = Duration::from_secs(20);
 /// What "at once" allows for the round trips of an acquire.
@@ -94,7 +95,7 @@ fn moved(t: &Layout, n: usize) -> String {
         .unwrap()
 }
 
-fn mutex(space: &LockSpace, name: &str) -> SpaceMutex {
+fn mutex(space: &LockSpace, name: &str) -> Mutex {
     space.mutex(name).lock_delay(DELAY)
 }
 
@@ -112,12 +113,15 @@ async fn grant(space: &LockSpace, node: &str, name: &str) -> Instant {
 }
 
 /// Releases `guard` cleanly; every part must still have been held.
-async fn release(guard: SpaceGuard) {
-    assert!(within(guard.release()).await.unwrap(), "a part was lost");
+async fn release<G: Guard>(guard: G) {
+    assert!(
+        within(Guard::release(guard)).await.unwrap(),
+        "a part was lost"
+    );
 }
 
 /// `next` queues behind `guard`, which is then released cleanly: `next` has the lock at once.
-async fn handed_over_at_once(guard: SpaceGuard, next: &SpaceMutex) -> SpaceGuard {
+async fn handed_over_at_once(guard: MutexGuard, next: &Mutex) -> MutexGuard {
     let mut waiting = next.lock();
     assert!(within(waiting.queued()).await);
     let released = Instant::now();
@@ -230,7 +234,10 @@ async fn a_holder_of_the_old_layout_lost_uncleanly_makes_a_holder_in_the_transit
     c.expire(&pa, &old).await;
     let next = within(waiting).await.unwrap();
     let returned = Instant::now();
-    assert_eq!(next.nodes(), [old.clone(), "n3".to_string()]);
+    assert_eq!(
+        next.space_lease().unwrap().nodes(),
+        [old.clone(), "n3".to_string()]
+    );
     // The old place said the last tenure was unclean; the new one had no marker, and the
     // process has run the transition longer than the delay.
     waited_the_delay_from(grant(&pt, &old, &name).await, returned);
@@ -243,7 +250,7 @@ async fn a_holder_of_the_old_layout_lost_uncleanly_makes_a_holder_in_the_transit
     drop(next);
     let after = within(waiting).await.unwrap();
     let returned = Instant::now();
-    assert_eq!(after.nodes(), ["n3".to_string()]);
+    assert_eq!(after.space_lease().unwrap().nodes(), ["n3".to_string()]);
     waited_the_delay_from(grant(&pb, "n3", &name).await, returned);
     release(after).await;
 }
@@ -272,7 +279,7 @@ async fn lost_in_the_old_layout_then_taken_in_the_next(transition_first: bool) {
     let lost = Instant::now();
     let pb = c.process(&b).await;
     let taken = within(mutex(&pb, &name).lock()).await.unwrap();
-    assert_eq!(taken.nodes(), ["n3".to_string()]);
+    assert_eq!(taken.space_lease().unwrap().nodes(), ["n3".to_string()]);
     assert!(lost.elapsed() >= DELAY, "{:?}", lost.elapsed());
     release(taken).await;
 }
@@ -313,10 +320,7 @@ async fn a_space_mutex_without_a_delay_on_the_same_name_is_refused() {
     let (p1, p2) = (c.process(&layout).await, c.process(&layout).await);
     let guard = within(mutex(&p1, "job").lock()).await.unwrap();
     let plain = within(p2.mutex("job").try_lock()).await;
-    assert_eq!(
-        plain.err().map(|e| e.kind()),
-        Some(ErrorKind::PreconditionFailed)
-    );
+    assert_eq!(plain.err().map(|e| e.kind()), Some(ErrorKind::ModeMismatch));
     release(guard).await;
 }
 

@@ -74,7 +74,7 @@ pub(crate) struct SpaceConfig {
     /// Broken processes: once they joined the directory, their core never hears that the
     /// membership may be lost (a lapsed membership costs no lock).
     pub(crate) locks_outlive_membership: bool,
-    /// The exclusive names are taken as `SpaceMutex::lock_delay` takes them (each place a
+    /// The exclusive names are taken as a lock space's `Mutex::lock_delay` takes them (each place a
     /// persistent semaphore with one unit, its marker naming the layout's epoch) and judged
     /// without fencing: a paused holder holds until it runs again and sees a token fired.
     /// `Config::skip_delay` breaks it: markers are kept, the delay is never waited.
