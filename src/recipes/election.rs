@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::follow::{Follow, Following, Spec, read};
-use super::{Acquiring, Held, Holding, Prepare, Source, acquiring, lease_guard};
-use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
+use super::{Acquiring, Held, Holding, Scope, Source, lease_guard, take_lock};
+use crate::config::{DescribeOptions, WatchOptions};
 use crate::error::Result;
-use crate::session::optional;
 use crate::session::{FencingToken, Lease, SemaphoreDescription};
 
 /// Leader election on a persistent semaphore with one token (created if missing): the
@@ -36,7 +35,7 @@ use crate::session::{FencingToken, Lease, SemaphoreDescription};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Election {
-    source: Source,
+    scope: Scope,
     name: String,
 }
 
@@ -52,8 +51,12 @@ pub struct Leader {
     pub fencing_token: FencingToken,
     /// Whether the leader is the session that asked: the recipe's session (on a
     /// [`SessionManager`](crate::SessionManager), the session current when the answer
-    /// came).
+    /// came; in a [`LockSpace`](crate::LockSpace), this process's session on the node it
+    /// was read on).
     pub is_me: bool,
+    /// In a [`LockSpace`](crate::LockSpace), the node it was read on: the place where
+    /// every leader holds the election now; `None` on one node.
+    pub node: Option<String>,
 }
 
 /// A candidate of an [`Election`], from [`Election::candidates`]: the leader or a waiter.
@@ -65,9 +68,9 @@ pub struct Candidate {
     /// The candidate's session.
     pub session_id: u64,
     /// The leader's fencing token; for a waiter, the token it will lead with (grants
-    /// happen in increasing order). On one node its epoch is 0; from
-    /// [`SpaceElection::candidates`](crate::space::SpaceElection::candidates) it carries the
-    /// layout's epoch, as the space leader's own token does.
+    /// happen in increasing order). On one node its epoch is 0; in a
+    /// [`LockSpace`](crate::LockSpace) it carries the layout's epoch, as the space leader's
+    /// own token does.
     pub fencing_token: FencingToken,
     /// Whether this candidate is the leader (only the first can be).
     pub is_leader: bool,
@@ -75,8 +78,9 @@ pub struct Candidate {
     pub is_me: bool,
 }
 
-/// Being the leader. Dereferences to the [`Lease`]: `token()` fires when leadership ends or
-/// may have been lost. Dropping it resigns.
+/// Being the leader, on one node or in a [`LockSpace`](crate::LockSpace): `token()` fires
+/// when leadership ends or may have been lost, `set_data()` proclaims a new value, and
+/// dropping it resigns.
 ///
 /// The election's semaphore is persistent, so it can be force-deleted under the leader
 /// (`delete_semaphore(name, true)`), which the server tells no owner. The leader's session
@@ -101,6 +105,7 @@ fn leader_of(d: &SemaphoreDescription, me: u64) -> Option<Leader> {
         session_id: o.session_id,
         fencing_token: FencingToken::new(0, o.order_id),
         is_me: o.session_id == me,
+        node: None,
     })
 }
 
@@ -121,28 +126,23 @@ fn candidates_of(d: &SemaphoreDescription, me: u64) -> Vec<Candidate> {
 }
 
 impl Election {
-    pub(crate) fn new(source: Source, name: &str) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
         }
     }
 
-    fn start<T: Send + 'static>(
-        &self,
-        data: &[u8],
-        timeout: Option<Duration>,
-        finish: fn(Result<Lease>) -> Result<T>,
-    ) -> Acquiring<T> {
-        let options = AcquireOptions::new().count(1).data(data.to_vec());
-        let options = match timeout {
-            Some(timeout) => options.timeout(timeout),
-            None => options,
-        };
-        let prepare = Prepare::Semaphore { limit: 1 };
-        // A leadership must end when its semaphore is force-deleted under it.
-        acquiring(&self.source, &self.name, options, prepare, move |r| {
-            finish(r.inspect(Lease::guard))
+    /// A campaign with `data` (waiting at most `timeout`).
+    fn start(&self, data: &[u8], timeout: Option<Duration>) -> Acquiring<Option<Leadership>> {
+        if matches!(self.scope, Scope::Space(_))
+            && let Err(e) = crate::space::check_leader_value(data)
+        {
+            return Acquiring::failed(e);
+        }
+        let spec = crate::space::election_spec(data);
+        take_lock(&self.scope, &self.name, spec, timeout, false, |held| {
+            Leadership { held }
         })
     }
 
@@ -161,11 +161,7 @@ impl Election {
     ///
     /// Dropping the future withdraws the candidacy.
     pub fn campaign(&self, data: &[u8]) -> Acquiring<Leadership> {
-        self.start(data, None, |r| {
-            r.map(|lease| Leadership {
-                held: Holding::node(lease),
-            })
-        })
+        self.start(data, None).expect_some()
     }
 
     /// Becomes the leader only if nobody leads or waits now; `None` otherwise.
@@ -234,13 +230,7 @@ impl Election {
         data: &[u8],
         timeout: Duration,
     ) -> Acquiring<Option<Leadership>> {
-        self.start(data, Some(timeout), |r| {
-            optional(r).map(|lease| {
-                lease.map(|lease| Leadership {
-                    held: Holding::node(lease),
-                })
-            })
-        })
+        self.start(data, Some(timeout))
     }
 
     /// Stays a candidate for as long as the stream is polled: a [`Leadership`] each time this
@@ -269,8 +259,10 @@ impl Election {
     ///
     /// Cancel safe.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let options = DescribeOptions::new().owners(true);
-        read(&self.source, &self.name, options, leader_of, None).await
+        match &self.scope {
+            Scope::Node(source) => leader_on(source, &self.name).await,
+            Scope::Space(space) => crate::space::leader(space, &self.name).await,
+        }
     }
 
     /// The queue: the leader first (when someone leads), then the waiting candidates in the
@@ -315,8 +307,10 @@ impl Election {
     ///
     /// Cancel safe.
     pub async fn candidates(&self) -> Result<Vec<Candidate>> {
-        let options = DescribeOptions::new().owners(true).waiters(true);
-        read(&self.source, &self.name, options, candidates_of, Vec::new()).await
+        match &self.scope {
+            Scope::Node(source) => candidates_on(source, &self.name).await,
+            Scope::Space(space) => crate::space::candidates(space, &self.name).await,
+        }
     }
 
     /// Follows the leader: the stream yields the leader now (or `None` when nobody leads),
@@ -379,6 +373,12 @@ impl Election {
     /// # }
     /// ```
     pub fn observe(&self) -> LeaderStream {
+        let source = match &self.scope {
+            Scope::Node(source) => source,
+            Scope::Space(space) => {
+                return Following::new(crate::space::observe_leader(space, &self.name));
+            }
+        };
         let spec = Spec {
             name: self.name.clone(),
             limit: 1,
@@ -386,7 +386,7 @@ impl Election {
             view: leader_of,
             report_loss: true,
         };
-        Follow::stream(self.source.clone(), spec)
+        Follow::stream(source.clone(), spec)
     }
 }
 
@@ -394,3 +394,15 @@ impl Election {
 /// A slow reader may miss intermediate leaders but always gets the newest state; two items
 /// in a row never repeat the same state. See [`Election::observe`].
 pub type LeaderStream = Following<Option<Leader>>;
+
+/// The leader of the election `name` on the node of `source`.
+pub(crate) async fn leader_on(source: &Source, name: &str) -> Result<Option<Leader>> {
+    let options = DescribeOptions::new().owners(true);
+    read(source, name, options, leader_of, None).await
+}
+
+/// The candidates of the election `name` on the node of `source`.
+pub(crate) async fn candidates_on(source: &Source, name: &str) -> Result<Vec<Candidate>> {
+    let options = DescribeOptions::new().owners(true).waiters(true);
+    read(source, name, options, candidates_of, Vec::new()).await
+}

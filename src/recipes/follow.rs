@@ -194,6 +194,13 @@ pub struct Following<V> {
 }
 
 impl<V: Send + 'static> Following<V> {
+    /// `stream`, as a [`Following`].
+    pub(crate) fn new(stream: impl Stream<Item = Result<V>> + Send + 'static) -> Self {
+        Self {
+            inner: Box::pin(stream),
+        }
+    }
+
     /// A stream that yields `e` and ends.
     pub(crate) fn failed(e: Error) -> Self {
         Self {

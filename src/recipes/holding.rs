@@ -37,13 +37,6 @@ pub(crate) enum Holding {
 }
 
 impl Holding {
-    pub(crate) fn node(lease: Lease) -> Self {
-        Self::Node {
-            lease,
-            clean: false,
-        }
-    }
-
     pub(crate) fn fencing_token(&self) -> FencingToken {
         match self {
             Self::Node { lease, .. } => lease.fencing_token(),

@@ -88,6 +88,7 @@ mod source;
 
 pub use self::bounded::Bounded;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
+pub(crate) use self::election::{candidates_on, leader_on};
 pub use self::follow::Following;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::guard::Guard;
@@ -539,5 +540,38 @@ impl crate::LockSpace {
     /// ```
     pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> MultiLock {
         MultiLock::new(Scope::Space(self.clone()), names)
+    }
+
+    /// An [`Election`] on `name` in this space: on each node the same election as
+    /// [`SessionManager::election`]; a leader in a transition leads in both places, and
+    /// writes its fencing token with its value in every place before it is handed its
+    /// [`Leadership`], so [`Election::leader`] and [`Election::observe`] report the token
+    /// the leader holds, across reshards. A value is at most
+    /// [`MAX_DATA_LEN`](crate::config::MAX_DATA_LEN) less the token's frame (about 100
+    /// bytes); a longer one is [`ErrorKind::InvalidArgument`].
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
+    /// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
+    /// let election = space.election("scheduler");
+    /// let leadership = election.campaign(b"host-a").await?;
+    /// let leader = election.leader().await?.expect("we lead");
+    /// assert!(leader.is_me && leader.data == b"host-a");
+    /// assert_eq!(leader.fencing_token, leadership.fencing_token());
+    /// leadership.set_data(b"host-a:9090").await?; // proclaim a new value
+    /// leadership.resign().await?;
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(Scope::Space(self.clone()), name)
     }
 }

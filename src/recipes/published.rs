@@ -1,5 +1,6 @@
 //! A small value published under a name, and subscribers that follow it.
 
+use super::Scope;
 use super::follow::{Following, follow, read};
 use super::{Next, Source, check_persistent};
 use crate::config::{self, DescribeOptions, WatchOptions};
@@ -68,7 +69,7 @@ const PUBLISHED_LIMIT: u64 = u64::MAX;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Published {
-    source: Source,
+    scope: Scope,
     name: String,
 }
 
@@ -83,10 +84,19 @@ fn found_value_of(d: &SemaphoreDescription, me: u64) -> Option<Vec<u8>> {
 }
 
 impl Published {
-    pub(crate) fn new(source: Source, name: &str) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
+        }
+    }
+
+    /// Where the value lives now, and its semaphore's name there: on one node, the
+    /// recipe's own; in a lock space, see [`crate::space::publication`].
+    fn at(&self) -> Result<(Source, String)> {
+        match &self.scope {
+            Scope::Node(source) => Ok((source.clone(), self.name.clone())),
+            Scope::Space(space) => crate::space::publication(space, &self.name),
         }
     }
 
@@ -115,12 +125,13 @@ impl Published {
     ///
     /// Dropping the future after it was first polled may leave the value published or not.
     pub async fn publish(&self, value: &[u8]) -> Result<()> {
-        config::check_name(&self.name)?;
+        let (source, name) = self.at()?;
+        config::check_name(&name)?;
         config::check_data(value)?;
         loop {
-            let session = self.source.session().await?;
-            match self.publish_in(&session, value).await {
-                Err(e) => match self.source.after_error(e) {
+            let session = source.session().await?;
+            match publish_in(&session, &name, value).await {
+                Err(e) => match source.after_error(e) {
                     Next::Retry(_) => continue,
                     Next::End(e) => return Err(e),
                 },
@@ -131,51 +142,6 @@ impl Published {
 
     /// One attempt in `session`: an update of the publication's semaphore once a describe
     /// showed it is one, or a create when there is none.
-    async fn publish_in(&self, session: &Session, value: &[u8]) -> Result<()> {
-        loop {
-            // The owners too: a publication has none (nobody acquires it), a group has its
-            // members, on a semaphore of the same limit. Listing them costs nothing for a
-            // publication; only a publish onto another recipe's name pays for it.
-            match session
-                .describe_semaphore(&self.name, DescribeOptions::new().owners(true))
-                .await
-            {
-                Ok(d) => {
-                    // Not another recipe's semaphore (a mutex's ephemeral one would lose the
-                    // value with the lock, a group's would be a value nobody reads).
-                    check_persistent(&self.name, &d, PUBLISHED_LIMIT)?;
-                    if !d.owners.is_empty() {
-                        return Err(Error::new(
-                            ErrorKind::PreconditionFailed,
-                            format!(
-                                "semaphore {:?} is held (a group's, or another recipe's), so it is not a publication; publish under another name",
-                                self.name
-                            ),
-                        ));
-                    }
-                    match session.update_semaphore(&self.name, value).await {
-                        Err(e) if e.kind() == ErrorKind::NotFound => {}
-                        other => return other,
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            match session
-                .create_semaphore(&self.name, PUBLISHED_LIMIT, value)
-                .await
-            {
-                // Made by someone else in between, or perhaps by us: look again.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
-                    ) => {}
-                other => return other,
-            }
-        }
-    }
-
     /// The value now (empty when nothing was published).
     ///
     /// # Errors
@@ -189,14 +155,8 @@ impl Published {
     ///
     /// Cancel safe.
     pub async fn get(&self) -> Result<Vec<u8>> {
-        read(
-            &self.source,
-            &self.name,
-            DescribeOptions::new(),
-            value_of,
-            Vec::new(),
-        )
-        .await
+        let (source, name) = self.at()?;
+        read(&source, &name, DescribeOptions::new(), value_of, Vec::new()).await
     }
 
     /// The value now, or `None` when no semaphore has the name: nothing was published under
@@ -234,14 +194,8 @@ impl Published {
     ///
     /// Cancel safe.
     pub async fn lookup(&self) -> Result<Option<Vec<u8>>> {
-        read(
-            &self.source,
-            &self.name,
-            DescribeOptions::new(),
-            found_value_of,
-            None,
-        )
-        .await
+        let (source, name) = self.at()?;
+        read(&source, &name, DescribeOptions::new(), found_value_of, None).await
     }
 
     /// Follows the value: the stream yields the value now, then each new one.
@@ -262,13 +216,60 @@ impl Published {
     ///
     /// See [`Published`] for an example.
     pub fn subscribe(&self) -> ValueStream {
+        let (source, name) = match self.at() {
+            Ok(at) => at,
+            Err(e) => return ValueStream::failed(e),
+        };
         follow(
-            &self.source,
-            &self.name,
+            &source,
+            &name,
             PUBLISHED_LIMIT,
             WatchOptions::data_changes(),
             value_of,
         )
+    }
+}
+
+/// One attempt at publishing `value` as `name` in `session`.
+async fn publish_in(session: &Session, name: &str, value: &[u8]) -> Result<()> {
+    loop {
+        // The owners too: a publication has none (nobody acquires it), a group has its
+        // members, on a semaphore of the same limit. Listing them costs nothing for a
+        // publication; only a publish onto another recipe's name pays for it.
+        match session
+            .describe_semaphore(name, DescribeOptions::new().owners(true))
+            .await
+        {
+            Ok(d) => {
+                // Not another recipe's semaphore (a mutex's ephemeral one would lose the
+                // value with the lock, a group's would be a value nobody reads).
+                check_persistent(name, &d, PUBLISHED_LIMIT)?;
+                if !d.owners.is_empty() {
+                    return Err(Error::new(
+                        ErrorKind::PreconditionFailed,
+                        format!(
+                            "semaphore {:?} is held (a group's, or another recipe's), so it is not a publication; publish under another name",
+                            name
+                        ),
+                    ));
+                }
+                match session.update_semaphore(name, value).await {
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    other => return other,
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match session.create_semaphore(name, PUBLISHED_LIMIT, value).await {
+            // Made by someone else in between, or perhaps by us: look again.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::AlreadyExists | ErrorKind::OutcomeUnknown
+                ) => {}
+            other => return other,
+        }
     }
 }
 

@@ -38,14 +38,16 @@ pub struct RwLock {
     data: Vec<u8>,
 }
 
-/// Shared access to a [`RwLock`]. Dereferences to the [`Lease`].
+/// Shared access to a [`RwLock`]; what it holds is its [`lease`](RwLockReadGuard::lease) on
+/// one node or its [`space_lease`](RwLockReadGuard::space_lease) in a lock space.
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks"]
 pub struct RwLockReadGuard {
     held: Holding,
 }
 
-/// Exclusive access to a [`RwLock`]. Dereferences to the [`Lease`].
+/// Exclusive access to a [`RwLock`]; what it holds is its [`lease`](RwLockWriteGuard::lease)
+/// on one node or its [`space_lease`](RwLockWriteGuard::space_lease) in a lock space.
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks"]
 pub struct RwLockWriteGuard {

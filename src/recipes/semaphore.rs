@@ -47,7 +47,9 @@ pub struct Semaphore {
     data: Vec<u8>,
 }
 
-/// Units of a [`Semaphore`]; dropping them releases. Dereferences to the [`Lease`].
+/// Units of a [`Semaphore`]; dropping them releases. What it holds is its
+/// [`lease`](SemaphorePermit::lease) on one node or its
+/// [`space_lease`](SemaphorePermit::space_lease) in a lock space.
 #[derive(Debug)]
 #[must_use = "dropping the permit releases it"]
 pub struct SemaphorePermit {

@@ -69,10 +69,13 @@ impl Link {
         })
     }
 
-    /// The space's publication `name` (see [`SpacePublished`](super::SpacePublished)).
-    pub(crate) fn published(&self, name: &str) -> Published {
-        self.manager
-            .published(&format!("{}{name}", self.value_prefix()))
+    /// The directory's manager and the semaphore name of the space's publication `name`
+    /// (see [`LockSpace::published`](super::LockSpace::published)).
+    pub(crate) fn publication(&self, name: &str) -> (SessionManager, String) {
+        (
+            self.manager.clone(),
+            format!("{}{name}", self.value_prefix()),
+        )
     }
 
     /// What the names of the space's publications start with on the directory node.

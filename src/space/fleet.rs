@@ -3,19 +3,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 
 use super::layout::Layout;
-use super::lock::{SpaceLease, Spec, start, start_plain};
+use super::lock::Spec;
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{AcquireOptions, MAX_DATA_LEN};
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::Held;
-use crate::recipes::{Candidate, Leader, Member, Membership, Prepare};
+use crate::recipes::{Candidate, Leader, Member, Membership, Prepare, Source};
 use crate::session::Acquiring;
 use crate::session::FencingToken;
 
@@ -45,248 +43,58 @@ async fn observed(shared: &Shared, name: &str) -> Result<(String, u64)> {
     Ok((node, epoch))
 }
 
-/// The leader of a [`SpaceElection`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SpaceLeader {
-    /// The leader's value (its owner data).
-    pub data: Vec<u8>,
-    /// The node where it was read.
-    pub node: String,
-    /// The leader's fencing token in the space, as its [`SpaceLease::fencing_token`].
-    pub fencing_token: FencingToken,
-    /// Whether the leader is this process (its session on that node).
-    pub is_me: bool,
+/// What a space election's leader takes in each place: the one unit of a persistent
+/// semaphore of limit 1, as a node's election does, guarded against a forced delete; the
+/// leader writes its fencing token with its value before it is handed its leadership.
+pub(crate) fn election_spec(data: &[u8]) -> Spec {
+    Spec {
+        options: AcquireOptions::new().count(1).data(data.to_vec()),
+        prepare: Prepare::Semaphore { limit: 1 },
+        guard: true,
+        lock_delay: None,
+        leader: true,
+        mutex: false,
+    }
 }
 
-/// Leader election in a [`LockSpace`], from [`LockSpace::election`]: on each node the same
-/// election as [`SessionManager::election`](crate::SessionManager::election); a leader in a
-/// transition leads in both places.
-///
-/// # Examples
-///
-/// ```
-/// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::space::{Layout, LockSpace};
-/// # use ydb_coordination::Client;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
-/// # let client = Client::connect(&emulator.connection_string()).await?;
-/// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
-/// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
-/// let election = space.election("scheduler");
-/// let leadership = election.campaign(b"host-a").await?;
-/// let leader = election.leader().await?.expect("we lead");
-/// assert!(leader.is_me && leader.data == b"host-a");
-/// leadership.set_data(b"host-a:9090").await?; // proclaim a new value
-/// leadership.release().await?; // resign
-/// assert!(election.leader().await?.is_none());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-pub struct SpaceElection {
-    space: LockSpace,
-    name: String,
+/// The leader of the election `name` in `space`, read where every leader holds it (see
+/// [`observed`]).
+pub(crate) async fn leader(space: &LockSpace, name: &str) -> Result<Option<Leader>> {
+    let shared = space.shared();
+    let (node, _) = observed(shared, name).await?;
+    let source = Source::new(shared.manager(&node)?.clone());
+    let leader = crate::recipes::leader_on(&source, name).await?;
+    Ok(leader.and_then(|l| space_leader(l, node)))
 }
 
-impl SpaceElection {
-    fn spec(data: &[u8]) -> Spec {
-        Spec {
-            options: AcquireOptions::new().count(1).data(data.to_vec()),
-            prepare: Prepare::Semaphore { limit: 1 },
-            guard: true,
-            lock_delay: None,
-            leader: true,
-            mutex: false,
-        }
-    }
+/// The leader, then the waiters in the order they will lead, of the election `name` in
+/// `space`, read where every candidate waits.
+pub(crate) async fn candidates(space: &LockSpace, name: &str) -> Result<Vec<Candidate>> {
+    let shared = space.shared();
+    let (node, epoch) = observed(shared, name).await?;
+    let source = Source::new(shared.manager(&node)?.clone());
+    let candidates = crate::recipes::candidates_on(&source, name).await?;
+    Ok(candidates
+        .into_iter()
+        .map(|c| space_candidate(c, epoch))
+        .collect())
+}
 
-    fn names(&self) -> Vec<String> {
-        vec![self.name.clone()]
-    }
-
-    /// Waits to lead, with `data` as the leader's value. The guard is the leadership:
-    /// [`SpaceLease::set_data`] proclaims a new value, [`SpaceLease::release`] resigns.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::lock`](crate::Mutex::lock) in a space; `PreconditionFailed` when a node
-    /// has the name as another recipe's semaphore.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future withdraws the candidacy.
-    pub fn campaign(&self, data: &[u8]) -> Acquiring<SpaceLease> {
-        if let Err(e) = check_leader_value(data) {
-            return Acquiring::failed(e);
-        }
-        start_plain(&self.space, self.names(), Self::spec(data), false, |l| l)
-    }
-
-    /// Leads only if nobody leads or waits now; `None` otherwise.
-    ///
-    /// # Errors
-    ///
-    /// As [`SpaceElection::campaign`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`SpaceElection::campaign`].
-    pub fn try_campaign(&self, data: &[u8]) -> Acquiring<Option<SpaceLease>> {
-        self.campaign_timeout(data, Duration::ZERO)
-    }
-
-    /// Waits to lead at most `timeout`; `None` if it passed.
-    ///
-    /// # Errors
-    ///
-    /// As [`SpaceElection::campaign`]; a timeout over a day is `InvalidArgument`.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`SpaceElection::campaign`].
-    pub fn campaign_timeout(
-        &self,
-        data: &[u8],
-        timeout: Duration,
-    ) -> Acquiring<Option<SpaceLease>> {
-        if let Err(e) = check_leader_value(data) {
-            return Acquiring::failed(e);
-        }
-        start(
-            &self.space,
-            self.names(),
-            Self::spec(data),
-            timeout,
-            false,
-            |l| l,
-        )
-    }
-
-    /// Leads for as long as the stream is polled (see [`Held`]).
-    pub fn hold(&self, data: &[u8]) -> Held<SpaceLease> {
-        let election = self.clone();
-        let data = data.to_vec();
-        Held::new(
-            format!("election {:?}", self.name),
-            std::sync::Arc::new(move || Box::pin(election.campaign(&data))),
-            |_| None,
-        )
-    }
-
-    /// The leader now, read where every leader holds the election (see the
-    /// [module docs](super)); `None` when nobody leads.
-    ///
-    /// # Errors
-    ///
-    /// A node's manager stopped; in a transition, the directory's errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn leader(&self) -> Result<Option<SpaceLeader>> {
-        let shared = self.space.shared();
-        let (node, _) = observed(shared, &self.name).await?;
-        let leader = shared.manager(&node)?.election(&self.name).leader().await?;
-        Ok(leader.and_then(|l| space_leader(l, node)))
-    }
-
-    /// The leader, then the waiters in the order they will lead, read where every
-    /// candidate waits (see [`SpaceElection::leader`]), as the node's
-    /// [`Election::candidates`](crate::Election::candidates).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::space::{Layout, LockSpace};
-    /// # use ydb_coordination::Client;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
-    /// # let client = Client::connect(&emulator.connection_string()).await?;
-    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
-    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
-    /// let election = space.election("scheduler");
-    /// let leadership = election.campaign(b"host-a").await?;
-    /// let candidates = election.candidates().await?;
-    /// assert!(candidates[0].is_leader && candidates[0].is_me);
-    /// # drop(leadership);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`SpaceElection::leader`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn candidates(&self) -> Result<Vec<Candidate>> {
-        let shared = self.space.shared();
-        let (node, epoch) = observed(shared, &self.name).await?;
-        let candidates = shared
-            .manager(&node)?
-            .election(&self.name)
-            .candidates()
-            .await?;
-        Ok(candidates
-            .into_iter()
-            .map(|c| space_candidate(c, epoch))
-            .collect())
-    }
-
-    /// The leader as it changes, as the node's [`Election::observe`](crate::Election::observe):
-    /// the newest state first, then each change (a slow reader may miss intermediate
-    /// leaders, never the newest), following the place where every leader holds the
-    /// election when the space moves to a new layout. Two items in a row never repeat the
-    /// same state. The stream ends with the error that stopped it (a node's manager
-    /// stopped, the directory could not be read in a transition).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::space::{Layout, LockSpace};
-    /// # use ydb_coordination::Client;
-    /// use futures::StreamExt;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
-    /// # let client = Client::connect(&emulator.connection_string()).await?;
-    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
-    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
-    /// let election = space.election("scheduler");
-    /// let mut leaders = election.observe();
-    /// assert!(leaders.next().await.transpose()?.flatten().is_none()); // nobody leads yet
-    /// let leadership = election.campaign(b"host-a").await?;
-    /// let leader = loop {
-    ///     if let Some(leader) = leaders.next().await.transpose()?.flatten() {
-    ///         break leader;
-    ///     }
-    /// };
-    /// assert_eq!(leader.fencing_token, leadership.fencing_token());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use = "a stream does nothing unless polled"]
-    pub fn observe(&self) -> SpaceFollowing<Option<SpaceLeader>> {
-        let name = self.name.clone();
-        follow_place(
-            self.space.shared().clone(),
-            name.clone(),
-            move |shared, node, _| {
-                let leaders = shared.manager(node)?.election(&name).observe();
-                let node = node.to_string();
-                Ok(leaders
-                    .map(move |l| l.map(|l| l.and_then(|l| space_leader(l, node.clone()))))
-                    .boxed())
-            },
-        )
-    }
+/// The leader of the election `name` in `space` as it changes, following its place
+/// through the layouts (see [`follow_place`]).
+pub(crate) fn observe_leader(space: &LockSpace, name: &str) -> SpaceFollowing<Option<Leader>> {
+    let name = name.to_string();
+    follow_place(
+        space.shared().clone(),
+        name.clone(),
+        move |shared, node, _| {
+            let leaders = shared.manager(node)?.election(&name).observe();
+            let node = node.to_string();
+            Ok(leaders
+                .map(move |l| l.map(|l| l.and_then(|l| space_leader(l, node.clone()))))
+                .boxed())
+        },
+    )
 }
 
 /// What a space election's leader writes as its owner data in every place: its fencing
@@ -308,7 +116,7 @@ pub(super) fn leader_value(token: FencingToken, value: &[u8]) -> Vec<u8> {
 }
 
 /// Refuses a leader's value that would not fit in a semaphore's data with the token.
-pub(super) fn check_leader_value(value: &[u8]) -> Result<()> {
+pub(crate) fn check_leader_value(value: &[u8]) -> Result<()> {
     if value.len() > MAX_DATA_LEN - LEADER_FRAME {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
@@ -337,14 +145,12 @@ pub(super) fn read_leader_value(data: &[u8]) -> Option<(FencingToken, &[u8])> {
 
 /// The space's view of a node's leader, read on `node`: its own token and value, or `None`
 /// while it has not written them (it is not the leader yet).
-fn space_leader(l: Leader, node: String) -> Option<SpaceLeader> {
+fn space_leader(mut l: Leader, node: String) -> Option<Leader> {
     let (fencing_token, data) = read_leader_value(&l.data)?;
-    Some(SpaceLeader {
-        data: data.to_vec(),
-        fencing_token,
-        is_me: l.is_me,
-        node,
-    })
+    l.data = data.to_vec();
+    l.fencing_token = fencing_token;
+    l.node = Some(node);
+    Some(l)
 }
 
 /// A node's candidate as the space shows it: the leader with the token and value it wrote
@@ -362,7 +168,7 @@ fn space_candidate(mut c: Candidate, epoch: u64) -> Candidate {
 }
 
 /// A stream that follows one name's place in a [`LockSpace`] through its layouts
-/// ([`SpaceElection::observe`], [`SpaceGroup::watch`]): the newest state first, then each
+/// (an election's `observe`, [`SpaceGroup::watch`]): the newest state first, then each
 /// change; two items in a row never repeat the same state; it ends with the error that
 /// stopped it.
 pub type SpaceFollowing<T> = BoxStream<'static, Result<T>>;
@@ -745,21 +551,6 @@ async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
 }
 
 impl LockSpace {
-    /// The [`SpaceElection`] `name`.
-    ///
-    /// ```
-    /// # use ydb_coordination::space::LockSpace;
-    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
-    /// space.election("scheduler");
-    /// # }
-    /// ```
-    pub fn election(&self, name: &str) -> SpaceElection {
-        SpaceElection {
-            space: self.clone(),
-            name: name.to_string(),
-        }
-    }
-
     /// The [`SpaceGroup`] `name`.
     ///
     /// ```

@@ -55,7 +55,7 @@
 //!
 //! [`LockSpace::published`] is a value that does not move with the layout: on the
 //! directory node when the space has one, so it reads the same before, during and after a
-//! reshard ([`SpacePublished`] says why and where).
+//! reshard ([`LockSpace::published`] says why and where).
 //!
 //! # Fencing
 //!
@@ -108,11 +108,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use self::core::{ClaimId, Effect, Entry, SpaceCore};
 pub use self::directory::{SpaceDirectory, SpaceMember};
-pub use self::fleet::{SpaceElection, SpaceFollowing, SpaceGroup, SpaceLeader, SpaceMembership};
+pub use self::fleet::{SpaceFollowing, SpaceGroup, SpaceMembership};
+pub(crate) use self::fleet::{
+    candidates, check_leader_value, election_spec, leader, observe_leader,
+};
 pub use self::layout::{Lagging, Layout, Part};
 pub use self::lock::SpaceLease;
 pub(crate) use self::lock::{Spec, start, start_plain};
-pub use self::published::SpacePublished;
+pub(crate) use self::published::publication;
 
 use crate::client::Client;
 use crate::config::SessionOptions;
