@@ -6,7 +6,7 @@ use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
 
 use super::follow::{Following, follow, read};
-use super::{Acquiring, Held, Prepare, Source, acquiring};
+use super::{Acquiring, Held, Prepare, Scope, Source, acquiring};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::{Lease, SemaphoreDescription};
@@ -76,7 +76,7 @@ const GROUP_LIMIT: u64 = u64::MAX;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Group {
-    source: Source,
+    scope: Scope,
     name: String,
 }
 
@@ -176,6 +176,18 @@ fn answer(
 }
 
 impl Membership {
+    /// The handle of a membership kept by a task that says its `state` and answers `leave`
+    /// (a lock space's).
+    pub(crate) fn from_task(
+        state: watch::Receiver<MembershipState>,
+        leave: oneshot::Sender<oneshot::Sender<Result<bool>>>,
+    ) -> Self {
+        Self {
+            state,
+            leave: Some(leave),
+        }
+    }
+
     /// Starts the task that keeps the membership `held`.
     fn start(held: Held<Lease>) -> Self {
         let (state_tx, state) = watch::channel(MembershipState::Joining);
@@ -241,8 +253,7 @@ impl Membership {
     }
 
     /// The error that ended the membership for good (as [`MembershipState::Ended`]), `None`
-    /// while it is a member or joining, and after a leave: the same as
-    /// [`SpaceMembership::error`](crate::space::SpaceMembership::error) in a lock space.
+    /// while it is a member or joining, and after a leave.
     ///
     /// # Examples
     ///
@@ -266,8 +277,7 @@ impl Membership {
         }
     }
 
-    /// Waits until the membership ends by itself, and returns why (as
-    /// [`SpaceMembership::ended`](crate::space::SpaceMembership::ended)).
+    /// Waits until the membership ends by itself, and returns why.
     ///
     /// # Cancel safety
     ///
@@ -337,9 +347,9 @@ fn left() -> Error {
 }
 
 impl Group {
-    pub(crate) fn new(source: Source, name: &str) -> Self {
+    pub(crate) fn new(scope: impl Into<Scope>, name: &str) -> Self {
         Self {
-            source,
+            scope: scope.into(),
             name: name.to_string(),
         }
     }
@@ -351,28 +361,16 @@ impl Group {
 
     /// One membership with `data` as a plain lease, for a lock space's directory, which
     /// keeps its membership itself: its data changes in place, and its token says when
-    /// the membership may be lost.
+    /// the membership may be lost. A membership must end when the group's semaphore is
+    /// force-deleted under it.
     pub(crate) fn member_lease(&self, data: &[u8]) -> Acquiring<Lease> {
-        self.member_as(data, |lease| lease)
-    }
-
-    /// One attempt at membership with `data`.
-    fn member(&self, data: &[u8]) -> Acquiring<Lease> {
-        self.member_as(data, |lease| lease)
-    }
-
-    /// One attempt at membership with `data`, its lease made into `T`. A membership must
-    /// end when the group's semaphore is force-deleted under it.
-    fn member_as<T: Send + 'static>(
-        &self,
-        data: &[u8],
-        make: impl Fn(Lease) -> T + Send + Sync + 'static,
-    ) -> Acquiring<T> {
-        let options = AcquireOptions::new().count(1).data(data.to_vec());
-        let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
-        acquiring(&self.source, &self.name, options, prepare, move |r| {
-            r.inspect(Lease::guard).map(&make)
-        })
+        match &self.scope {
+            Scope::Node(source) => member_on(source, &self.name, data),
+            Scope::Space(_) => Acquiring::failed(Error::new(
+                ErrorKind::InvalidArgument,
+                "a lock space's group has a membership in each place, not one lease",
+            )),
+        }
     }
 
     /// Joins the group with `data` (what the others see in [`Member::data`], up to
@@ -395,14 +393,18 @@ impl Group {
     /// Dropping the future before it completes withdraws the request: the process does not
     /// join.
     pub fn join(&self, data: &[u8]) -> Acquiring<Membership> {
-        let group = self.clone();
+        let source = match &self.scope {
+            Scope::Node(source) => source.clone(),
+            Scope::Space(space) => return crate::space::join_group(space, &self.name, data),
+        };
+        let name = self.name.clone();
         let data = data.to_vec();
         Acquiring::steps(move |_, _| {
             Box::pin(async move {
-                let what = format!("group {:?}", group.name);
+                let what = format!("group {name:?}");
                 let held = Held::new(
                     what,
-                    Arc::new(move || Box::pin(group.member(&data))),
+                    Arc::new(move || Box::pin(member_on(&source, &name, &data))),
                     |lease: &Lease| Some(lease.session_id()),
                 );
                 let membership = Membership::start(held);
@@ -426,8 +428,10 @@ impl Group {
     ///
     /// Cancel safe.
     pub async fn members(&self) -> Result<Vec<Member>> {
-        let options = DescribeOptions::new().owners(true);
-        read(&self.source, &self.name, options, members_of, Vec::new()).await
+        match &self.scope {
+            Scope::Node(source) => members_on(source, &self.name).await,
+            Scope::Space(space) => crate::space::members(space, &self.name).await,
+        }
     }
 
     /// Follows the member set: the stream yields the members now, then the whole set again
@@ -476,14 +480,34 @@ impl Group {
     /// # }
     /// ```
     pub fn watch(&self) -> MemberStream {
+        let source = match &self.scope {
+            Scope::Node(source) => source,
+            Scope::Space(space) => {
+                return Following::new(crate::space::watch_group(space, &self.name));
+            }
+        };
         follow(
-            &self.source,
+            source,
             &self.name,
             GROUP_LIMIT,
             WatchOptions::owners_changes(),
             members_of,
         )
     }
+}
+
+/// One attempt at membership of the group `name` on the node of `source`, with `data`. A
+/// membership must end when the group's semaphore is force-deleted under it.
+fn member_on(source: &Source, name: &str, data: &[u8]) -> Acquiring<Lease> {
+    let options = AcquireOptions::new().count(1).data(data.to_vec());
+    let prepare = Prepare::Semaphore { limit: GROUP_LIMIT };
+    acquiring(source, name, options, prepare, |r| r.inspect(Lease::guard))
+}
+
+/// The members of the group `name` on the node of `source`.
+pub(crate) async fn members_on(source: &Source, name: &str) -> Result<Vec<Member>> {
+    let options = DescribeOptions::new().owners(true);
+    read(source, name, options, members_of, Vec::new()).await
 }
 
 /// The stream of [`Group::watch`]: the whole member set, with latest-value semantics.

@@ -13,11 +13,11 @@ use crate::session::{FencingToken, Lease};
 /// [`LockSpace`](crate::space::LockSpace). Write code generic over it to run the same on one
 /// node and on a lock space.
 ///
-/// A group's [`Membership`](super::Membership) and a lock space's
-/// [`SpaceMembership`](crate::space::SpaceMembership) are not guards: on a
-/// [`SessionManager`](crate::SessionManager) or a lock space a membership joins again by
-/// itself after a loss, so it has no one fencing token and no one loss to report;
-/// [`Membership::state`](super::Membership::state) and each one's `ended()` say where it is.
+/// A group's [`Membership`](super::Membership) is not a guard: on a
+/// [`SessionManager`](crate::SessionManager) or a lock space it joins again by itself after
+/// a loss, so it has no one fencing token and no one loss to report;
+/// [`Membership::state`](super::Membership::state) and
+/// [`Membership::ended`](super::Membership::ended) say where it is.
 ///
 /// Dropping a guard releases what it holds without blocking; [`Guard::release`] releases
 /// it and waits for the server's answer.

@@ -90,6 +90,7 @@ pub use self::bounded::Bounded;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub(crate) use self::election::{candidates_on, leader_on};
 pub use self::follow::Following;
+pub(crate) use self::group::members_on;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
 pub use self::guard::Guard;
 pub use self::held::Held;
@@ -573,5 +574,40 @@ impl crate::LockSpace {
     /// ```
     pub fn election(&self, name: &str) -> Election {
         Election::new(Scope::Space(self.clone()), name)
+    }
+
+    /// A [`Group`] `name` in this space: on each node the same group as
+    /// [`SessionManager::group`]. A member follows the layout: in a transition it is a
+    /// member in both places, and it leaves the old place once the space runs the new
+    /// layout, so the members are always all in the place [`Group::members`] and
+    /// [`Group::watch`] read. A small task keeps each [`Membership`]; its state is that of
+    /// its first place in the layout run (`Joined` with that place's session and order id),
+    /// and it ends when it cannot follow a new layout (a node the space was not given) or a
+    /// place's membership ends for good (its node's manager stopped,
+    /// [`ErrorKind::SessionClosed`] after [`LockSpace::shutdown`](crate::LockSpace::shutdown)).
+    /// A move to a new layout in progress (which may wait for a node that is down) does not
+    /// hold up a [`Membership::leave`]: the places it joined leave by themselves.
+    ///
+    /// ```
+    /// # use ydb_coordination::emulator::Emulator;
+    /// # use ydb_coordination::space::{Layout, LockSpace};
+    /// # use ydb_coordination::Client;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
+    /// # let client = Client::connect(&emulator.connection_string()).await?;
+    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
+    /// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
+    /// let workers = space.group("workers");
+    /// let me = workers.join(b"10.0.0.7:8080").await?;
+    /// assert!(me.error().is_none());
+    /// assert_eq!(workers.members().await?.len(), 1);
+    /// me.leave().await?;
+    /// assert!(workers.members().await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn group(&self, name: &str) -> Group {
+        Group::new(Scope::Space(self.clone()), name)
     }
 }

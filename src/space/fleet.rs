@@ -13,7 +13,7 @@ use super::lock::Spec;
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{AcquireOptions, MAX_DATA_LEN};
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Candidate, Leader, Member, Membership, Prepare, Source};
+use crate::recipes::{Candidate, Leader, Member, Membership, MembershipState, Prepare, Source};
 use crate::session::Acquiring;
 use crate::session::FencingToken;
 
@@ -168,10 +168,10 @@ fn space_candidate(mut c: Candidate, epoch: u64) -> Candidate {
 }
 
 /// A stream that follows one name's place in a [`LockSpace`] through its layouts
-/// (an election's `observe`, [`SpaceGroup::watch`]): the newest state first, then each
+/// (an election's `observe`, a group's `watch`): the newest state first, then each
 /// change; two items in a row never repeat the same state; it ends with the error that
 /// stopped it.
-pub type SpaceFollowing<T> = BoxStream<'static, Result<T>>;
+pub(crate) type SpaceFollowing<T> = BoxStream<'static, Result<T>>;
 
 /// What [`follow_place`] keeps between items.
 struct Place<T, F> {
@@ -247,202 +247,76 @@ where
     .boxed()
 }
 
-/// Group membership in a [`LockSpace`], from [`LockSpace::group`]: on each node the same
-/// group as [`SessionManager::group`](crate::SessionManager::group). A member follows the
-/// layout: in a transition it is a member in both places, and it leaves the old place once
-/// the space runs the new layout, so the members are always all in the place
-/// [`SpaceGroup::members`] reads.
-///
-/// # Examples
-///
-/// ```
-/// # use ydb_coordination::emulator::Emulator;
-/// # use ydb_coordination::space::{Layout, LockSpace};
-/// # use ydb_coordination::Client;
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let emulator = Emulator::builder().node("/local/n1").node("/local/n2").start().await?;
-/// # let client = Client::connect(&emulator.connection_string()).await?;
-/// # let space = LockSpace::builder().node("n1", &client, "/local/n1").node("n2", &client, "/local/n2")
-/// #     .layout(Layout::new(1, ["n1", "n2"])?).open().await?;
-/// let workers = space.group("workers");
-/// let me = workers.join(b"10.0.0.7:8080").await?;
-/// assert_eq!(workers.members().await?.len(), 1);
-/// me.leave().await?;
-/// assert!(workers.members().await?.is_empty());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-pub struct SpaceGroup {
-    space: LockSpace,
-    name: String,
+/// Joins the group `name` of `space` with `data` in the name's places now, and returns
+/// once a member there; a small task then moves the membership with the layout (see
+/// [`LockSpace::group`]).
+pub(crate) fn join_group(space: &LockSpace, name: &str, data: &[u8]) -> Acquiring<Membership> {
+    let shared = space.shared().clone();
+    let name = name.to_string();
+    let data = data.to_vec();
+    Acquiring::steps(move |_, _| {
+        Box::pin(async move {
+            let (joined, ticket) = join_places(&shared, &name, &data, BTreeMap::new()).await?;
+            let (leave, asked) = oneshot::channel();
+            let (state_tx, state) = watch::channel(space_state(&shared, &name, &joined));
+            tokio::spawn(keep(shared, name, data, joined, ticket, asked, state_tx));
+            Ok(Membership::from_task(state, leave))
+        })
+    })
 }
 
-/// Being a member of a [`SpaceGroup`], from [`SpaceGroup::join`]; dropping it leaves.
-#[derive(Debug)]
-#[must_use = "dropping the membership leaves the group"]
-pub struct SpaceMembership {
-    leave: Option<oneshot::Sender<oneshot::Sender<Result<bool>>>>,
-    ended: watch::Receiver<Option<Error>>,
+/// The members of the group `name` of `space` now, read where every member is.
+pub(crate) async fn members(space: &LockSpace, name: &str) -> Result<Vec<Member>> {
+    let shared = space.shared();
+    let (node, _) = observed(shared, name).await?;
+    let source = Source::new(shared.manager(&node)?.clone());
+    crate::recipes::members_on(&source, name).await
 }
 
-impl SpaceMembership {
-    /// The error that ended the membership: it could not follow a new layout (a node the
-    /// space was not given), or a place's membership ended for good (its node's manager
-    /// stopped, [`ErrorKind::SessionClosed`] after [`LockSpace::shutdown`]); `None` while
-    /// it is a member.
-    ///
-    /// ```
-    /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::space::{Layout, LockSpace};
-    /// # use ydb_coordination::Client;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
-    /// # let client = Client::connect(&emulator.connection_string()).await?;
-    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
-    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
-    /// let me = space.group("workers").join(b"host-a").await?;
-    /// assert!(me.error().is_none());
-    /// # me.leave().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn error(&self) -> Option<Error> {
-        self.ended.borrow().clone()
-    }
-
-    /// Waits until the membership ends by itself, and returns why.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn ended(&self) -> Error {
-        let mut ended = self.ended.clone();
-        match ended.wait_for(Option::is_some).await {
-            Ok(e) => e.clone().unwrap_or_else(gone),
-            Err(_) => gone(),
-        }
-    }
-
-    /// Leaves the group in every place and waits until the servers answered (`false`: a
-    /// place's membership was already lost), as the node's
-    /// [`Membership::leave`](crate::Membership::leave). A move to a new layout in progress
-    /// (which may wait for a node that is down) is dropped instead: the places it joined
-    /// leave by themselves, without that wait.
-    ///
-    /// # Errors
-    ///
-    /// A place's session ended first (its server then removes the member itself).
-    ///
-    /// # Cancel safety
-    ///
-    /// The task is asked to leave at once; dropping the future only skips the wait.
-    pub async fn leave(mut self) -> Result<bool> {
-        let Some(leave) = self.leave.take() else {
-            return Ok(false);
-        };
-        let (tx, rx) = oneshot::channel();
-        if leave.send(tx).is_err() {
-            return Ok(false);
-        }
-        rx.await.unwrap_or(Ok(false))
-    }
-}
-
-/// The error of a membership whose task is gone without saying why.
-fn gone() -> Error {
-    Error::new(
-        ErrorKind::SessionClosed,
-        "the group membership's task ended; join again",
+/// The member set of the group `name` of `space` as it changes, following its place
+/// through the layouts (see [`follow_place`]).
+pub(crate) fn watch_group(space: &LockSpace, name: &str) -> SpaceFollowing<Vec<Member>> {
+    let name = name.to_string();
+    follow_place(
+        space.shared().clone(),
+        name.clone(),
+        move |shared, node, _| Ok(shared.manager(node)?.group(&name).watch().boxed()),
     )
 }
 
-impl SpaceGroup {
-    /// Joins the group with `data` in the name's places now, and returns once a member
-    /// there; a small task then moves the membership with the layout.
-    ///
-    /// # Errors
-    ///
-    /// As [`Group::join`](crate::Group::join) on a node; `PreconditionFailed` for a layout
-    /// naming a node the space was not given.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future before it completes withdraws: the places joined so far are left
-    /// (their memberships dropped), and the process is not a member.
-    pub fn join(&self, data: &[u8]) -> Acquiring<SpaceMembership> {
-        let shared = self.space.shared().clone();
-        let name = self.name.clone();
-        let data = data.to_vec();
-        Acquiring::steps(move |_, _| {
-            Box::pin(async move {
-                let (joined, ticket) = join_places(&shared, &name, &data, BTreeMap::new()).await?;
-                let (leave, asked) = oneshot::channel();
-                let (ended_tx, ended) = watch::channel(None);
-                tokio::spawn(keep(shared, name, data, joined, ticket, asked, ended_tx));
-                Ok(SpaceMembership {
-                    leave: Some(leave),
-                    ended,
-                })
-            })
+/// A space membership's state: that of its first place in the layout run now (the one
+/// every member is in, outside a transition), `Joining` while it has none.
+fn space_state(
+    shared: &Shared,
+    name: &str,
+    joined: &BTreeMap<String, Membership>,
+) -> MembershipState {
+    let layout = shared.layout.borrow().clone();
+    let first = layout.parts(name).into_iter().next().map(|p| p.node);
+    first
+        .and_then(|n| joined.get(&n))
+        .map_or(MembershipState::Joining, Membership::state)
+}
+
+/// Waits until the state of a membership of `joined` changes (`None`: until forever).
+async fn place_changed(watching: &mut [watch::Receiver<MembershipState>]) {
+    if watching.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = watching.iter_mut().map(|w| Box::pin(w.changed()));
+    let _ = futures::future::select_all(changes).await;
+}
+
+/// Receivers of the states of `joined`, each marked as seen.
+fn watch_states(joined: &BTreeMap<String, Membership>) -> Vec<watch::Receiver<MembershipState>> {
+    joined
+        .values()
+        .map(|m| {
+            let mut rx = m.state_changes();
+            rx.borrow_and_update();
+            rx
         })
-    }
-
-    /// The members now, read where every member is (see [`SpaceGroup`]).
-    ///
-    /// # Errors
-    ///
-    /// A node's manager stopped; in a transition, the directory's errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn members(&self) -> Result<Vec<Member>> {
-        let shared = self.space.shared();
-        let (node, _) = observed(shared, &self.name).await?;
-        shared.manager(&node)?.group(&self.name).members().await
-    }
-
-    /// The member set as it changes, as the node's [`Group::watch`](crate::Group::watch):
-    /// the newest set first, then each change, following the place where every member is
-    /// when the space moves to a new layout (see [`SpaceFollowing`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ydb_coordination::emulator::Emulator;
-    /// # use ydb_coordination::space::{Layout, LockSpace};
-    /// # use ydb_coordination::Client;
-    /// use futures::StreamExt;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let emulator = Emulator::builder().node("/local/n1").start().await?;
-    /// # let client = Client::connect(&emulator.connection_string()).await?;
-    /// # let space = LockSpace::builder().node("n1", &client, "/local/n1")
-    /// #     .layout(Layout::new(1, ["n1"])?).open().await?;
-    /// let workers = space.group("workers");
-    /// let mut sets = workers.watch();
-    /// let me = workers.join(b"10.0.0.7:8080").await?;
-    /// while let Some(set) = sets.next().await {
-    ///     if set?.iter().any(|m| m.data == b"10.0.0.7:8080") {
-    ///         break;
-    ///     }
-    /// }
-    /// # me.leave().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use = "a stream does nothing unless polled"]
-    pub fn watch(&self) -> SpaceFollowing<Vec<Member>> {
-        let name = self.name.clone();
-        follow_place(
-            self.space.shared().clone(),
-            name.clone(),
-            move |shared, node, _| Ok(shared.manager(node)?.group(&name).watch().boxed()),
-        )
-    }
+        .collect()
 }
 
 /// Joins `name` in its places in the layout run now, keeping the memberships of `joined`
@@ -483,10 +357,11 @@ async fn keep(
     mut joined: BTreeMap<String, Membership>,
     mut ticket: Ticket,
     mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
-    ended: watch::Sender<Option<Error>>,
+    state: watch::Sender<MembershipState>,
 ) {
     let mut layouts = shared.layout.subscribe();
     let mut failed = None;
+    let mut watching = watch_states(&joined);
     let reply = loop {
         tokio::select! {
             biased;
@@ -495,6 +370,11 @@ async fn keep(
                 tracing::warn!(group = name, error = %e, "group membership ended");
                 failed = Some(e);
                 break None;
+            }
+            () = place_changed(&mut watching) => {
+                // A place joined again in a new session (or is joining): say so.
+                state.send_replace(space_state(&shared, &name, &joined));
+                continue;
             }
             changed = layouts.changed() => {
                 if changed.is_err() {
@@ -514,6 +394,8 @@ async fn keep(
             Ok((now, next)) => {
                 joined = now;
                 ticket = next;
+                watching = watch_states(&joined);
+                state.send_replace(space_state(&shared, &name, &joined));
             }
             Err(e) => {
                 tracing::warn!(group = name, error = %e, "group membership could not follow the layout");
@@ -531,9 +413,7 @@ async fn keep(
             Err(e) => left = Err(e),
         }
     }
-    if let Some(e) = failed {
-        ended.send_replace(Some(e));
-    }
+    state.send_replace(MembershipState::Ended(failed));
     drop(ticket);
     if let Some(reply) = reply {
         let _ = reply.send(left);
@@ -548,21 +428,4 @@ async fn first_ended(joined: &BTreeMap<String, Membership>) -> Error {
     }
     let waits = joined.values().map(|m| Box::pin(m.ended()));
     futures::future::select_all(waits).await.0
-}
-
-impl LockSpace {
-    /// The [`SpaceGroup`] `name`.
-    ///
-    /// ```
-    /// # use ydb_coordination::space::LockSpace;
-    /// # #[allow(dead_code)] fn f(space: &LockSpace) { let _ =
-    /// space.group("workers");
-    /// # }
-    /// ```
-    pub fn group(&self, name: &str) -> SpaceGroup {
-        SpaceGroup {
-            space: self.clone(),
-            name: name.to_string(),
-        }
-    }
 }

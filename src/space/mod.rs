@@ -108,9 +108,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use self::core::{ClaimId, Effect, Entry, SpaceCore};
 pub use self::directory::{SpaceDirectory, SpaceMember};
-pub use self::fleet::{SpaceFollowing, SpaceGroup, SpaceMembership};
 pub(crate) use self::fleet::{
-    candidates, check_leader_value, election_spec, leader, observe_leader,
+    candidates, check_leader_value, election_spec, join_group, leader, members, observe_leader,
+    watch_group,
 };
 pub use self::layout::{Lagging, Layout, Part};
 pub use self::lock::SpaceLease;

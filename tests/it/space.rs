@@ -22,6 +22,7 @@ use std::time::Duration;
 use common::within;
 use tokio::time::Instant;
 use ydb_coordination::emulator::{Emulator, FaultProxy};
+use ydb_coordination::recipes::MembershipState;
 use ydb_coordination::space::placement::place;
 use ydb_coordination::space::{Layout, LockSpace, LockSpaceBuilder, SpaceDirectory};
 use ydb_coordination::{
@@ -773,6 +774,44 @@ async fn every_lock_verb_works_in_a_space() {
     assert!(within(p2.mutex("a").try_lock()).await.unwrap().is_none());
     unlock(both).await;
     unlock(take(&p2, "a").await).await;
+}
+
+/// 11c. A group of a space is the node's `Group`: its membership says `Joined` with its
+///      place's session, `Joining` and `Joined` again when that session is replaced, and
+///      `Ended` once left.
+#[tokio::test(start_paused = true)]
+async fn a_space_membership_says_where_it_is() {
+    let c = Cluster::start().await;
+    let space = c.fixed(&layout(1, ["n1", "n2"])).await;
+    let node = space.node_of("workers");
+    let me = within(space.group("workers").join(b"w1")).await.unwrap();
+    let first = session(&space, &node).await.id();
+    assert!(
+        matches!(me.state(), MembershipState::Joined { session_id, .. } if session_id == first)
+    );
+    let mut changes = me.state_changes();
+    assert!(c.emulator.expire_session(&path(&node), first));
+    let again = within(changes.wait_for(
+        |s| matches!(s, MembershipState::Joined { session_id, .. } if *session_id != first),
+    ))
+    .await
+    .unwrap()
+    .clone();
+    let MembershipState::Joined { session_id, .. } = again else {
+        unreachable!("waited for Joined")
+    };
+    assert_eq!(session_id, session(&space, &node).await.id());
+    assert!(me.error().is_none());
+    let members = within(space.group("workers").members()).await.unwrap();
+    assert_eq!(members.len(), 1);
+    assert!(members[0].is_me && members[0].session_id == session_id);
+    let mut changes = me.state_changes();
+    assert!(within(me.leave()).await.unwrap());
+    let ended = within(changes.wait_for(|s| matches!(s, MembershipState::Ended(_))))
+        .await
+        .unwrap()
+        .clone();
+    assert!(matches!(ended, MembershipState::Ended(None)));
 }
 
 /// 12. Bad input is refused by kind: a name too long, more permits than the limit, no
