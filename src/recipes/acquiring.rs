@@ -183,7 +183,7 @@ impl<T> Recipe<T> {
         }
         match result.map_err(|e| self.source.after_error(e)) {
             Ok(lease) => Some(Ok(lease)),
-            Err(Next::Retry(_)) => {
+            Err(Next::Retry) => {
                 self.state = State::Start;
                 None
             }

@@ -335,11 +335,15 @@ impl Election {
     /// about. [`Leader::is_me`] tells whether the leader is the session watching; use
     /// [`Leadership`] (its token) to learn that *you* lost the leadership.
     ///
-    /// On a [`SessionManager`](crate::SessionManager) scope the stream carries on across
-    /// session loss (an error item, then the leader again as the next session sees it); on a
-    /// session scope it ends with the session's error, and once the manager stops with the
-    /// manager's ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a
-    /// shutdown).
+    /// On a [`SessionManager`](crate::SessionManager) scope the stream carries on across a
+    /// session loss without an error item, and yields the leader as the next session sees
+    /// it if it differs from the last item; on a session scope it ends with the session's
+    /// error, and once the manager stops with the manager's
+    /// ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown). As
+    /// every stream of the crate, an error item is the last one. In a
+    /// [`LockSpace`](crate::LockSpace) it follows the place where every leader holds the
+    /// election through reshards, and also ends with an error reading the directory in a
+    /// transition.
     ///
     /// # Examples
     ///
@@ -384,7 +388,6 @@ impl Election {
             limit: 1,
             watch: WatchOptions::owners_changes(),
             view: leader_of,
-            report_loss: true,
         };
         Follow::stream(source.clone(), spec)
     }

@@ -40,7 +40,7 @@ pub(crate) async fn read<V>(
                 Ok(d) => return Ok(view(&d, session.id())),
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(missing),
                 Err(e) => match source.after_error(e) {
-                    Next::Retry(_) => continue,
+                    Next::Retry => continue,
                     Next::End(e) => return Err(e),
                 },
             }
@@ -65,7 +65,6 @@ pub(crate) fn follow<V: Clone + PartialEq + Send + Sync + 'static>(
         limit,
         watch,
         view,
-        report_loss: false,
     };
     Follow::stream(source.clone(), spec)
 }
@@ -78,9 +77,6 @@ pub(crate) struct Spec<V> {
     pub(crate) limit: u64,
     pub(crate) watch: WatchOptions,
     pub(crate) view: View<V>,
-    /// Whether a session lost on a renewing source is yielded as an error item before the
-    /// value from the next session (`false`: the stream just carries on).
-    pub(crate) report_loss: bool,
 }
 
 /// The state of a following stream: a watch in the current session, the last value yielded.
@@ -162,23 +158,19 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Follow<V> {
         }
     }
 
-    /// What to yield after `e` (`None`: nothing, carry on in the next session).
+    /// What to yield after `e`: nothing after a session lost on a source that renews (the
+    /// stream carries on in the next session, whose first value is compared with the last
+    /// one yielded); otherwise the error, the stream's last item (the one convention of
+    /// every stream of the crate: an error item ends it).
     fn on_error(&mut self, e: Error) -> Option<Result<V>> {
         self.watch = None;
-        let e = match self.source.after_error(e) {
-            Next::Retry(e) => e,
+        match self.source.after_error(e) {
+            Next::Retry => None,
             Next::End(e) => {
                 self.done = true;
-                return Some(Err(e));
+                Some(Err(e))
             }
-        };
-        if !self.spec.report_loss {
-            // The next session's first value is compared with the last one yielded.
-            return None;
         }
-        // The next session reports its state again, even if equal to the last.
-        self.last = None;
-        Some(Err(e))
     }
 }
 

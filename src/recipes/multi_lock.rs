@@ -425,7 +425,7 @@ impl MultiLock {
             trips.note(session.round_trip());
             match self.take_in(&session, deadline, queued, trips).await {
                 Err(e) => match source.after_error(e) {
-                    Next::Retry(_) => continue,
+                    Next::Retry => continue,
                     Next::End(e) => return Err(e),
                 },
                 ok => return ok,

@@ -132,7 +132,7 @@ impl Published {
             let session = source.session().await?;
             match publish_in(&session, &name, value).await {
                 Err(e) => match source.after_error(e) {
-                    Next::Retry(_) => continue,
+                    Next::Retry => continue,
                     Next::End(e) => return Err(e),
                 },
                 ok => return ok,

@@ -70,9 +70,8 @@ impl SessionSource for SessionManager {
 /// What a recipe does after an error: see [`Source::after_error`].
 #[derive(Debug)]
 pub(crate) enum Next {
-    /// The session was lost and the source gives another: start the work over there (the
-    /// loss, for a stream that reports it).
-    Retry(Error),
+    /// The session was lost and the source gives another: start the work over there.
+    Retry,
     /// End with this error.
     End(Error),
 }
@@ -110,7 +109,7 @@ impl Source {
             return Next::End(e);
         }
         if self.renews() {
-            return Next::Retry(e);
+            return Next::Retry;
         }
         Next::End(self.0.stopped().unwrap_or(e))
     }

@@ -207,6 +207,37 @@ async fn a_group_watch_rides_out_a_reattach_and_a_session_replacement() {
     assert_ne!(within(manager.current()).await.unwrap().id(), old);
 }
 
+/// One stream convention: a manager's `observe()` carries on across a session replacement
+/// without an error item, as `watch()` does, and yields the leader the next session sees.
+#[tokio::test(start_paused = true)]
+async fn an_observed_election_rides_out_a_session_replacement_without_an_error_item() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let mut leaders = manager.election("sched").observe();
+    assert_eq!(within(leaders.next()).await.unwrap().unwrap(), None);
+    let watching = within(manager.current()).await.unwrap();
+    env.emulator.expire_session("app", watching.id());
+    drop(watching);
+    let candidate = env.session().await;
+    let leadership = within(candidate.election("sched").campaign(b"a"))
+        .await
+        .unwrap();
+    // Every item is a state, never the loss; the first one with a leader is the new one.
+    loop {
+        match within(leaders.next()).await.expect("the stream goes on") {
+            Ok(Some(leader)) => {
+                assert_eq!(leader.fencing_token, leadership.fencing_token());
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => panic!("an error item across a session replacement: {e}"),
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn multi_locks_on_overlapping_sets_in_opposite_orders_never_deadlock() {
     let env = Env::new().await;

@@ -814,6 +814,27 @@ async fn a_space_membership_says_where_it_is() {
     assert!(matches!(ended, MembershipState::Ended(None)));
 }
 
+/// 11d. A space's `observe()` is the node's stream through the space: a session of the
+///      observer replaced on the name's node is no error item and does not end it.
+#[tokio::test(start_paused = true)]
+async fn a_space_observer_rides_out_its_session_replacement() {
+    let c = Cluster::start().await;
+    let l = layout(1, ["n1", "n2"]);
+    let (p1, observer) = (c.fixed(&l).await, c.fixed(&l).await);
+    let node = observer.node_of("sched");
+    let mut leaders = observer.election("sched").observe();
+    next_where(&mut leaders, "nobody leads", Option::is_none).await;
+    let old = session(&observer, &node).await.id();
+    assert!(c.emulator.expire_session(&path(&node), old));
+    let leadership = within(p1.election("sched").campaign(b"a")).await.unwrap();
+    let seen = next_where(&mut leaders, "the leader", Option::is_some).await;
+    assert_eq!(
+        seen.map(|l| l.fencing_token),
+        Some(leadership.fencing_token())
+    );
+    assert_ne!(session(&observer, &node).await.id(), old);
+}
+
 /// 12. Bad input is refused by kind: a name too long, more permits than the limit, no
 ///     layout, a node twice, a layout naming a node the space lacks.
 #[tokio::test(start_paused = true)]
