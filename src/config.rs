@@ -16,6 +16,12 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The longest session description YDB accepts (1024 bytes).
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
 
+/// The longest node name a lock space's [`Layout`](crate::space::Layout) accepts, in bytes.
+pub const MAX_NODE_NAME_LEN: usize = 255;
+
+/// The most nodes a lock space's [`Layout`](crate::space::Layout) may name.
+pub const MAX_NODES: usize = 4096;
+
 /// Options of a coordination session.
 ///
 /// The defaults: timeout 10 s, a client ping every 2 s when nothing else arrives, the stream

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
-use ydb_coordination::space::{Lagging, Layout, SpaceDirectory, SpaceMember, layout::lagging};
+use ydb_coordination::space::{Lagging, Layout, SpaceDirectory, SpaceMember};
 use ydb_coordination::{Error, ErrorKind};
 
 use super::admin::bounded;
@@ -272,10 +272,7 @@ async fn show(space: &Space<'_>, out: Out) -> Result<(), Failure> {
         .call("list the members of", space.directory.members())
         .await?;
     members.sort_by_key(|m| m.session_id);
-    let lag = lagging(
-        layout.epoch(),
-        members.iter().map(|m| (m.session_id, m.epoch.unwrap_or(0))),
-    );
+    let lag = layout.lagging(members.iter().map(|m| (m.session_id, m.epoch.unwrap_or(0))));
     let lags = |m: &SpaceMember| lag.iter().any(|l| l.session_id == m.session_id);
     let mut map = space.layout_json(&layout);
     let rows: Vec<Value> = members

@@ -124,6 +124,8 @@ pub use world::Traffic;
 /// The pure state machine of one coordination node, without the gRPC shell: for running
 /// the emulator inside a deterministic simulation, where the caller moves the messages and
 /// the clock. Every method takes `now` and returns the effects to carry out, in order.
+/// Behind the `simulation` feature.
+#[cfg(feature = "simulation")]
 pub mod core {
     pub use crate::state::{Effect, NodeState, StreamId};
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::layout::{Layout, lagging};
+use super::layout::Layout;
 use crate::client::Client;
 use crate::config::SessionOptions;
 use crate::error::{Error, ErrorKind, Result};
@@ -349,7 +349,8 @@ fn report(epoch: u64) -> Vec<u8> {
 /// A reshard from `A` to `B` is two steps: [`SpaceDirectory::begin`] publishes the
 /// transition `A+B`; once every member runs it, [`SpaceDirectory::finish`] publishes `B`.
 /// Each step holds the space's admin lock on the directory, so operators' steps never
-/// interleave, and checks the members first ([`Layout::check_advance`]).
+/// interleave, and checks the members first: none may run an epoch older than the
+/// current layout's ([`Layout::lagging`]).
 ///
 /// # Examples
 ///
@@ -523,7 +524,7 @@ impl SpaceDirectory {
     pub async fn lagging(&self) -> Result<Vec<super::Lagging>> {
         let layout = self.layout().await?;
         let members = self.members().await?;
-        Ok(lagging(layout.epoch(), epochs(&members)))
+        Ok(layout.lagging(epochs(&members)))
     }
 
     /// Closes the directory's session.

@@ -1,35 +1,7 @@
 //! Layouts of a [`LockSpace`](super::LockSpace): which coordination nodes hold the names,
 //! how a name's place is found in a layout and in the transition between two, and the
-//! fencing token a lock in a space carries. Pure: no I/O, no clock.
-//!
-//! # Epochs
-//!
-//! Every layout the fleet is told to run has an epoch, one greater than the last: a
-//! *stable* layout `A` (epoch `e`), the *transition* `A+B` (epoch `e + 1`), the stable `B`
-//! (epoch `e + 2`), and so on. A process may run the layout of epoch `E + 1` only when
-//! every process runs at least `E` ([`Layout::check_advance`]): so processes running `A`
-//! and processes running `B` never coexist, only `A` with `A+B` and `A+B` with `B`.
-//!
-//! # Where a name lives
-//!
-//! In a stable layout a name lives on one node, [`placement::place`](super::placement::place)
-//! over the layout's nodes. In a transition it lives in both places, the old first, then
-//! the new ([`Layout::parts`]); a lock is taken in both, in that order (so two processes
-//! cannot deadlock), and a counted semaphore takes its permits in both. Processes running
-//! `A` and `A+B` meet on the `A` place, those running `A+B` and `B` on the `B` place, so
-//! exclusion and limits hold at every moment.
-//!
-//! # Fencing tokens
-//!
-//! A lock in a space carries a [`FencingToken`], `(epoch, order id)` compared in that order.
-//! The order id is the node's fencing token in the place the epoch names. In a stable
-//! layout the epoch is the layout's own. In a transition it is the old layout's while the
-//! next stable layout has not been published (the transition's holders then alternate with
-//! the old layout's on the old place, whose order ids grow), and the new layout's once it
-//! has (they then alternate with the new layout's on the new place): a holder in a
-//! transition reads the published layout after it has both places, which tells the two
-//! apart ([`Layout::token`]). So every holder of a name has a greater token than every
-//! holder before it, across any number of moves.
+//! fencing token a lock in a space carries (the rules are in [`Layout`]'s docs). Pure: no
+//! I/O, no clock.
 
 use std::fmt;
 
@@ -39,17 +11,43 @@ use super::placement::place;
 use crate::error::{Error, ErrorKind, Result};
 use crate::session::FencingToken;
 
-/// The longest node name a layout accepts, in bytes.
-pub const MAX_NODE_NAME_LEN: usize = 255;
-
-/// The most nodes a layout may name.
-pub const MAX_NODES: usize = 4096;
+use crate::config::{MAX_NODE_NAME_LEN, MAX_NODES};
 
 /// The format tag of an encoded layout ([`Layout::to_bytes`]).
 const FORMAT: &str = "ydb-coordination/lock-space-layout/1";
 
 /// A layout: the coordination nodes (by the names the space knows them by) that hold a
 /// lock space's names, in one epoch; while resharding, also the nodes it moves to.
+///
+/// # Epochs
+///
+/// Every layout the fleet is told to run has an epoch, one greater than the last: a
+/// *stable* layout `A` (epoch `e`), the *transition* `A+B` (epoch `e + 1`), the stable `B`
+/// (epoch `e + 2`), and so on. A process may run the layout of epoch `E + 1` only when
+/// every process runs at least `E` (the [`SpaceDirectory`](super::SpaceDirectory)'s steps
+/// check it): so processes running `A`
+/// and processes running `B` never coexist, only `A` with `A+B` and `A+B` with `B`.
+///
+/// # Where a name lives
+///
+/// In a stable layout a name lives on one node, [`placement::place`](super::placement::place)
+/// over the layout's nodes. In a transition it lives in both places, the old first, then
+/// the new ([`Layout::parts`]); a lock is taken in both, in that order (so two processes
+/// cannot deadlock), and a counted semaphore takes its permits in both. Processes running
+/// `A` and `A+B` meet on the `A` place, those running `A+B` and `B` on the `B` place, so
+/// exclusion and limits hold at every moment.
+///
+/// # Fencing tokens
+///
+/// A lock in a space carries a [`FencingToken`], `(epoch, order id)` compared in that order.
+/// The order id is the node's fencing token in the place the epoch names. In a stable
+/// layout the epoch is the layout's own. In a transition it is the old layout's while the
+/// next stable layout has not been published (the transition's holders then alternate with
+/// the old layout's on the old place, whose order ids grow), and the new layout's once it
+/// has (they then alternate with the new layout's on the new place): a holder in a
+/// transition reads the published layout after it has both places, which tells the two
+/// apart. So every holder of a name has a greater token than every
+/// holder before it, across any number of moves.
 ///
 /// # Examples
 ///
@@ -98,7 +96,7 @@ pub struct Part {
 }
 
 /// A member of the fleet that runs an older epoch than a step needs
-/// ([`Layout::check_advance`]).
+/// ([`Layout::lagging`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Lagging {
@@ -270,20 +268,8 @@ impl Layout {
     /// The fencing token of a lock taken in this layout, from the order ids it got in each
     /// of [`Layout::parts`] (`orders[i]` for part `i`) and, in a transition, the epoch of
     /// the layout published after both parts were held (`published`; `None`: no directory,
-    /// the old layout's rule). See the [module docs](self) for why this orders holders.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ydb_coordination::{space::Layout, FencingToken};
-    /// let moving = Layout::new(1, ["n1"])?.begin(["n2"])?; // epoch 2
-    /// // While the transition is what is published: the old place's order id.
-    /// assert_eq!(moving.token(&[40, 3], Some(2)), FencingToken::new(1, 40));
-    /// // Once the new layout (epoch 3) is: the new place's.
-    /// assert_eq!(moving.token(&[40, 3], Some(3)), FencingToken::new(3, 3));
-    /// # Ok::<(), ydb_coordination::Error>(())
-    /// ```
-    pub fn token(&self, orders: &[u64], published: Option<u64>) -> FencingToken {
+    /// the old layout's rule): the rule of the type's docs.
+    pub(crate) fn token(&self, orders: &[u64], published: Option<u64>) -> FencingToken {
         let (new, epoch) = self.token_place(published);
         let index = if new {
             orders.len().saturating_sub(1)
@@ -431,18 +417,31 @@ impl Layout {
     ///
     /// [`ErrorKind::PreconditionFailed`] naming the first lagging member, or when `next` is
     /// not this layout's next step.
+    /// The members, given as (session id, epoch run), that run an epoch older than this
+    /// layout's, oldest first: the ones a step after this layout waits for (what
+    /// [`SpaceDirectory::lagging`](super::SpaceDirectory::lagging) reads; `ydb-coord space
+    /// show` marks them).
     ///
     /// # Examples
     ///
     /// ```
     /// # use ydb_coordination::space::Layout;
-    /// let moving = Layout::new(1, ["a"])?.add_node("b")?;
-    /// let done = moving.finish()?;
-    /// assert!(moving.check_advance(&done, [(7, 2), (9, 2)]).is_ok());
-    /// assert!(moving.check_advance(&done, [(7, 2), (9, 1)]).is_err()); // 9 still runs A
+    /// let layout = Layout::new(1, ["a"])?.add_node("b")?; // epoch 2
+    /// let lag = layout.lagging([(1, 2), (5, 1), (7, 1)]);
+    /// assert_eq!(lag.iter().map(|l| l.session_id).collect::<Vec<_>>(), [5, 7]);
     /// # Ok::<(), ydb_coordination::Error>(())
     /// ```
-    pub fn check_advance(
+    pub fn lagging(&self, members: impl IntoIterator<Item = (u64, u64)>) -> Vec<Lagging> {
+        let mut lag: Vec<Lagging> = members
+            .into_iter()
+            .filter(|&(_, e)| e < self.epoch)
+            .map(|(session_id, epoch)| Lagging { session_id, epoch })
+            .collect();
+        lag.sort_by_key(|l| (l.epoch, l.session_id));
+        lag
+    }
+
+    pub(crate) fn check_advance(
         &self,
         next: &Layout,
         members: impl IntoIterator<Item = (u64, u64)>,
@@ -456,7 +455,7 @@ impl Layout {
                 ),
             ));
         }
-        if let Some(lag) = lagging(self.epoch, members).first() {
+        if let Some(lag) = self.lagging(members).first() {
             return Err(Error::new(
                 ErrorKind::PreconditionFailed,
                 format!(
@@ -556,23 +555,6 @@ impl fmt::Display for Layout {
         }
         Ok(())
     }
-}
-
-/// The members (session id, epoch) that run an epoch older than `epoch`, oldest first.
-///
-/// ```
-/// # use ydb_coordination::space::layout::lagging;
-/// let lag = lagging(3, [(1, 3), (2, 2), (5, 1)]);
-/// assert_eq!(lag.iter().map(|l| l.session_id).collect::<Vec<_>>(), [5, 2]);
-/// ```
-pub fn lagging(epoch: u64, members: impl IntoIterator<Item = (u64, u64)>) -> Vec<Lagging> {
-    let mut lag: Vec<Lagging> = members
-        .into_iter()
-        .filter(|&(_, e)| e < epoch)
-        .map(|(session_id, epoch)| Lagging { session_id, epoch })
-        .collect();
-    lag.sort_by_key(|l| (l.epoch, l.session_id));
-    lag
 }
 
 /// `nodes` checked, sorted and each once.
@@ -767,7 +749,10 @@ mod tests {
             kind(a.check_advance(&other, [])),
             Some(ErrorKind::PreconditionFailed)
         );
-        assert_eq!(lagging(2, [(9, 1), (3, 1), (4, 2)])[0].session_id, 3);
+        let two = layout(1, &["a"])
+            .add_node("b")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(two.lagging([(9, 1), (3, 1), (4, 2)])[0].session_id, 3);
     }
 
     #[test]

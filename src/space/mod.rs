@@ -11,7 +11,7 @@
 //! # Resharding
 //!
 //! Which nodes hold the names is a [`Layout`] with an epoch. Moving from layout `A` to
-//! layout `B` goes in two steps, as joint consensus does ([`layout`]): first the
+//! layout `B` goes in two steps, as joint consensus does ([`Layout`]'s docs): first the
 //! transition `A+B`, in which a lock is taken in the name's `A` place and then in its `B`
 //! place (a counted semaphore takes its permits in both), and only when every process runs
 //! `A+B`, the layout `B`. So a holder that runs `A` and one that runs `B` never coexist.
@@ -92,7 +92,7 @@
 pub(crate) mod core;
 mod directory;
 mod fleet;
-pub mod layout;
+mod layout;
 mod lock;
 pub mod placement;
 mod published;
