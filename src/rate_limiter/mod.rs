@@ -8,13 +8,12 @@
 #[cfg(feature = "tower")]
 pub mod layer;
 mod limited;
+mod metering;
 mod settings;
 
 pub use limited::RateLimited;
+pub use metering::{Metering, MeteringMetric};
 pub use settings::{ResourceDescription, ResourceSettings};
-/// The rate limiter's wire types (`Ydb.RateLimiter`), for what the typed API passes as it
-/// is ([`ResourceSettings::metering`]).
-pub use ydb_coordination_proto::rate_limiter as proto;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,9 +3,11 @@
 use std::time::Duration;
 
 use ydb_coordination_proto::rate_limiter::{
-    HierarchicalDrrSettings, MeteringConfig, ReplicatedBucketSettings, Resource,
+    HierarchicalDrrSettings, ReplicatedBucketSettings, Resource,
     hierarchical_drr_settings::LeafBehavior, resource,
 };
+
+use super::Metering;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -37,7 +39,7 @@ pub struct ResourceSettings {
     immediately_fill_up_to: Option<f64>,
     /// `Some(None)`: replicated with the server's report interval.
     replicated_bucket: Option<Option<Duration>>,
-    metering: Option<MeteringConfig>,
+    metering: Option<Metering>,
 }
 
 impl ResourceSettings {
@@ -89,8 +91,9 @@ impl ResourceSettings {
     }
 
     /// Billing of the resource's consumption (YDB's metering records; no effect on
-    /// acquires), as the wire message.
-    pub fn metering(mut self, config: MeteringConfig) -> Self {
+    /// acquires). A period that is not whole in its unit, or a coefficient that is not a
+    /// finite number, is refused when the resource is created or altered.
+    pub fn metering(mut self, config: Metering) -> Self {
         self.metering = Some(config);
         self
     }
@@ -126,7 +129,7 @@ impl ResourceSettings {
     }
 
     /// The metering config, if set.
-    pub fn get_metering(&self) -> Option<&MeteringConfig> {
+    pub fn get_metering(&self) -> Option<&Metering> {
         self.metering.as_ref()
     }
 
@@ -187,7 +190,7 @@ impl ResourceSettings {
         Ok(Resource {
             resource_path: path.to_string(),
             r#type: Some(resource::Type::HierarchicalDrr(drr)),
-            metering_config: self.metering.clone(),
+            metering_config: self.metering.as_ref().map(Metering::to_proto).transpose()?,
         })
     }
 
@@ -195,7 +198,7 @@ impl ResourceSettings {
         let set = |v: f64| (v != 0.0).then_some(v);
         let Some(resource::Type::HierarchicalDrr(drr)) = &resource.r#type else {
             return Self {
-                metering: resource.metering_config.clone(),
+                metering: resource.metering_config.as_ref().map(Metering::from_proto),
                 ..Self::default()
             };
         };
@@ -210,7 +213,7 @@ impl ResourceSettings {
                     r.report_interval_ms.map(Duration::from_millis)
                 }
             }),
-            metering: resource.metering_config.clone(),
+            metering: resource.metering_config.as_ref().map(Metering::from_proto),
         }
     }
 }

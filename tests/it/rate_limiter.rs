@@ -15,7 +15,7 @@ use ydb_coordination::emulator::Emulator;
 use ydb_coordination::{
     Client, ErrorKind, RateLimiter,
     config::NodeConfig,
-    rate_limiter::{MAX_ACQUIRE_WAIT, ResourceSettings},
+    rate_limiter::{MAX_ACQUIRE_WAIT, Metering, MeteringMetric, ResourceSettings},
 };
 
 const NODE: &str = "quotas";
@@ -43,6 +43,47 @@ fn rate(units_per_second: f64) -> ResourceSettings {
 
 fn millis_since(start: Instant) -> u128 {
     start.elapsed().as_millis()
+}
+
+/// A resource's billing settings, in the crate's own types, are described as they were
+/// created; one the wire cannot carry is refused before anything is sent.
+#[tokio::test(start_paused = true)]
+async fn metering_settings_are_described_as_created() {
+    let (_emulator, limiter) = limiter().await;
+    let mut on_demand = MeteringMetric::default();
+    on_demand.enabled = true;
+    on_demand.billing_period = Some(Duration::from_secs(3600));
+    on_demand.labels.insert("team".into(), "billing".into());
+    on_demand.metric_fields = Some([("folder_id".to_string(), "f1".to_string())].into());
+    let mut metering = Metering::default();
+    metering.enabled = true;
+    metering.report_period = Some(Duration::from_secs(5));
+    metering.provisioned_units_per_second = Some(10.0);
+    metering.on_demand = Some(on_demand);
+    let settings = rate(100.0).metering(metering);
+    within(limiter.create_resource("billed", settings.clone()))
+        .await
+        .unwrap();
+    let described = within(limiter.describe_resource("billed")).await.unwrap();
+    assert_eq!(described.settings(), &settings);
+    // A metric without fields is described with every field empty: still none set.
+    let mut plain = Metering::default();
+    plain.overshoot = Some(MeteringMetric::default());
+    let settings = rate(100.0).metering(plain);
+    within(limiter.create_resource("plain", settings.clone()))
+        .await
+        .unwrap();
+    let described = within(limiter.describe_resource("plain")).await.unwrap();
+    assert_eq!(described.settings(), &settings);
+
+    let mut odd = Metering::default();
+    odd.collect_period = Some(Duration::from_millis(1500));
+    let err = within(limiter.create_resource("odd", rate(1.0).metering(odd)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let err = within(limiter.describe_resource("odd")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
 }
 
 #[tokio::test(start_paused = true)]
