@@ -451,6 +451,10 @@ impl Group {
     ///   it differs from the last item ([`Member::is_me`] then refers to the new session).
     ///   On a [`Session`](crate::Session) it ends with the session's error, on a stopped
     ///   manager with the manager's ([`ErrorKind::SessionClosed`] after a shutdown).
+    /// - In a [`LockSpace`](crate::LockSpace) it follows the place where every member is
+    ///   through reshards, and also ends with an error reading the directory in a
+    ///   transition.
+    /// - As every stream of the crate, an error item is the last one.
     ///
     /// So don't count items: wait for the set you care about.
     ///

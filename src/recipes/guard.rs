@@ -80,7 +80,10 @@ pub trait Guard: Send + 'static {
     ///
     /// # Cancel safety
     ///
-    /// The release is requested at once; dropping the future only skips the wait.
+    /// The release is requested at once; dropping the future only skips the wait. Of a
+    /// mutex with a [lock delay](crate::Mutex::lock_delay), the record of a clean release is
+    /// written first: dropping the future before that releases at once, not cleanly, as a
+    /// drop does.
     fn release(self) -> impl Future<Output = Result<bool>> + Send
     where
         Self: Sized;

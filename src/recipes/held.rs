@@ -19,8 +19,10 @@ use crate::manager::{Make, Renewal};
 /// greater fencing token. The old guard's token has always fired before a new guard is
 /// yielded. On a [`Session`](crate::Session) scope the stream ends with the session's error;
 /// on a manager scope, once the manager stops, with the manager's
-/// ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown): that
-/// error is the last item, then the stream ends.
+/// ([`ErrorKind::SessionClosed`](crate::ErrorKind::SessionClosed) after a shutdown); in a
+/// [`LockSpace`](crate::LockSpace), with the error an acquire there ends with (a node's
+/// manager stopped, [`LockSpace::shutdown`](crate::LockSpace::shutdown), the directory's
+/// errors in a transition): that error is the last item, then the stream ends.
 ///
 /// # Examples
 ///

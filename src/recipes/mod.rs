@@ -159,9 +159,9 @@ pub(crate) fn in_space<T: Send + 'static>(
 }
 
 /// A one-name lock recipe's acquire (a mutex's, a semaphore's, a reader-writer lock's) of
-/// `name` as `spec` says, wherever `scope` locks: waiting at most `timeout` (`bounded`: the
-/// hold ends at a bound, which is no clean release), its hold made into the caller's
-/// guard by `finish`. Always `Some` without a timeout.
+/// `name` as `spec` says, wherever `scope` locks: waiting at most `timeout` (`bounded`: a
+/// lock-delay mutex's hold ends at a bound, which is no clean release; only that reads it),
+/// its hold made into the caller's guard by `finish`. Always `Some` without a timeout.
 pub(crate) fn take_lock<T: Send + 'static>(
     scope: &Scope,
     name: &str,
@@ -310,8 +310,10 @@ macro_rules! lease_guard {
             #[doc = concat!("The fencing token of the ", $what, ": send it with every write to the protected resource.")]
             ///
             /// On one node its epoch is 0; in a [`LockSpace`](crate::LockSpace) it carries
-            /// the epoch of the layout the lock was taken in, so tokens of one name stay
-            /// ordered across reshards.
+            /// the epoch of the layout whose place the holders of the name meet in (in a
+            /// transition, the old or the new one's: see
+            /// [`Layout`](crate::space::Layout)), so tokens of one name stay ordered across
+            /// reshards.
             pub fn fencing_token(&self) -> crate::session::FencingToken {
                 self.held.fencing_token()
             }
@@ -388,6 +390,9 @@ macro_rules! lease_guard {
             /// # Cancel safety
             ///
             /// The release is requested at once; dropping the future only skips the wait.
+            /// Of a mutex with a [lock delay](crate::Mutex::lock_delay), the record of a
+            /// clean release is written first: dropping the future before that releases at
+            /// once, not cleanly (the next holder waits the delay), as a drop does.
             pub async fn release(self) -> crate::error::Result<bool> {
                 self.held.release().await
             }
@@ -586,7 +591,8 @@ impl crate::LockSpace {
     /// place's membership ends for good (its node's manager stopped,
     /// [`ErrorKind::SessionClosed`] after [`LockSpace::shutdown`](crate::LockSpace::shutdown)).
     /// A move to a new layout in progress (which may wait for a node that is down) does not
-    /// hold up a [`Membership::leave`]: the places it joined leave by themselves.
+    /// hold up a [`Membership::leave`]: the places it joined leave by themselves. While a
+    /// move is under way, the state is that of the places before it.
     ///
     /// ```
     /// # use ydb_coordination::emulator::Emulator;

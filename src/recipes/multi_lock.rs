@@ -14,8 +14,11 @@ use crate::manager::SessionManager;
 use crate::session::{Acquiring, FencingToken, Lease, Session};
 use crate::space::SpaceLease;
 
-/// Several [`Mutex`](super::Mutex)es of one node taken together: all of them or none,
-/// under one deadline, held in one session, behind one guard.
+/// Several [`Mutex`](super::Mutex)es taken together: all of them or none, under one
+/// deadline, behind one guard; on one node held in one session, in a
+/// [`LockSpace`](crate::LockSpace) each in its places, the names possibly on different nodes
+/// (there one global order holds whichever layout of a reshard a process runs, and what a
+/// space lock may meet is as for [`Mutex::lock`](super::Mutex::lock)).
 ///
 /// The locks are taken one after the other in a canonical order (the names sorted, each
 /// once), whatever order they were given in. So two processes asking for overlapping sets,

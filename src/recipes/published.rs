@@ -140,8 +140,6 @@ impl Published {
         }
     }
 
-    /// One attempt in `session`: an update of the publication's semaphore once a describe
-    /// showed it is one, or a create when there is none.
     /// The value now (empty when nothing was published).
     ///
     /// # Errors
@@ -213,6 +211,10 @@ impl Published {
     ///   error item, and yields the value from the next session if it differs from the last
     ///   item. On a [`Session`](crate::Session) it ends with the session's error, on a
     ///   stopped manager with the manager's ([`ErrorKind::SessionClosed`] after a shutdown).
+    /// - In a [`LockSpace`](crate::LockSpace) it follows the value where it lives (see
+    ///   [`LockSpace::published`](crate::LockSpace::published)), from the node it was there
+    ///   when the stream was made.
+    /// - As every stream of the crate, an error item is the last one.
     ///
     /// See [`Published`] for an example.
     pub fn subscribe(&self) -> ValueStream {
@@ -230,7 +232,8 @@ impl Published {
     }
 }
 
-/// One attempt at publishing `value` as `name` in `session`.
+/// One attempt at publishing `value` as `name` in `session`: an update of the
+/// publication's semaphore once a describe showed it is one, or a create when there is none.
 async fn publish_in(session: &Session, name: &str, value: &[u8]) -> Result<()> {
     loop {
         // The owners too: a publication has none (nobody acquires it), a group has its

@@ -256,10 +256,19 @@ pub(crate) fn join_group(space: &LockSpace, name: &str, data: &[u8]) -> Acquirin
     let data = data.to_vec();
     Acquiring::steps(move |_, _| {
         Box::pin(async move {
+            // Subscribed first: a layout published while the places are joined is followed.
+            let layouts = shared.layout.subscribe();
             let (joined, ticket) = join_places(&shared, &name, &data, BTreeMap::new()).await?;
+            // Watched before the state is read: a place that changes in between is seen.
+            let watching = watch_states(&joined);
+            let places = Places {
+                joined,
+                ticket,
+                watching,
+            };
             let (leave, asked) = oneshot::channel();
-            let (state_tx, state) = watch::channel(space_state(&shared, &name, &joined));
-            tokio::spawn(keep(shared, name, data, joined, ticket, asked, state_tx));
+            let (state_tx, state) = watch::channel(space_state(&shared, &name, &places.joined));
+            tokio::spawn(keep(shared, name, data, places, layouts, asked, state_tx));
             Ok(Membership::from_task(state, leave))
         })
     })
@@ -296,6 +305,38 @@ fn space_state(
     first
         .and_then(|n| joined.get(&n))
         .map_or(MembershipState::Joining, Membership::state)
+}
+
+/// The places a space membership is a member in, the claim of the layout they were
+/// joined in, and receivers of their states (each marked as seen).
+struct Places {
+    joined: BTreeMap<String, Membership>,
+    ticket: Ticket,
+    watching: Vec<watch::Receiver<MembershipState>>,
+}
+
+/// Tells the membership's holders its state `now`, unless it is the one they have.
+fn tell(state: &watch::Sender<MembershipState>, now: MembershipState) {
+    state.send_if_modified(|was| {
+        let same = match (&*was, &now) {
+            (MembershipState::Joining, MembershipState::Joining) => true,
+            (
+                MembershipState::Joined {
+                    session_id: a,
+                    order_id: x,
+                },
+                MembershipState::Joined {
+                    session_id: b,
+                    order_id: y,
+                },
+            ) => a == b && x == y,
+            _ => false,
+        };
+        if !same {
+            *was = now;
+        }
+        !same
+    });
 }
 
 /// Waits until the state of a membership of `joined` changes (`None`: until forever).
@@ -354,14 +395,17 @@ async fn keep(
     shared: Arc<Shared>,
     name: String,
     data: Vec<u8>,
-    mut joined: BTreeMap<String, Membership>,
-    mut ticket: Ticket,
+    places: Places,
+    mut layouts: watch::Receiver<Arc<Layout>>,
     mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
     state: watch::Sender<MembershipState>,
 ) {
-    let mut layouts = shared.layout.subscribe();
+    let Places {
+        mut joined,
+        mut ticket,
+        mut watching,
+    } = places;
     let mut failed = None;
-    let mut watching = watch_states(&joined);
     let reply = loop {
         tokio::select! {
             biased;
@@ -373,7 +417,7 @@ async fn keep(
             }
             () = place_changed(&mut watching) => {
                 // A place joined again in a new session (or is joining): say so.
-                state.send_replace(space_state(&shared, &name, &joined));
+                tell(&state, space_state(&shared, &name, &joined));
                 continue;
             }
             changed = layouts.changed() => {
@@ -395,7 +439,7 @@ async fn keep(
                 joined = now;
                 ticket = next;
                 watching = watch_states(&joined);
-                state.send_replace(space_state(&shared, &name, &joined));
+                tell(&state, space_state(&shared, &name, &joined));
             }
             Err(e) => {
                 tracing::warn!(group = name, error = %e, "group membership could not follow the layout");

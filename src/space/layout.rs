@@ -408,15 +408,6 @@ impl Layout {
         })
     }
 
-    /// Whether `next` may follow this layout now, with the fleet's members running the
-    /// epochs `members` (session id, epoch): it must be this layout's next step (one epoch
-    /// on, from [`Layout::begin`] or [`Layout::finish`]), and no member may run an epoch
-    /// older than this layout's.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::PreconditionFailed`] naming the first lagging member, or when `next` is
-    /// not this layout's next step.
     /// The members, given as (session id, epoch run), that run an epoch older than this
     /// layout's, oldest first: the ones a step after this layout waits for (what
     /// [`SpaceDirectory::lagging`](super::SpaceDirectory::lagging) reads; `ydb-coord space
@@ -441,6 +432,15 @@ impl Layout {
         lag
     }
 
+    /// Whether `next` may follow this layout now, with the fleet's members running the
+    /// epochs `members` (session id, epoch): it must be this layout's next step (one epoch
+    /// on, from [`Layout::begin`] or [`Layout::finish`]), and no member may run an epoch
+    /// older than this layout's.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::PreconditionFailed`] naming the first lagging member, or when `next` is
+    /// not this layout's next step.
     pub(crate) fn check_advance(
         &self,
         next: &Layout,
