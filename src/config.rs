@@ -487,6 +487,73 @@ pub(crate) fn check_reserved(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Parses a duration in the one grammar of the crate and its tool (that of Go's
+/// `time.ParseDuration`, as YDB's SDKs read their config files, plus `d` for days): one or
+/// more decimal numbers (`1.5`, `.5`), each with a unit, `ns`, `us` (or `µs`), `ms`, `s`,
+/// `m`, `h` or `d` (`1h30m`, `1.5s`, `300ms`), an optional leading `+`, or a bare `0`.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidArgument`] for anything else: no unit, an unknown one, a sign, an
+/// exponent, spaces, or a duration too long to hold.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ydb_coordination::config::parse_duration;
+///
+/// assert_eq!(parse_duration("1m30s")?, Duration::from_secs(90));
+/// assert_eq!(parse_duration("1.5h")?, Duration::from_secs(5400));
+/// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));
+/// assert!(parse_duration("10").is_err()); // a unit is needed
+/// # Ok::<(), ydb_coordination::Error>(())
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let bad = || {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "{text:?} is not a duration: write a number and a unit, e.g. 500ms, 30s, 2m, 1h or 1d"
+            ),
+        )
+    };
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut seconds = 0.0_f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(number_len);
+        if number.is_empty() || number == "." {
+            return Err(bad());
+        }
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86400.0,
+            _ => return Err(bad()),
+        };
+        seconds += number.parse::<f64>().map_err(|_| bad())? * scale;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+}
+
 pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.len() > MAX_NAME_LEN {
         return Err(Error::new(

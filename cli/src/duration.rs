@@ -1,50 +1,13 @@
-//! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1m30s`.
+//! Durations on the command line, in the library's grammar: `500ms`, `30s`, `2m`, `1h`,
+//! `1m30s`.
 
 use std::time::Duration;
 
-/// Parses a duration such as `500ms`, `30s`, `2m`, `1h`, `1.5s` or `1m30s`. A bare number is
-/// rejected (the unit is required) except `0`.
+/// Parses a duration in the library's grammar
+/// ([`parse_duration`](ydb_coordination::config::parse_duration): `500ms`, `30s`, `2m`,
+/// `1h`, `1.5s`, `1m30s`, `1d`; a bare number only `0`), at most [`LONGEST`].
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
-    let s = input.trim();
-    if s.is_empty() {
-        return Err("empty duration (expected e.g. 500ms, 30s, 2m, 1h)".to_string());
-    }
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let bad = || format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)");
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(num_len);
-        if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
-            return Err(bad());
-        }
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds_per_unit = match unit {
-            "ms" => 0.001,
-            "s" | "sec" => 1.0,
-            "m" | "min" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            "" => {
-                return Err(format!(
-                    "duration {input:?} needs a unit (ms, s, m, h or d)"
-                ));
-            }
-            _ => return Err(bad()),
-        };
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let part = Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|_| bad())?;
-        total = total.checked_add(part).ok_or_else(bad)?;
-        rest = tail;
-    }
+    let total = ydb_coordination::config::parse_duration(input).map_err(|e| e.to_string())?;
     if total > LONGEST {
         return Err(format!(
             "duration {input:?} is longer than {} days; give a shorter one",
@@ -110,7 +73,7 @@ mod tests {
     #[test]
     fn rejects_garbage() {
         for bad in [
-            "", "abc", "10", "10x", "s", "-1s", ".5s", "1.s", "1e3s", "5 s",
+            "", "abc", "10", "10x", "s", "-1s", "1..5s", ".s", "1e3s", "5 s", " 5s",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }

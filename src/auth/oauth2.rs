@@ -1018,44 +1018,10 @@ fn der(tag: u8, value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Parses a duration the way Go's `time.ParseDuration` does (`"1h"`, `"1h30m"`, `"1.5h"`,
-/// `"300ms"`; units `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), plus `d` for days as the Python
-/// SDK takes it. `None` for anything else, and for a negative duration.
+/// A duration of a config file, in the crate's one grammar
+/// ([`parse_duration`](crate::config::parse_duration): Go's, as the SDKs read it, and `d`).
 fn parse_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest == "0" {
-        return Some(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut seconds = 0.0_f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(number_len);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return None;
-        }
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86400.0,
-            _ => return None,
-        };
-        seconds += number.parse::<f64>().ok()? * scale;
-        rest = tail;
-    }
-    Duration::try_from_secs_f64(seconds).ok()
+    crate::config::parse_duration(text).ok()
 }
 
 /// Reads a config file (`path` names it in errors).
