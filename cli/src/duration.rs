@@ -7,7 +7,8 @@ use std::time::Duration;
 /// ([`parse_duration`](ydb_coordination::config::parse_duration): `500ms`, `30s`, `2m`,
 /// `1h`, `1.5s`, `1m30s`, `1d`; a bare number only `0`), at most [`LONGEST`].
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
-    let total = ydb_coordination::config::parse_duration(input).map_err(|e| e.to_string())?;
+    let total = ydb_coordination::config::parse_duration(input)
+        .map_err(|_| format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)"))?;
     if total > LONGEST {
         return Err(format!(
             "duration {input:?} is longer than {} days; give a shorter one",
