@@ -7,8 +7,13 @@ use std::time::Duration;
 /// ([`parse_duration`](ydb_coordination::config::parse_duration): `500ms`, `30s`, `2m`,
 /// `1h`, `1.5s`, `1m30s`, `1d`; a bare number only `0`), at most [`LONGEST`].
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
-    let total = ydb_coordination::config::parse_duration(input)
-        .map_err(|_| format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)"))?;
+    let total = ydb_coordination::config::parse_duration(input).map_err(|_| {
+        if input.parse::<f64>().is_ok() {
+            format!("duration {input:?} needs a unit (ms, s, m, h or d)")
+        } else {
+            format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)")
+        }
+    })?;
     if total > LONGEST {
         return Err(format!(
             "duration {input:?} is longer than {} days; give a shorter one",

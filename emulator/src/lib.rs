@@ -117,6 +117,14 @@ mod proto;
 mod quoter;
 mod rate_limiter;
 mod service;
+// Its public items are the `core` API, reachable only with the `simulation` feature.
+#[cfg_attr(
+    not(feature = "simulation"),
+    allow(
+        unreachable_pub,
+        reason = "reachable through `core` with the `simulation` feature"
+    )
+)]
 pub(crate) mod state;
 mod world;
 pub use world::Traffic;
