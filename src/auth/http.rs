@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 client for the token endpoints (IAM, the VM metadata service): one
 //! request per connection, TLS through rustls with the system's roots, a size limit on the
-//! answer and a time limit on the whole exchange.
+//! answer and a time limit on the whole exchange. It connects directly: proxy variables
+//! (`HTTPS_PROXY`, `NO_PROXY`) are not read (docs/credentials.md says what to do instead).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
