@@ -367,8 +367,8 @@ impl Group {
         match &self.scope {
             Scope::Node(source) => member_on(source, &self.name, data),
             Scope::Space(_) => Acquiring::failed(Error::new(
-                ErrorKind::InvalidArgument,
-                "a lock space's group has a membership in each place, not one lease",
+                ErrorKind::Internal,
+                "a lock space's group was asked for one lease; it has one membership per place",
             )),
         }
     }

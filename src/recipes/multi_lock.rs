@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{Guard, Next, Scope, Source, in_space};
 use crate::bound::RoundTrips;
@@ -79,6 +79,9 @@ pub struct MultiLockGuard {
 #[derive(Debug)]
 enum Parts {
     Node {
+        /// Fires `token` when the guard is dropped, before the leases drop and release
+        /// (fields drop in order).
+        _fire: DropGuard,
         leases: Vec<Lease>,
         token: CancellationToken,
     },
@@ -105,7 +108,11 @@ impl MultiLockGuard {
     fn new(leases: Vec<Lease>) -> Self {
         let token = any_of(leases.iter().map(Lease::token).collect());
         Self {
-            parts: Parts::Node { leases, token },
+            parts: Parts::Node {
+                _fire: token.clone().drop_guard(),
+                leases,
+                token,
+            },
         }
     }
 
@@ -133,7 +140,7 @@ impl MultiLockGuard {
     /// Whether the token fired: some lock may have been lost.
     pub fn is_lost(&self) -> bool {
         match &self.parts {
-            Parts::Node { leases, token } => {
+            Parts::Node { leases, token, .. } => {
                 token.is_cancelled() || leases.iter().any(Lease::is_lost)
             }
             Parts::Space(space) => space.is_lost(),
@@ -189,22 +196,13 @@ impl MultiLockGuard {
     ///
     /// The token fires and every release is requested at once (as by a drop); dropping the
     /// future only skips the wait.
-    pub async fn unlock(mut self) -> Result<bool> {
-        match &mut self.parts {
-            Parts::Node { leases, token } => {
+    pub async fn unlock(self) -> Result<bool> {
+        match self.parts {
+            Parts::Node { leases, token, .. } => {
                 token.cancel();
-                release_all(std::mem::take(leases)).await
+                release_all(leases).await
             }
-            Parts::Space(_) => match std::mem::replace(
-                &mut self.parts,
-                Parts::Node {
-                    leases: Vec::new(),
-                    token: CancellationToken::new(),
-                },
-            ) {
-                Parts::Space(space) => space.release().await,
-                Parts::Node { .. } => Ok(false),
-            },
+            Parts::Space(space) => space.release().await,
         }
     }
 
@@ -264,16 +262,6 @@ async fn release_all(leases: Vec<Lease>) -> Result<bool> {
         all &= released?;
     }
     Ok(all)
-}
-
-impl Drop for MultiLockGuard {
-    fn drop(&mut self) {
-        // The leases drop after this, each releasing its lock (a space's parts release
-        // themselves).
-        if let Parts::Node { token, .. } = &self.parts {
-            token.cancel();
-        }
-    }
 }
 
 impl MultiLock {

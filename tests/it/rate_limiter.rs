@@ -60,21 +60,17 @@ async fn metering_settings_are_described_as_created() {
     metering.report_period = Some(Duration::from_secs(5));
     metering.provisioned_units_per_second = Some(10.0);
     metering.on_demand = Some(on_demand);
-    let settings = rate(100.0).metering(metering);
-    within(limiter.create_resource("billed", settings.clone()))
-        .await
-        .unwrap();
-    let described = within(limiter.describe_resource("billed")).await.unwrap();
-    assert_eq!(described.settings(), &settings);
     // A metric without fields is described with every field empty: still none set.
     let mut plain = Metering::default();
     plain.overshoot = Some(MeteringMetric::default());
-    let settings = rate(100.0).metering(plain);
-    within(limiter.create_resource("plain", settings.clone()))
-        .await
-        .unwrap();
-    let described = within(limiter.describe_resource("plain")).await.unwrap();
-    assert_eq!(described.settings(), &settings);
+    for (path, metering) in [("billed", metering), ("plain", plain)] {
+        let settings = rate(100.0).metering(metering);
+        within(limiter.create_resource(path, settings.clone()))
+            .await
+            .unwrap();
+        let described = within(limiter.describe_resource(path)).await.unwrap();
+        assert_eq!(described.settings(), &settings, "{path}");
+    }
 
     let mut odd = Metering::default();
     odd.collect_period = Some(Duration::from_millis(1500));
