@@ -6,7 +6,7 @@
 
 mod space;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,7 +103,7 @@ pub(crate) struct Report {
     pub(crate) space: SpaceStats,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Ev {
     ToServer {
         link: u64,
@@ -359,7 +359,8 @@ pub(crate) struct World {
     events: u64,
     sessions: u64,
     winding_down: bool,
-    trail: Vec<String>,
+    /// The last events, kept as they are: formatted only for the report.
+    trail: VecDeque<(Duration, Ev)>,
     fault_log: Vec<String>,
     /// The lock space's directory and operator.
     space: Option<space::Space>,
@@ -457,7 +458,7 @@ impl World {
             events: 0,
             sessions: 0,
             winding_down: false,
-            trail: Vec::new(),
+            trail: VecDeque::with_capacity(TRAIL),
             fault_log: Vec::new(),
             space,
         };
@@ -488,10 +489,9 @@ impl World {
             self.now = at;
             self.events += 1;
             if self.trail.len() == TRAIL {
-                self.trail.remove(0);
+                self.trail.pop_front();
             }
-            self.trail
-                .push(format!("{:?} {:?}", at - self.base, short(&ev)));
+            self.trail.push_back((at - self.base, ev.clone()));
             self.event(ev);
             if !self.checker.violations.is_empty() {
                 break;
@@ -516,7 +516,11 @@ impl World {
             .fault_log
             .split_off(self.fault_log.len().saturating_sub(12));
         trail.push("-- last events --".into());
-        trail.append(&mut self.trail);
+        trail.extend(
+            self.trail
+                .iter()
+                .map(|(at, ev)| format!("{at:?} {:?}", short(ev))),
+        );
         Report {
             seed,
             ops: self.ops,
