@@ -283,8 +283,12 @@ fn refused_connection_gives_a_readable_one_line_error() {
         "/local/x",
     ];
     let verbose = [&["--verbose"][..], &refused[..]].concat();
-    for args in [&refused[..], &verbose[..]] {
-        let o = env.run(args);
+    // Each run retries until its timeout: the two run side by side.
+    let outputs = std::thread::scope(|s| {
+        let runs = [&refused[..], &verbose[..]].map(|args| s.spawn(|| env.run(args)));
+        runs.map(|run| run.join().unwrap())
+    });
+    for o in outputs {
         assert_one_line_error(&o, 1, "connection refused");
         let err = stderr(&o);
         assert!(!err.contains("tonic::"), "{err:?}");

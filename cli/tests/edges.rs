@@ -186,16 +186,28 @@ fn timeout_is_one_bound_on_a_silent_endpoint() {
     // Accepts connections (the kernel's backlog) and never answers.
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let cs = format!("grpc://{}/local", silent.local_addr().unwrap());
-    for args in [
+    let commands = [
         &["node", "describe", NODE][..],
         &["lock", NODE, "job", "--", "true"],
         &["lock", NODE, "job", "--wait", "1s", "--", "true"],
         &["subscribe", NODE, "config", "--once"],
-    ] {
-        let all = [&["-c", &cs, "--timeout", "3s"][..], args].concat();
-        let started = Instant::now();
-        let o = env.run(&all);
-        let took = started.elapsed();
+    ];
+    // Each command waits out its timeout: they run side by side, each timed on its own.
+    let runs = std::thread::scope(|s| {
+        commands
+            .map(|args| {
+                let env = &env;
+                let cs = &cs;
+                s.spawn(move || {
+                    let all = [&["-c", cs.as_str(), "--timeout", "3s"][..], args].concat();
+                    let started = Instant::now();
+                    let o = env.run(&all);
+                    (o, started.elapsed())
+                })
+            })
+            .map(|run| run.join().unwrap())
+    });
+    for (args, (o, took)) in commands.into_iter().zip(runs) {
         // Unreachable is an error (1), never "not obtained in time" (75).
         assert_one_line_error(&o, 1, "within");
         assert!(

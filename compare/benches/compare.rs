@@ -35,7 +35,7 @@
 //! - `COMPARE_ROWS=1,2,3,4,5,6,7,8,9,10,11,12` selects rows (default all);
 //! - `COMPARE_SCALE=1.0` scales sample counts and run times (`5` for a long run); memory
 //!   always uses 10,000 leases and 1,000 sessions unless scaled below 1. Under `cargo test`
-//!   (no `--bench` argument) the bench is a smoke run that judges no number, at `0.1` unless
+//!   (no `--bench` argument) the bench is a smoke run that judges no number, at `0.02` unless
 //!   the variable says otherwise;
 //! - `COMPARE_ONLY=ours` or `ydb` runs one crate's side of rows 1 to 3 (for profiling);
 //! - `COMPARE_SILENT_SERVER=1` makes every emulator child stay silent, to check that rows 5,
@@ -180,7 +180,7 @@ impl Config {
         let scale = match std::env::var("COMPARE_SCALE") {
             Ok(v) => v.parse::<f64>()?,
             Err(_) if full => 1.0,
-            Err(_) => 0.1,
+            Err(_) => 0.02,
         };
         if !(scale > 0.0 && scale.is_finite()) {
             return Err("COMPARE_SCALE must be a positive number".into());
