@@ -947,75 +947,36 @@ fn signing_key(algorithm: Algorithm, key: &[u8]) -> std::result::Result<Encoding
 /// An EC private key in SEC1 PEM (`BEGIN EC PRIVATE KEY`, what `openssl ecparam -genkey`
 /// writes, which the Go and Python SDKs take) as the PKCS #8 DER the JWT library signs with:
 /// `SEQUENCE { 0, SEQUENCE { id-ecPublicKey, curve }, OCTET STRING { the SEC1 key } }`, the
-/// curve taken from the key's own parameters. `None` for anything else.
+/// curve taken from the key's own parameters. `None` for anything else. The PEM and DER
+/// codecs are the ones the JWT library reads its own keys with.
 fn sec1_to_pkcs8(pem: &[u8]) -> Option<Vec<u8>> {
-    const BEGIN: &str = "-----BEGIN EC PRIVATE KEY-----";
-    const END: &str = "-----END EC PRIVATE KEY-----";
-    const EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-    let text = std::str::from_utf8(pem).ok()?;
-    let body = text.split_once(BEGIN)?.1.split_once(END)?.0;
-    let body: String = body.chars().filter(|c| !c.is_whitespace()).collect();
-    let sec1 = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .ok()?;
-    // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, ... }
-    let (tag, mut fields, _) = der_element(&sec1)?;
-    if tag != 0x30 {
+    use simple_asn1::{ASN1Block, ASN1Class, BigInt, oid};
+    let pem = pem::parse(pem).ok()?;
+    if pem.tag() != "EC PRIVATE KEY" {
         return None;
     }
-    let mut curve = None;
-    while !fields.is_empty() {
-        let (tag, value, rest) = der_element(fields)?;
-        if tag == 0xa0 {
-            let (oid, _, _) = der_element(value)?;
-            (oid == 0x06).then_some(())?;
-            curve = Some(value);
-        }
-        fields = rest;
-    }
-    let algorithm = der(0x30, &[EC_PUBLIC_KEY, curve?].concat());
-    let version = [0x02, 0x01, 0x00];
-    Some(der(
-        0x30,
-        &[&version[..], &algorithm, &der(0x04, &sec1)].concat(),
-    ))
-}
-
-/// One DER element at the start of `input`: its tag, its value, and what follows.
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let count = usize::from(first & 0x7f);
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let (bytes, tail) = rest.split_at(count);
-        rest = tail;
-        bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b))
+    // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, ... }
+    let [ASN1Block::Sequence(_, fields)] = &simple_asn1::from_der(pem.contents()).ok()?[..] else {
+        return None;
     };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// A DER element of `tag` around `value`.
-fn der(tag: u8, value: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    let len = value.len();
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes: Vec<u8> = len
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|b| *b == 0)
-            .collect();
-        out.push(0x80 | bytes.len() as u8);
-        out.extend(bytes);
-    }
-    out.extend_from_slice(value);
-    out
+    let curve = fields.iter().find_map(|field| match field {
+        ASN1Block::Explicit(ASN1Class::ContextSpecific, _, tag, curve)
+            if *tag == 0u8.into() && matches!(**curve, ASN1Block::ObjectIdentifier(..)) =>
+        {
+            Some((**curve).clone())
+        }
+        _ => None,
+    })?;
+    let ec_public_key = ASN1Block::ObjectIdentifier(0, oid!(1, 2, 840, 10045, 2, 1));
+    simple_asn1::to_der(&ASN1Block::Sequence(
+        0,
+        vec![
+            ASN1Block::Integer(0, BigInt::from(0)),
+            ASN1Block::Sequence(0, vec![ec_public_key, curve]),
+            ASN1Block::OctetString(0, pem.into_contents()),
+        ],
+    ))
+    .ok()
 }
 
 /// A duration of a config file, in the crate's one grammar
@@ -1232,8 +1193,23 @@ mod tests {
             "BEGIN EC PRIVATE KEY-----\nAAAA",
         );
         assert!(JwtTokenSource::new("ES256", broken).is_err());
-        assert_eq!(der_element(&[0x30, 0x85, 0, 0, 0, 0, 1]), None);
-        assert_eq!(der(0x04, &[7; 200])[..3], [0x04, 0x81, 200]);
+        // A PKCS #8 key is not rewrapped (the JWT library reads it as it is), nor is a SEC1
+        // key that does not name its curve.
+        let pkcs8 = include_str!("../../tests/data/test-only-ec-p256-private-key.pem");
+        assert_eq!(sec1_to_pkcs8(pkcs8.as_bytes()), None);
+        assert!(JwtTokenSource::new("ES256", pkcs8).is_ok());
+        let unnamed = pem::encode(&pem::Pem::new(
+            "EC PRIVATE KEY",
+            simple_asn1::to_der(&simple_asn1::ASN1Block::Sequence(
+                0,
+                vec![
+                    simple_asn1::ASN1Block::Integer(0, 1.into()),
+                    simple_asn1::ASN1Block::OctetString(0, vec![7; 32]),
+                ],
+            ))
+            .unwrap_or_default(),
+        ));
+        assert_eq!(sec1_to_pkcs8(unnamed.as_bytes()), None);
     }
 
     #[test]
