@@ -1805,44 +1805,52 @@ fn main() -> R<()> {
             ),
             Err(e) => err_cell(e.as_ref()),
         };
-        let cmp = |a: &R<memory::PerItem>, b: &R<memory::PerItem>| match (a, b) {
-            (Ok(a), Ok(b)) => format!("{} ydb", ratio(a.client, b.client)),
+        let cmp = |a: &R<memory::PerItem>, b: &R<memory::PerItem>, of: &str| match (a, b) {
+            (Ok(a), Ok(b)) => format!("{} {of}", ratio(a.client, b.client)),
             _ => "n/a".to_string(),
         };
         let n_of = |p: &R<memory::PerItem>| p.as_ref().map(|p| p.n).unwrap_or_default() as u64;
-        row(
-            &mut rows,
-            [
-                "5",
-                &format!(
-                    "Memory per held lease ({} on one session), client RSS ⁷",
-                    group(n_of(&m.ours_lease))
-                ),
-                &show(&m.ours_lease),
-                &show(&m.ydb_lease),
-                "—",
-                &cmp(&m.ours_lease, &m.ydb_lease),
-            ],
-        );
-        row(
-            &mut rows,
-            [
-                "5",
-                &format!(
-                    "Memory per idle session ({}), client RSS ⁷",
-                    group(n_of(&m.ours_session))
-                ),
-                &show(&m.ours_session),
-                &show(&m.ydb_session),
-                "—",
-                &cmp(&m.ours_session, &m.ydb_session),
-            ],
-        );
+        for (what, ours, theirs, of) in [
+            (
+                "held lease ({} on one session)",
+                &m.ours_lease,
+                Some(&m.ydb_lease),
+                "ydb",
+            ),
+            (
+                "held lock in a lock space of one node ({})",
+                &m.ours_space_lock,
+                None,
+                "this crate's lease",
+            ),
+            (
+                "idle session ({})",
+                &m.ours_session,
+                Some(&m.ydb_session),
+                "ydb",
+            ),
+        ] {
+            let what = what.replace("{}", &group(n_of(ours)));
+            row(
+                &mut rows,
+                [
+                    "5",
+                    &format!("Memory per {what}, client RSS ⁷"),
+                    &show(ours),
+                    &theirs.map_or_else(|| "no lock space".to_string(), show),
+                    "—",
+                    &cmp(ours, theirs.unwrap_or(&m.ours_lease), of),
+                ],
+            );
+        }
         notes.push(
             "⁷ RSS growth (`VmRSS`) of a fresh client process while it creates the items, divided \
              by their count; the emulator runs in its own fresh process per measurement and its \
              growth is shown in parentheses (the same server work for both crates). Leases are \
              ephemeral semaphores (count 1 for `ydb`, exclusive for this crate), acquired one after another; sessions are started 64 at a time. \
+             A lock space's locks are `space.mutex(name).lock()` in a space of one node (after \
+             one lock taken and released, so the node's session and the space's membership \
+             are not counted): the lease on the node and the space's record of the lock. \
              RSS, not an allocator count: the crate forbids `unsafe`, which a counting \
              `#[global_allocator]` needs."
                 .to_string(),

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use ydb_coordination::emulator::Emulator;
+use ydb_coordination::space::{Layout, LockSpace};
 use ydb_coordination::{AcquireOptions, Client, SessionOptions};
 
 use std::sync::atomic::AtomicU64;
@@ -34,6 +35,9 @@ pub(crate) const N_VAR: &str = "COMPARE_N";
 /// that its row fails within [`ANSWER_LIMIT`] instead of hanging the run.
 const SILENT_VAR: &str = "COMPARE_SILENT_SERVER";
 pub(crate) const NODE: &str = "/local/mem";
+/// The lock space's node and its directory (row 5's held space locks).
+const SPACE_NODE: &str = "/local/mem-space";
+const SPACE_DIRECTORY: &str = "/local/mem-directory";
 
 /// Which library and what to create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +46,18 @@ pub(crate) enum Kind {
     YdbLeases,
     OursSessions,
     YdbSessions,
+    /// Mutex locks held in a lock space of one node (each a lease on that node's session,
+    /// and the space's own record of the lock).
+    OursSpaceLocks,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [
+    const ALL: [Kind; 5] = [
         Kind::OursLeases,
         Kind::YdbLeases,
         Kind::OursSessions,
         Kind::YdbSessions,
+        Kind::OursSpaceLocks,
     ];
 
     fn name(self) -> &'static str {
@@ -58,6 +66,7 @@ impl Kind {
             Kind::YdbLeases => "ydb-leases",
             Kind::OursSessions => "ours-sessions",
             Kind::YdbSessions => "ydb-sessions",
+            Kind::OursSpaceLocks => "ours-space-locks",
         }
     }
 
@@ -96,6 +105,7 @@ pub(crate) struct Memory {
     pub(crate) ydb_lease: R<PerItem>,
     pub(crate) ours_session: R<PerItem>,
     pub(crate) ydb_session: R<PerItem>,
+    pub(crate) ours_space_lock: R<PerItem>,
 }
 
 /// Runs the four measurements, each in a fresh server and client process.
@@ -105,6 +115,7 @@ pub(crate) fn measure(leases: usize, sessions: usize) -> Memory {
         ydb_lease: measure_one(Kind::YdbLeases, leases, None),
         ours_session: measure_one(Kind::OursSessions, sessions, None),
         ydb_session: measure_one(Kind::YdbSessions, sessions, None),
+        ours_space_lock: measure_one(Kind::OursSpaceLocks, leases, None),
     }
 }
 
@@ -314,7 +325,13 @@ pub(crate) fn child(role: &str) -> R<()> {
             Ok(())
         }
         "server" => {
-            let emulator = rt.block_on(Emulator::builder().node(NODE).start())?;
+            let emulator = rt.block_on(
+                Emulator::builder()
+                    .node(NODE)
+                    .node(SPACE_NODE)
+                    .node(SPACE_DIRECTORY)
+                    .start(),
+            )?;
             let mut stdout = std::io::stdout();
             writeln!(stdout, "LISTENING {}", emulator.connection_string())?;
             stdout.flush()?;
@@ -398,6 +415,26 @@ async fn client_run(
                 );
             }
             (c0, s0, Box::new((client, session, leases)) as Box<dyn Send>)
+        }
+        Kind::OursSpaceLocks => {
+            let client = Client::connect(connection).await?;
+            let space = LockSpace::builder()
+                .node("n1", &client, SPACE_NODE)
+                .directory(&client, SPACE_DIRECTORY, "mem")
+                .layout(Layout::new(1, ["n1"])?)
+                .session_options(ours_options)
+                .open()
+                .await?;
+            // Warm up: one lock taken and released, so the node's session and the space's
+            // membership are not counted.
+            space.mutex("warm").lock().await?.unlock().await?;
+            tokio::time::sleep(SETTLE).await;
+            let (c0, s0) = before()?;
+            let mut locks = Vec::with_capacity(n);
+            for i in 0..n {
+                locks.push(space.mutex(&format!("lock-{i:05}")).lock().await?);
+            }
+            (c0, s0, Box::new((client, space, locks)) as Box<dyn Send>)
         }
         Kind::YdbLeases => {
             let client = ydb_client(connection).await?;
