@@ -116,7 +116,8 @@ impl<G: Guard> Bounded<G> {
     }
 
     /// The task of the hold: at `deadline` it fires `lost` (the holder's view of the hold,
-    /// a child of the guard's token) and releases the guard.
+    /// a child of the guard's token) and releases the guard. The releases are boxed: the
+    /// task waits most of its life, at its smallest.
     async fn bound(
         guard: G,
         deadline: Instant,
@@ -128,14 +129,14 @@ impl<G: Guard> Bounded<G> {
             () = tokio::time::sleep_until(deadline) => {
                 // The holder learns first, then the server hears.
                 lost.cancel();
-                match guard.release().await {
+                match Box::pin(guard.release()).await {
                     Ok(_) => tracing::info!("bounded hold released at its deadline"),
                     Err(e) => tracing::debug!(error = %e, "bounded hold ended with its session"),
                 }
             }
             asked = asked => match asked {
                 Ok(reply) => {
-                    let _ = reply.send(guard.release().await);
+                    let _ = reply.send(Box::pin(guard.release()).await);
                 }
                 // The handle was dropped: dropping the guard releases it.
                 Err(_) => drop(guard),

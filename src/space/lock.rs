@@ -194,9 +194,6 @@ impl GuardState {
 impl SpaceLease {
     fn start(taken: Taken, clean: bool) -> Self {
         let part_tokens: Vec<CancellationToken> = taken.leases.iter().map(Lease::token).collect();
-        // The space's own account (the membership in the directory may be lost, the
-        // layout fell behind or was contradicted): the lock is lost when its claim is.
-        let epoch_lost = taken.ticket.lost().clone();
         let granted_at = taken
             .leases
             .iter()
@@ -208,22 +205,19 @@ impl SpaceLease {
             nodes: taken.nodes,
             tokens: taken.tokens,
             epoch: taken.ticket.epoch,
-            lost: CancellationToken::new(),
+            // The claim's own token (one per lock): the space fires it when the claim is
+            // lost, and the lock's end fires it before the claim is given up.
+            lost: taken.ticket.lost().clone(),
             granted_at,
             ticket: StdMutex::new(Some(taken.ticket)),
             clean,
             leader: taken.leader,
         });
-        let dropped = CancellationToken::new();
-        tokio::spawn(watch_guard(
-            state.clone(),
-            part_tokens,
-            epoch_lost,
-            dropped.clone(),
-        ));
+        tokio::spawn(watch_guard(state.clone(), part_tokens));
         Self {
+            // Dropping the guard ends the lock: its task then releases the parts.
+            _drop: state.lost.clone().drop_guard(),
             state,
-            _drop: dropped.drop_guard(),
         }
     }
 
@@ -358,14 +352,10 @@ impl Guard for SpaceLease {
     }
 }
 
-/// The task of a guard: fires its token when a part is lost, its epoch falls behind, its
-/// bound passes or it is dropped; then releases what is still held.
-async fn watch_guard(
-    state: Arc<GuardState>,
-    parts: Vec<CancellationToken>,
-    epoch_lost: CancellationToken,
-    dropped: CancellationToken,
-) {
+/// The task of a guard: waits until a part is lost or the lock ends otherwise (its token,
+/// `state.lost`, is its claim's, so it fires when the membership may be lost or the layout
+/// fell behind, and the guard's drop fires it), then releases what is still held. The release is boxed: the task waits most of its life, at its smallest.
+async fn watch_guard(state: Arc<GuardState>, parts: Vec<CancellationToken>) {
     let any_part = futures::future::select_all(
         parts
             .into_iter()
@@ -374,11 +364,9 @@ async fn watch_guard(
     );
     tokio::select! {
         _ = any_part => {}
-        () = epoch_lost.cancelled() => {}
-        () = dropped.cancelled() => {}
         () = state.lost.cancelled() => {}
     }
-    let _ = state.release(false).await;
+    let _ = Box::pin(state.release(false)).await;
 }
 
 /// Releases `leases` (the last taken first), waiting at most [`RELEASE_WAIT`] in all.
