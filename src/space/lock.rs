@@ -354,7 +354,8 @@ impl Guard for SpaceLease {
 
 /// The task of a guard: waits until a part is lost or the lock ends otherwise (its token,
 /// `state.lost`, is its claim's, so it fires when the membership may be lost or the layout
-/// fell behind, and the guard's drop fires it), then releases what is still held. The release is boxed: the task waits most of its life, at its smallest.
+/// fell behind, and the guard's drop fires it), then releases what is still held. The
+/// release is boxed: the task waits most of its life, at its smallest.
 async fn watch_guard(state: Arc<GuardState>, parts: Vec<CancellationToken>) {
     let any_part = futures::future::select_all(
         parts
