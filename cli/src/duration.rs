@@ -8,7 +8,9 @@ use std::time::Duration;
 /// `1h`, `1.5s`, `1m30s`, `1d`; a bare number only `0`), at most [`LONGEST`].
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
     let total = ydb_coordination::config::parse_duration(input).map_err(|_| {
-        if input.parse::<f64>().is_ok() {
+        let bare_number =
+            !input.is_empty() && input.chars().all(|c| c.is_ascii_digit() || c == '.');
+        if bare_number && input.parse::<f64>().is_ok() {
             format!("duration {input:?} needs a unit (ms, s, m, h or d)")
         } else {
             format!("invalid duration {input:?} (expected e.g. 500ms, 30s, 2m, 1h)")

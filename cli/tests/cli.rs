@@ -284,11 +284,7 @@ fn refused_connection_gives_a_readable_one_line_error() {
     ];
     let verbose = [&["--verbose"][..], &refused[..]].concat();
     // Each run retries until its timeout: the two run side by side.
-    let outputs = std::thread::scope(|s| {
-        let runs = [&refused[..], &verbose[..]].map(|args| s.spawn(|| env.run(args)));
-        runs.map(|run| run.join().unwrap())
-    });
-    for o in outputs {
+    for (o, _) in env.run_side_by_side(&[refused.to_vec(), verbose]) {
         assert_one_line_error(&o, 1, "connection refused");
         let err = stderr(&o);
         assert!(!err.contains("tonic::"), "{err:?}");

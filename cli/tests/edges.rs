@@ -193,20 +193,11 @@ fn timeout_is_one_bound_on_a_silent_endpoint() {
         &["subscribe", NODE, "config", "--once"],
     ];
     // Each command waits out its timeout: they run side by side, each timed on its own.
-    let runs = std::thread::scope(|s| {
-        commands
-            .map(|args| {
-                let env = &env;
-                let cs = &cs;
-                s.spawn(move || {
-                    let all = [&["-c", cs.as_str(), "--timeout", "3s"][..], args].concat();
-                    let started = Instant::now();
-                    let o = env.run(&all);
-                    (o, started.elapsed())
-                })
-            })
-            .map(|run| run.join().unwrap())
-    });
+    let all: Vec<Vec<&str>> = commands
+        .iter()
+        .map(|args| [&["-c", cs.as_str(), "--timeout", "3s"][..], args].concat())
+        .collect();
+    let runs = env.run_side_by_side(&all);
     for (args, (o, took)) in commands.into_iter().zip(runs) {
         // Unreachable is an error (1), never "not obtained in time" (75).
         assert_one_line_error(&o, 1, "within");

@@ -951,10 +951,12 @@ fn signing_key(algorithm: Algorithm, key: &[u8]) -> std::result::Result<Encoding
 /// codecs are the ones the JWT library reads its own keys with.
 fn sec1_to_pkcs8(pem: &[u8]) -> Option<Vec<u8>> {
     use simple_asn1::{ASN1Block, ASN1Class, BigInt, oid};
-    let pem = pem::parse(pem).ok()?;
-    if pem.tag() != "EC PRIVATE KEY" {
-        return None;
-    }
+    // The key's block, wherever it is: `openssl ecparam -genkey` writes the curve's
+    // parameters before it.
+    let pem = pem::parse_many(pem)
+        .ok()?
+        .into_iter()
+        .find(|block| block.tag() == "EC PRIVATE KEY")?;
     // ECPrivateKey ::= SEQUENCE { version 1, privateKey OCTET STRING, [0] curve OID, ... }
     let [ASN1Block::Sequence(_, fields)] = &simple_asn1::from_der(pem.contents()).ok()?[..] else {
         return None;
@@ -1210,6 +1212,11 @@ mod tests {
             .unwrap_or_default(),
         ));
         assert_eq!(sec1_to_pkcs8(unnamed.as_bytes()), None);
+        // What `openssl ecparam -genkey` writes by default: the curve's parameters first.
+        let with_parameters = format!(
+            "-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n{sec1}"
+        );
+        assert!(JwtTokenSource::new("ES256", with_parameters).is_ok());
     }
 
     #[test]

@@ -96,6 +96,24 @@ impl Env {
         cmd.output().unwrap()
     }
 
+    /// Runs each of `runs` to completion side by side (for commands that wait out a
+    /// timeout), each with the time it took, in the order given.
+    pub fn run_side_by_side(&self, runs: &[Vec<&str>]) -> Vec<(Output, Duration)> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = runs
+                .iter()
+                .map(|args| {
+                    s.spawn(move || {
+                        let started = Instant::now();
+                        let output = self.run(args);
+                        (output, started.elapsed())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
     /// Starts `ydb-coord ARGS` in the background with piped output.
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.command(args)

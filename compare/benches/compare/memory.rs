@@ -108,7 +108,7 @@ pub(crate) struct Memory {
     pub(crate) ours_space_lock: R<PerItem>,
 }
 
-/// Runs the four measurements, each in a fresh server and client process.
+/// Runs the five measurements, each in a fresh server and client process.
 pub(crate) fn measure(leases: usize, sessions: usize) -> Memory {
     Memory {
         ours_lease: measure_one(Kind::OursLeases, leases, None),
