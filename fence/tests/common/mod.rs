@@ -72,10 +72,27 @@ fn unprivileged() -> Option<(u32, u32)> {
     })
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// A port on 127.0.0.1 that was free a moment ago and that this process has not handed out
+/// before: the kernel may give a port it just took back again, and two parts of one server
+/// (or two servers of one test binary) must not be told the same port.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("its address").port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    // A port given before is kept bound until a new one turns up, so the kernel cannot
+    // offer it again.
+    let mut refused = Vec::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+        drop(given);
+        refused.push(listener);
+    }
 }
 
 /// A fresh directory under the system's temporary directory, owned by `owner`.
