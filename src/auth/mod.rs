@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-#[cfg(any(doc, test))]
+#[cfg(any(doc, all(test, feature = "cloud")))]
 use crate::error::ErrorKind;
 use crate::error::Result;
 

@@ -2,7 +2,6 @@
 //! request (fixed and from the request), a limit answered at once or after a bounded wait, a
 //! wait that ends in a pass, a server that cannot be reached or a bad resource told apart
 //! from a limit, the inner service's errors passed through, and its readiness respected.
-#![cfg(feature = "tower")]
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
