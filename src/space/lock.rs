@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -112,8 +114,8 @@ impl Wait {
 /// membership in the space's directory may be lost (see the
 /// [module docs](super#locks-live-inside-the-membership)), when the lock's layout falls two
 /// epochs behind the published one or is contradicted by it, and when it is released or
-/// dropped. Dropping it releases every part (in a small task that also lets the process
-/// report a newer epoch once the releases are answered).
+/// dropped. Dropping it releases every part (in the space's one task that watches its
+/// locks, which also lets the process report a newer epoch once the releases are answered).
 ///
 /// # Examples
 ///
@@ -192,7 +194,7 @@ impl GuardState {
 }
 
 impl SpaceLease {
-    fn start(taken: Taken, clean: bool) -> Self {
+    fn start(shared: &Shared, taken: Taken, clean: bool) -> Self {
         let part_tokens: Vec<CancellationToken> = taken.leases.iter().map(Lease::token).collect();
         let granted_at = taken
             .leases
@@ -213,7 +215,7 @@ impl SpaceLease {
             clean,
             leader: taken.leader,
         });
-        tokio::spawn(watch_guard(state.clone(), part_tokens));
+        shared.keeper.watch(state.clone(), part_tokens);
         Self {
             // Dropping the guard ends the lock: its task then releases the parts.
             _drop: state.lost.clone().drop_guard(),
@@ -352,10 +354,57 @@ impl Guard for SpaceLease {
     }
 }
 
-/// The task of a guard: waits until a part is lost or the lock ends otherwise (its token,
-/// `state.lost`, is its claim's, so it fires when the membership may be lost or the layout
-/// fell behind, and the guard's drop fires it), then releases what is still held. The
-/// release is boxed: the task waits most of its life, at its smallest.
+/// A lock to watch: its shared state and its parts' tokens.
+type Watch = (Arc<GuardState>, Vec<CancellationToken>);
+
+/// The one task of a space that watches its held locks (see [`watch_guard`]), started with
+/// the first lock: a lock held costs a future in it, not a task of its own.
+#[derive(Debug, Default)]
+pub(super) struct Keeper {
+    watches: StdMutex<Option<mpsc::UnboundedSender<Watch>>>,
+}
+
+impl Keeper {
+    /// Hands a lock just taken to the task, starting it if there is none (or if the
+    /// runtime it ran on has shut down).
+    fn watch(&self, state: Arc<GuardState>, parts: Vec<CancellationToken>) {
+        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        let watch = match watches.as_ref() {
+            Some(tx) => match tx.send((state, parts)) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(watch)) => watch,
+            },
+            None => (state, parts),
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        // A new channel's receiver is alive until the task below ends.
+        let _ = tx.send(watch);
+        *watches = Some(tx);
+        drop(watches);
+        tokio::spawn(keep(rx));
+    }
+}
+
+/// The keeper's task: every lock handed to it watched side by side, until the space is
+/// gone (no lock is handed over any more) and every lock it watches has ended.
+async fn keep(mut watches: mpsc::UnboundedReceiver<Watch>) {
+    let mut watching = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            next = watches.recv() => match next {
+                Some((state, parts)) => watching.push(watch_guard(state, parts)),
+                None => break,
+            },
+            Some(()) = watching.next(), if !watching.is_empty() => {}
+        }
+    }
+    while watching.next().await.is_some() {}
+}
+
+/// What the keeper does for one lock: waits until a part is lost or the lock ends
+/// otherwise (its token, `state.lost`, is its claim's, so it fires when the membership may
+/// be lost or the layout fell behind, and the guard's drop fires it), then releases what is
+/// still held. The release is boxed: the future waits most of its life, at its smallest.
 async fn watch_guard(state: Arc<GuardState>, parts: Vec<CancellationToken>) {
     let any_part = futures::future::select_all(
         parts
@@ -636,6 +685,6 @@ async fn taking(
 ) -> Result<Option<SpaceLease>> {
     // A hold ended at its bound is no clean release: its holder may not have stopped.
     let clean = spec.lock_delay.is_some() && !bounded;
-    let taken = take(shared, names, spec, wait, queued, trips).await?;
-    Ok(taken.map(|t| SpaceLease::start(t, clean)))
+    let taken = take(shared.clone(), names, spec, wait, queued, trips).await?;
+    Ok(taken.map(|t| SpaceLease::start(&shared, t, clean)))
 }

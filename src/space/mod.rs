@@ -146,6 +146,8 @@ pub(crate) struct Shared {
     /// The oldest epoch the process runs (the core's [`Effect::Report`]).
     reported: watch::Sender<u64>,
     directory: Option<directory::Link>,
+    /// The task that watches the held locks.
+    keeper: lock::Keeper,
     /// Stops the directory's tasks when the last handle goes.
     _stop: Option<DropGuard>,
 }
@@ -542,6 +544,7 @@ impl LockSpaceBuilder {
             reported: watch::Sender::new(epoch),
             _stop: link.as_ref().map(|_| stop.clone().drop_guard()),
             directory: link,
+            keeper: lock::Keeper::default(),
         });
         if let Some(link) = &shared.directory {
             link.start(Arc::downgrade(&shared), stop).await?;

@@ -34,6 +34,7 @@ fn shell(a: &Layout) -> Arc<Shared> {
             lost: HashMap::new(),
         }),
         directory: None,
+        keeper: super::lock::Keeper::default(),
         _stop: None,
     });
     shared.published_value(Ok(a.clone()));

@@ -1,8 +1,9 @@
 //! The lock space against the emulator over TCP: names land where placement says, exclusion
 //! and limits hold in both phases of a reshard (and would not without the transition),
-//! fencing tokens grow across a move, the operator's steps wait for lagging members, a
-//! layout that cannot be followed or that skips an epoch is handled, a node down affects
-//! only its names, multi-locks are all or nothing, bad input is refused by kind, a
+//! fencing tokens grow across a move, the locks a space holds are watched by one task of
+//! the space (which releases a dropped guard's parts), the operator's steps wait for lagging
+//! members, a layout that cannot be followed or that skips an epoch is handled, a node down
+//! affects only its names, multi-locks are all or nothing, bad input is refused by kind, a
 //! publication keeps its value through a reshard, a membership ends with its error and
 //! leaves without waiting for a move, and a process's locks live inside its membership in
 //! the directory (cut off from it, it takes and keeps none; a layout that contradicts its own
@@ -217,6 +218,55 @@ async fn each_lock_lands_on_its_node_and_names_spread_over_all() {
     }
     assert_eq!(per_node.len(), 3, "{per_node:?}");
     assert!(per_node.values().all(|&n| n >= 10), "{per_node:?}");
+}
+
+/// 1b. The locks a space holds are watched by one task of the space, not one each: 40 more
+///     held locks start no task, and when their guards are dropped that task releases every
+///     part (another process takes each name).
+#[tokio::test(start_paused = true)]
+async fn held_locks_share_one_task_that_releases_them_when_dropped() {
+    let c = Cluster::start().await;
+    let l = layout(1, NODES);
+    let space = c.fixed(&l).await;
+    let other = c.fixed(&l).await;
+    // A lock on every node first: the sessions (and the space's task) run from here on.
+    let mut first = Vec::new();
+    for node in NODES {
+        let name = names_where("warm", 1, |n| l.parts(n)[0].node == node).remove(0);
+        first.push(take(&space, &name).await);
+    }
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = tasks();
+    let names = names_where("job", 40, |_| true);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(take(&space, name).await);
+    }
+    let after = tasks();
+    assert!(
+        after < before + 5,
+        "40 held locks went from {before} to {after} tasks"
+    );
+    drop(guards);
+    for name in &names {
+        eventually(&format!("{name} is free again"), || async {
+            match try_lock(&other, name).await {
+                Some(guard) => {
+                    unlock(guard).await;
+                    true
+                }
+                None => false,
+            }
+        })
+        .await;
+    }
+    for guard in first {
+        unlock(guard).await;
+    }
 }
 
 /// 2. A moved name: holders of A and A+B exclude each other (on the A place), holders of
