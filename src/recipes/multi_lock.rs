@@ -67,8 +67,9 @@ pub struct MultiLock {
 /// [`LockSpace`](crate::LockSpace)); dropping it releases them all.
 ///
 /// Its [`token`](MultiLockGuard::token) fires as soon as any part is lost (or the guard is
-/// unlocked or dropped). A small task, started with the guard, waits for the parts' tokens
-/// and fires it; it ends with the guard.
+/// unlocked or dropped). On one node the parts share that token, which their session fires
+/// when any of them ends: a held multi-lock costs no task. In a lock space it is the
+/// [`SpaceLease`]'s.
 #[derive(Debug)]
 #[must_use = "dropping the guard unlocks every lock"]
 pub struct MultiLockGuard {
@@ -89,7 +90,8 @@ enum Parts {
 }
 
 /// A token that fires when any of `tokens` does, or when it is cancelled itself (which also
-/// ends the task that watches the others).
+/// ends the task that watches the others): for parts whose tokens were made before they
+/// could share one.
 fn any_of(tokens: Vec<CancellationToken>) -> CancellationToken {
     let any = CancellationToken::new();
     let fire = any.clone();
@@ -106,7 +108,8 @@ fn any_of(tokens: Vec<CancellationToken>) -> CancellationToken {
 
 impl MultiLockGuard {
     fn new(leases: Vec<Lease>) -> Self {
-        let token = any_of(leases.iter().map(Lease::token).collect());
+        let token = Lease::one_token(&leases)
+            .unwrap_or_else(|| any_of(leases.iter().map(Lease::token).collect()));
         Self {
             parts: Parts::Node {
                 _fire: token.clone().drop_guard(),
@@ -169,6 +172,7 @@ impl MultiLockGuard {
 
     /// The leases of a multi-lock on one node, in the canonical order; empty in a
     /// [`LockSpace`](crate::LockSpace), whose parts are [`MultiLockGuard::space_lease`].
+    /// Their tokens are the guard's: each fires when any part is lost or the guard ends.
     pub fn leases(&self) -> &[Lease] {
         match &self.parts {
             Parts::Node { leases, .. } => leases,

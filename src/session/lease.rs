@@ -139,6 +139,18 @@ impl Lease {
         self.lease_token().cancelled_owned().await;
     }
 
+    /// One token for all of `leases`, leases of one session whose tokens nobody asked for
+    /// yet: it is each lease's own token, so the session fires it when any of them ends or
+    /// may have been lost, or when the session ends, with nothing else watching them. `None`
+    /// if a lease's token was made already (the leases that took the shared one keep it).
+    pub(crate) fn one_token(leases: &[Lease]) -> Option<CancellationToken> {
+        let token = leases.first()?.handle.token().child_token();
+        leases
+            .iter()
+            .all(|lease| lease.held.adopt(&token))
+            .then_some(token)
+    }
+
     /// Whether the lease may have been lost (its token fired while it is still held here).
     pub fn is_lost(&self) -> bool {
         self.held.is_lost(self.handle.token())

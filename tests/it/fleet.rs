@@ -343,6 +343,47 @@ async fn a_multi_lock_token_fires_when_any_part_is_lost() {
     assert!(!guard.is_lost());
 }
 
+/// A multi-lock held on one node costs no task: its parts share one token, which their
+/// session fires. 20 more held multi-locks start none; a guard's token fires when it is
+/// dropped, and its parts are free for another session.
+#[tokio::test(start_paused = true)]
+async fn held_multi_locks_start_no_task() {
+    let env = Env::new().await;
+    let s = env.session().await;
+    let other = env.session().await;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = tasks();
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        let names = [format!("x{i}"), format!("y{i}"), format!("z{i}")];
+        guards.push(within(s.multi_lock(names).lock()).await.unwrap());
+    }
+    let after = tasks();
+    assert!(
+        after < before + 5,
+        "20 held multi-locks went from {before} to {after} tasks"
+    );
+    let last = guards.pop().unwrap();
+    let token = last.token();
+    assert!(!token.is_cancelled());
+    drop(last);
+    assert!(
+        token.is_cancelled(),
+        "a dropped guard's token fires at once"
+    );
+    let freed = within(other.multi_lock(["x19", "y19", "z19"]).lock())
+        .await
+        .unwrap();
+    assert!(within(freed.unlock()).await.unwrap());
+    for guard in guards {
+        assert!(within(guard.unlock()).await.unwrap());
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_multi_lock_refuses_bad_input() {
     let env = Env::new().await;

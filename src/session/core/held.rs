@@ -118,6 +118,21 @@ impl Held {
         .clone()
     }
 
+    /// Makes `token` the lease's token if none was asked for yet (firing it at once if the
+    /// lease has ended), so that the session fires it when the lease ends; whether it did.
+    /// Several leases can share one token this way.
+    pub(crate) fn adopt(&self, token: &CancellationToken) -> bool {
+        let mut slot = self.slot();
+        if slot.is_some() {
+            return false;
+        }
+        if self.is_ended() {
+            token.cancel();
+        }
+        *slot = Some(token.clone());
+        true
+    }
+
     /// Whether the lease may have been lost or was given back, with `session` the session's
     /// token: the same as asking whether its token fired (also by its holder's own
     /// `cancel()`), without making one.
@@ -197,6 +212,37 @@ mod tests {
         let (a, b) = (h.token(&session), h.token(&session));
         a.cancel();
         assert!(b.is_cancelled());
+    }
+
+    #[test]
+    fn leases_that_adopt_one_token_fire_it_when_any_of_them_ends() {
+        let session = CancellationToken::new();
+        let (a, b) = (held(), held());
+        let shared = session.child_token();
+        assert!(a.adopt(&shared) && b.adopt(&shared));
+        assert!(!shared.is_cancelled());
+        b.end();
+        assert!(shared.is_cancelled());
+        assert!(
+            a.token(&session).is_cancelled(),
+            "it is each lease's own token"
+        );
+        assert!(!a.is_ended(), "the other lease itself was not ended");
+    }
+
+    #[test]
+    fn a_lease_whose_token_was_made_keeps_it_and_an_ended_one_fires_what_it_adopts() {
+        let session = CancellationToken::new();
+        let asked = held();
+        let own = asked.token(&session);
+        assert!(!asked.adopt(&session.child_token()));
+        asked.end();
+        assert!(own.is_cancelled());
+        let ended = held();
+        ended.end();
+        let shared = session.child_token();
+        assert!(ended.adopt(&shared));
+        assert!(shared.is_cancelled());
     }
 
     #[test]
