@@ -139,6 +139,7 @@ pub mod config;
 mod discovery;
 mod endpoints;
 pub mod error;
+mod keeper;
 mod manager;
 pub(crate) mod proto;
 pub mod rate_limiter;

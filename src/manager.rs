@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::config::SessionOptions;
 use crate::error::{Error, ErrorKind, Result};
+use crate::keeper::{Keeper, Kept};
 use crate::session::Session;
 
 /// Starts a session, retrying transient failures with the options' backoff until it works
@@ -224,6 +225,8 @@ struct ManagerInner {
     timeout: std::time::Duration,
     stop: CancellationToken,
     fatal: Mutex<Option<Error>>,
+    /// The task that ends its recipes' bounded holds at their deadlines.
+    bounds: Keeper<Kept>,
 }
 
 impl Drop for ManagerInner {
@@ -245,6 +248,11 @@ enum Current {
 }
 
 impl SessionManager {
+    /// The task that ends its recipes' bounded holds at their deadlines.
+    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
+        &self.inner.bounds
+    }
+
     /// Starts the manager; the first session is opened in the background.
     ///
     /// # Panics
@@ -259,6 +267,7 @@ impl SessionManager {
             timeout: options.get_timeout(),
             stop: stop.clone(),
             fatal: Mutex::new(None),
+            bounds: Keeper::default(),
         });
         let weak = Arc::downgrade(&inner);
         let mut sessions = SessionStream::new(client, path.to_string(), options, stop.clone());

@@ -1,5 +1,5 @@
-//! Holds for at most a set time: the guard lives in a small task that ends it at its
-//! deadline.
+//! Holds for at most a set time: the guard lives in a wait that ends it at its deadline,
+//! in the keeper of the source it was taken from (or a small task of its own).
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Guard;
 use crate::error::Result;
+use crate::keeper::{Keeper, Kept};
 use crate::session::FencingToken;
 
 /// The longest bound kept (about 30 years); longer ones are cut to it.
@@ -26,10 +27,12 @@ const LONGEST_BOUND: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 /// [`Acquiring::queued`](super::Acquiring::queued) saw it) may come back already past its
 /// deadline, its token fired and the hold on its way back to the server.
 ///
-/// The guard itself lives in a small task started with the bound, which waits for the
-/// deadline, a release or the drop of this handle; the handle keeps what the guard says of
-/// itself (its fencing token, its token, its deadline). Dropping it fires the token at once
-/// and has the task release the hold (nothing is spawned by the drop).
+/// The guard itself lives in a wait started with the bound, for the deadline, a release or
+/// the drop of this handle; the handle keeps what the guard says of itself (its fencing
+/// token, its token, its deadline). The `_for` forms run that wait in one task of the
+/// session, manager or lock space they took the hold from, beside every other bounded hold
+/// taken there; [`Bounded::new`] starts a small task of its own. Dropping the handle fires
+/// the token at once and has the wait release the hold (nothing is spawned by the drop).
 ///
 /// # Examples
 ///
@@ -88,13 +91,37 @@ impl<G: Guard> Bounded<G> {
     ///
     /// # Panics
     ///
-    /// Outside a Tokio runtime (the task is spawned on it).
+    /// Outside a Tokio runtime (its task is spawned on it).
     pub fn new(guard: G, deadline: Instant) -> Self {
+        let (bounded, wait) = Self::start(guard, deadline);
+        tokio::spawn(wait);
+        bounded
+    }
+
+    /// A recipe's `_for` form: bounded by `bound` from `granted_at`, its wait run by
+    /// `bounds` (its source's keeper).
+    pub(crate) fn from_grant(
+        guard: G,
+        granted_at: Instant,
+        bound: Duration,
+        bounds: &Keeper<Kept>,
+    ) -> Self {
+        let deadline = granted_at + bound.min(LONGEST_BOUND);
+        let (bounded, wait) = Self::start(guard, deadline);
+        bounds.keep(Box::pin(wait));
+        bounded
+    }
+
+    /// Holds `guard` until `deadline` at most: the handle, and the wait to run.
+    fn start(
+        guard: G,
+        deadline: Instant,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let deadline = deadline.min(Instant::now() + LONGEST_BOUND);
         let held_token = guard.token();
         if deadline <= Instant::now() {
             // The holder must not see a live guard past its deadline, not even until the
-            // task runs.
+            // wait runs.
             held_token.cancel();
         }
         let (release, asked) = oneshot::channel();
@@ -106,18 +133,12 @@ impl<G: Guard> Bounded<G> {
             release: Some(release),
             _guard: std::marker::PhantomData,
         };
-        tokio::spawn(Self::bound(guard, deadline, asked, held_token));
-        bounded
+        (bounded, Self::bound(guard, deadline, asked, held_token))
     }
 
-    /// A recipe's `_for` form: bounded by `bound` from `granted_at`.
-    pub(crate) fn from_grant(guard: G, granted_at: Instant, bound: Duration) -> Self {
-        Self::new(guard, granted_at + bound.min(LONGEST_BOUND))
-    }
-
-    /// The task of the hold: at `deadline` it fires `lost` (the holder's view of the hold,
+    /// The wait of the hold: at `deadline` it fires `lost` (the holder's view of the hold,
     /// a child of the guard's token) and releases the guard. The releases are boxed: the
-    /// task waits most of its life, at its smallest.
+    /// future waits most of its life, at its smallest.
     async fn bound(
         guard: G,
         deadline: Instant,
@@ -142,7 +163,7 @@ impl<G: Guard> Bounded<G> {
                 Err(_) => drop(guard),
             },
             // The hold was lost (its session ended): nothing is left to wait for, and the
-            // task must not keep the guard (and its session's channels) until the deadline.
+            // wait must not keep the guard (and its session's channels) until the deadline.
             () = lost.cancelled() => drop(guard),
         }
     }
@@ -190,22 +211,22 @@ impl<G: Guard> Bounded<G> {
     /// skips the wait.
     pub async fn release(mut self) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
-        // Ask first, then fire the token: a task that runs in between sees the request, not
+        // Ask first, then fire the token: a wait that runs in between sees the request, not
         // a token that looks lost.
         let asked = self.release.take().map(|release| release.send(reply));
         self.token.cancel();
         if !matches!(asked, Some(Ok(()))) {
-            // The task is gone: the deadline passed (or the hold was lost) first.
+            // The wait is over: the deadline passed (or the hold was lost) first.
             return Ok(false);
         }
-        // No answer: the deadline came first and the task released the hold itself.
+        // No answer: the deadline came first and the wait released the hold itself.
         answer.await.unwrap_or(Ok(false))
     }
 }
 
 impl<G> Drop for Bounded<G> {
     fn drop(&mut self) {
-        // The task sees the sender dropped and drops the guard, which releases it.
+        // The wait sees the sender dropped and drops the guard, which releases it.
         self.token.cancel();
     }
 }

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Source, lock_delay};
 use crate::error::Result;
+use crate::keeper::{Keeper, Kept};
 use crate::session::{FencingToken, Lease};
 use crate::space::{LockSpace, SpaceLease};
 
@@ -23,6 +24,16 @@ pub(crate) enum Scope {
 impl From<Source> for Scope {
     fn from(source: Source) -> Self {
         Self::Node(source)
+    }
+}
+
+impl Scope {
+    /// The task that ends the bounded holds taken here at their deadlines.
+    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
+        match self {
+            Self::Node(source) => source.bounds(),
+            Self::Space(space) => &space.shared().bounds,
+        }
     }
 }
 

@@ -28,8 +28,9 @@
 //! is its [`lease`](MutexGuard::lease) on one node or its
 //! [`space_lease`](MutexGuard::space_lease) in a lock space; the bounded forms
 //! ([`Mutex::lock_for`], [`Semaphore::acquire_for`], [`RwLock::read_for`],
-//! [`RwLock::write_for`]) return a [`Bounded`] guard, whose guard lives in the task that
-//! ends it at its deadline.
+//! [`RwLock::write_for`]) return a [`Bounded`] guard, whose guard lives in a wait that
+//! ends it at its deadline, in one task of the session, manager or lock space beside every
+//! other bounded hold taken there.
 //!
 //! # Examples
 //!

@@ -387,8 +387,9 @@ impl Mutex {
     /// session may take the lock right after; the fencing token still guards against a
     /// holder that ignores its token. This happens even if the holder is alive and the
     /// session healthy. A [`release`](Bounded::release) or a drop before the
-    /// deadline releases as usual. Each granted guard has a small task (started at the
-    /// grant) that holds the lease and waits for the deadline; it ends with the lock.
+    /// deadline releases as usual. Each granted guard has a wait (started at the grant)
+    /// that holds the lease until the deadline, in one task of the session, manager or lock
+    /// space beside the other bounded holds taken there; it ends with the lock.
     ///
     /// # Examples
     ///
@@ -418,13 +419,14 @@ impl Mutex {
     ///
     /// # Cancel safety
     ///
-    /// As [`Mutex::lock`]: the deadline's task is started only when the lock is granted and
+    /// As [`Mutex::lock`]: the deadline's wait is started only when the lock is granted and
     /// returned.
     pub fn lock_for(&self, bound: Duration) -> Acquiring<Bounded<MutexGuard>> {
         // A hold ended at its deadline is no clean release: its holder may not have stopped.
+        let scope = self.scope.clone();
         self.start(None, true, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(MutexGuard { held }, granted_at, bound)
+            Bounded::from_grant(MutexGuard { held }, granted_at, bound, scope.bounds())
         })
         .expect_some()
     }

@@ -263,12 +263,13 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future withdraws the request; the deadline's task is started only when
+    /// Dropping the future withdraws the request; the deadline's wait is started only when
     /// access is granted and returned.
     pub fn read_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockReadGuard>> {
+        let scope = self.scope.clone();
         self.start(false, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(RwLockReadGuard { held }, granted_at, bound)
+            Bounded::from_grant(RwLockReadGuard { held }, granted_at, bound, scope.bounds())
         })
         .expect_some()
     }
@@ -284,9 +285,10 @@ impl RwLock {
     ///
     /// As [`RwLock::read_for`].
     pub fn write_for(&self, bound: Duration) -> Acquiring<Bounded<RwLockWriteGuard>> {
+        let scope = self.scope.clone();
         self.start(true, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(RwLockWriteGuard { held }, granted_at, bound)
+            Bounded::from_grant(RwLockWriteGuard { held }, granted_at, bound, scope.bounds())
         })
         .expect_some()
     }

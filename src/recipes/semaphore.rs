@@ -219,12 +219,13 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// As [`Semaphore::acquire`]: the deadline's task is started only when the units are
+    /// As [`Semaphore::acquire`]: the deadline's wait is started only when the units are
     /// granted and returned.
     pub fn acquire_for(&self, n: u64, bound: Duration) -> Acquiring<Bounded<SemaphorePermit>> {
+        let scope = self.scope.clone();
         self.start(n, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(SemaphorePermit { held }, granted_at, bound)
+            Bounded::from_grant(SemaphorePermit { held }, granted_at, bound, scope.bounds())
         })
         .expect_some()
     }

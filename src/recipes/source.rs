@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::error::{Error, Result};
+use crate::keeper::{Keeper, Kept};
 use crate::manager::SessionManager;
 use crate::session::Session;
 
@@ -29,6 +30,9 @@ pub(crate) trait SessionSource: fmt::Debug + Send + Sync + 'static {
     /// The session timeout: how long a read without a bound of its own waits for the node
     /// (past it, silence means the session may be lost anyway).
     fn timeout(&self) -> std::time::Duration;
+
+    /// The task that ends the bounded holds taken through this source at their deadlines.
+    fn bounds(&self) -> &Keeper<Kept>;
 }
 
 impl SessionSource for Session {
@@ -47,6 +51,10 @@ impl SessionSource for Session {
     fn timeout(&self) -> std::time::Duration {
         Session::timeout(self)
     }
+
+    fn bounds(&self) -> &Keeper<Kept> {
+        Session::bounds(self)
+    }
 }
 
 impl SessionSource for SessionManager {
@@ -64,6 +72,10 @@ impl SessionSource for SessionManager {
 
     fn timeout(&self) -> std::time::Duration {
         SessionManager::timeout(self)
+    }
+
+    fn bounds(&self) -> &Keeper<Kept> {
+        SessionManager::bounds(self)
     }
 }
 
@@ -88,6 +100,11 @@ impl Source {
     /// See [`SessionSource::session`].
     pub(crate) async fn session(&self) -> Result<Session> {
         self.0.session().await
+    }
+
+    /// See [`SessionSource::bounds`].
+    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
+        self.0.bounds()
     }
 
     /// See [`SessionSource::timeout`].

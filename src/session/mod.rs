@@ -41,6 +41,7 @@ pub use self::types::{
 };
 use crate::config::{self, AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keeper::{Keeper, Kept};
 
 /// A coordination session on one coordination node.
 ///
@@ -84,6 +85,8 @@ struct Inner {
     handle: inbox::Handle,
     state: watch::Receiver<SessionState>,
     token: CancellationToken,
+    /// The task that ends its recipes' bounded holds at their deadlines.
+    bounds: Keeper<Kept>,
 }
 
 impl Inner {
@@ -107,8 +110,14 @@ impl Session {
                 handle,
                 state,
                 token,
+                bounds: Keeper::default(),
             }),
         }
+    }
+
+    /// The task that ends its recipes' bounded holds at their deadlines.
+    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
+        &self.inner.bounds
     }
 
     /// The server's id of the session.

@@ -5,9 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -16,6 +14,7 @@ use super::{LockSpace, Shared, Ticket};
 use crate::bound::{RoundTrip, RoundTrips};
 use crate::config::{self, AcquireOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keeper;
 use crate::recipes::{Guard, Prepare, Source, acquiring, lock_delay};
 use crate::session::FencingToken;
 use crate::session::Lease;
@@ -145,7 +144,7 @@ pub struct SpaceLease {
 }
 
 #[derive(Debug)]
-struct GuardState {
+pub(super) struct GuardState {
     leases: StdMutex<Vec<Lease>>,
     nodes: Vec<String>,
     tokens: Vec<(String, FencingToken)>,
@@ -215,7 +214,9 @@ impl SpaceLease {
             clean,
             leader: taken.leader,
         });
-        shared.keeper.watch(state.clone(), part_tokens);
+        shared.keeper.hand((state.clone(), part_tokens), |locks| {
+            keeper::run(locks, |(state, parts)| watch_guard(state, parts))
+        });
         Self {
             // Dropping the guard ends the lock: its task then releases the parts.
             _drop: state.lost.clone().drop_guard(),
@@ -354,54 +355,10 @@ impl Guard for SpaceLease {
     }
 }
 
-/// A lock to watch: its shared state and its parts' tokens.
-type Watch = (Arc<GuardState>, Vec<CancellationToken>);
+/// A lock for the space's keeper to watch: its shared state and its parts' tokens.
+pub(super) type Watch = (Arc<GuardState>, Vec<CancellationToken>);
 
-/// The one task of a space that watches its held locks (see [`watch_guard`]), started with
-/// the first lock: a lock held costs a future in it, not a task of its own.
-#[derive(Debug, Default)]
-pub(super) struct Keeper {
-    watches: StdMutex<Option<mpsc::UnboundedSender<Watch>>>,
-}
-
-impl Keeper {
-    /// Hands a lock just taken to the task, starting it if there is none (or if the
-    /// runtime it ran on has shut down).
-    fn watch(&self, state: Arc<GuardState>, parts: Vec<CancellationToken>) {
-        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        let watch = match watches.as_ref() {
-            Some(tx) => match tx.send((state, parts)) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(watch)) => watch,
-            },
-            None => (state, parts),
-        };
-        let (tx, rx) = mpsc::unbounded_channel();
-        // A new channel's receiver is alive until the task below ends.
-        let _ = tx.send(watch);
-        *watches = Some(tx);
-        drop(watches);
-        tokio::spawn(keep(rx));
-    }
-}
-
-/// The keeper's task: every lock handed to it watched side by side, until the space is
-/// gone (no lock is handed over any more) and every lock it watches has ended.
-async fn keep(mut watches: mpsc::UnboundedReceiver<Watch>) {
-    let mut watching = FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            next = watches.recv() => match next {
-                Some((state, parts)) => watching.push(watch_guard(state, parts)),
-                None => break,
-            },
-            Some(()) = watching.next(), if !watching.is_empty() => {}
-        }
-    }
-    while watching.next().await.is_some() {}
-}
-
-/// What the keeper does for one lock: waits until a part is lost or the lock ends
+/// What the space's keeper does for one lock: waits until a part is lost or the lock ends
 /// otherwise (its token, `state.lost`, is its claim's, so it fires when the membership may
 /// be lost or the layout fell behind, and the guard's drop fires it), then releases what is
 /// still held. The release is boxed: the future waits most of its life, at its smallest.

@@ -120,6 +120,7 @@ pub(crate) use self::published::publication;
 use crate::client::Client;
 use crate::config::SessionOptions;
 use crate::error::{Error, ErrorKind, Result};
+use crate::keeper::{Keeper, Kept};
 use crate::manager::SessionManager;
 
 /// Locks over several coordination nodes: see the [module docs](self).
@@ -147,7 +148,9 @@ pub(crate) struct Shared {
     reported: watch::Sender<u64>,
     directory: Option<directory::Link>,
     /// The task that watches the held locks.
-    keeper: lock::Keeper,
+    keeper: Keeper<lock::Watch>,
+    /// The task that ends the bounded holds at their deadlines.
+    pub(crate) bounds: Keeper<Kept>,
     /// Stops the directory's tasks when the last handle goes.
     _stop: Option<DropGuard>,
 }
@@ -544,7 +547,8 @@ impl LockSpaceBuilder {
             reported: watch::Sender::new(epoch),
             _stop: link.as_ref().map(|_| stop.clone().drop_guard()),
             directory: link,
-            keeper: lock::Keeper::default(),
+            keeper: Keeper::default(),
+            bounds: Keeper::default(),
         });
         if let Some(link) = &shared.directory {
             link.start(Arc::downgrade(&shared), stop).await?;

@@ -34,7 +34,8 @@ fn shell(a: &Layout) -> Arc<Shared> {
             lost: HashMap::new(),
         }),
         directory: None,
-        keeper: super::lock::Keeper::default(),
+        keeper: Default::default(),
+        bounds: Default::default(),
         _stop: None,
     });
     shared.published_value(Ok(a.clone()));

@@ -13,6 +13,13 @@ use ydb_coordination::{
 /// The bound on any single wait in a test (paused time makes it free).
 pub const T: Duration = Duration::from_secs(600);
 
+/// How many tasks the test's runtime has alive (what a held lock may not add to).
+pub fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
 /// Awaits `f` or fails the test.
 pub async fn within<F: IntoFuture>(f: F) -> F::Output {
     match tokio::time::timeout(T, f).await {

@@ -190,3 +190,60 @@ async fn a_node_that_cannot_be_reached_is_an_error_never_a_busy_lock() {
     drop(guard);
     within(manager.shutdown()).await;
 }
+
+/// The bounded holds taken through a session, or through a manager, wait for their
+/// deadlines in one task of that session or manager, not a task each: 20 more holds start
+/// at most one task; each still ends at its deadline, and one dropped early is released at
+/// once.
+#[tokio::test(start_paused = true)]
+async fn bounded_holds_wait_in_one_task_of_their_source() {
+    let env = Env::new().await;
+    let session = env.session().await;
+    let manager = env
+        .client
+        .session_manager(&env.node, ydb_coordination::SessionOptions::new());
+    within(manager.current()).await.unwrap();
+    let other = env.session().await;
+    let before = common::alive_tasks();
+    let bound = Duration::from_secs(30);
+    let mut holds = Vec::new();
+    for i in 0..10 {
+        holds.push(
+            within(session.mutex(&format!("s{i}")).lock_for(bound))
+                .await
+                .unwrap(),
+        );
+        holds.push(
+            within(manager.mutex(&format!("m{i}")).lock_for(bound))
+                .await
+                .unwrap(),
+        );
+    }
+    let after = common::alive_tasks();
+    assert!(
+        after <= before + 2,
+        "20 bounded holds went from {before} to {after} tasks"
+    );
+
+    // One dropped early: its token fires at once and the lock is free for another session.
+    let first = holds.remove(0);
+    let token = first.token();
+    drop(first);
+    assert!(token.is_cancelled());
+    let next = within(other.mutex("s0").lock()).await.unwrap();
+    assert!(within(next.unlock()).await.unwrap());
+
+    // The rest end at their deadline, released while their holders sleep on.
+    let tokens: Vec<_> = holds.iter().map(Bounded::token).collect();
+    within(async {
+        for token in &tokens {
+            token.cancelled().await;
+        }
+    })
+    .await;
+    for name in ["s1", "m1", "s9", "m9"] {
+        let next = within(other.mutex(name).lock()).await.unwrap();
+        assert!(within(next.unlock()).await.unwrap());
+    }
+    drop(holds);
+}

@@ -351,18 +351,13 @@ async fn held_multi_locks_start_no_task() {
     let env = Env::new().await;
     let s = env.session().await;
     let other = env.session().await;
-    let tasks = || {
-        tokio::runtime::Handle::current()
-            .metrics()
-            .num_alive_tasks()
-    };
-    let before = tasks();
+    let before = common::alive_tasks();
     let mut guards = Vec::new();
     for i in 0..20 {
         let names = [format!("x{i}"), format!("y{i}"), format!("z{i}")];
         guards.push(within(s.multi_lock(names).lock()).await.unwrap());
     }
-    let after = tasks();
+    let after = common::alive_tasks();
     assert!(
         after < before + 5,
         "20 held multi-locks went from {before} to {after} tasks"

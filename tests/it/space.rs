@@ -1,13 +1,14 @@
 //! The lock space against the emulator over TCP: names land where placement says, exclusion
 //! and limits hold in both phases of a reshard (and would not without the transition),
 //! fencing tokens grow across a move, the locks a space holds are watched by one task of
-//! the space (which releases a dropped guard's parts), the operator's steps wait for lagging
-//! members, a layout that cannot be followed or that skips an epoch is handled, a node down
-//! affects only its names, multi-locks are all or nothing, bad input is refused by kind, a
-//! publication keeps its value through a reshard, a membership ends with its error and
-//! leaves without waiting for a move, and a process's locks live inside its membership in
-//! the directory (cut off from it, it takes and keeps none; a layout that contradicts its own
-//! shuts it; a bounded lock stays bounded while the directory is silent).
+//! the space (which releases a dropped guard's parts) and its bounded holds wait in one more,
+//! the operator's steps wait for lagging members, a layout that cannot be followed or that
+//! skips an epoch is handled, a node down affects only its names, multi-locks are all or
+//! nothing, bad input is refused by kind, a publication keeps its value through a reshard, a
+//! membership ends with its error and leaves without waiting for a move, and a process's
+//! locks live inside its membership in the directory (cut off from it, it takes and keeps
+//! none; a layout that contradicts its own shuts it; a bounded lock stays bounded while the
+//! directory is silent).
 //!
 //! One [`LockSpace`] is one process (one session per node): two holders of a name in one
 //! space would queue in the client, so every test that needs two holders opens two spaces.
@@ -220,41 +221,22 @@ async fn each_lock_lands_on_its_node_and_names_spread_over_all() {
     assert!(per_node.values().all(|&n| n >= 10), "{per_node:?}");
 }
 
-/// 1b. The locks a space holds are watched by one task of the space, not one each: 40 more
-///     held locks start no task, and when their guards are dropped that task releases every
-///     part (another process takes each name).
-#[tokio::test(start_paused = true)]
-async fn held_locks_share_one_task_that_releases_them_when_dropped() {
-    let c = Cluster::start().await;
-    let l = layout(1, NODES);
-    let space = c.fixed(&l).await;
-    let other = c.fixed(&l).await;
-    // A lock on every node first: the sessions (and the space's task) run from here on.
-    let mut first = Vec::new();
+/// A lock of `space` (running `l`) on every node: its sessions, and the space's task that
+/// watches its locks, run from here on.
+async fn warm(space: &LockSpace, l: &Layout) -> Vec<MutexGuard> {
+    let mut held = Vec::new();
     for node in NODES {
         let name = names_where("warm", 1, |n| l.parts(n)[0].node == node).remove(0);
-        first.push(take(&space, &name).await);
+        held.push(take(space, &name).await);
     }
-    let tasks = || {
-        tokio::runtime::Handle::current()
-            .metrics()
-            .num_alive_tasks()
-    };
-    let before = tasks();
-    let names = names_where("job", 40, |_| true);
-    let mut guards = Vec::new();
-    for name in &names {
-        guards.push(take(&space, name).await);
-    }
-    let after = tasks();
-    assert!(
-        after < before + 5,
-        "40 held locks went from {before} to {after} tasks"
-    );
-    drop(guards);
-    for name in &names {
+    held
+}
+
+/// Waits (bounded) until `other` can take each of `names`, and lets it go again.
+async fn free_again(other: &LockSpace, names: &[String]) {
+    for name in names {
         eventually(&format!("{name} is free again"), || async {
-            match try_lock(&other, name).await {
+            match try_lock(other, name).await {
                 Some(guard) => {
                     unlock(guard).await;
                     true
@@ -264,6 +246,43 @@ async fn held_locks_share_one_task_that_releases_them_when_dropped() {
         })
         .await;
     }
+}
+
+/// 1b. The locks a space holds are watched by one task of the space, and its bounded holds
+///     wait for their deadlines in one more, not a task each: 40 held locks and 20 bounded
+///     holds start at most that one; dropped guards are released by the first (another
+///     process takes each name), and each bounded hold ends at its deadline.
+#[tokio::test(start_paused = true)]
+async fn held_locks_and_bounded_holds_cost_no_task_each() {
+    let c = Cluster::start().await;
+    let l = layout(1, NODES);
+    let space = c.fixed(&l).await;
+    let other = c.fixed(&l).await;
+    let first = warm(&space, &l).await;
+    let before = common::alive_tasks();
+    let names = names_where("job", 40, |_| true);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(take(&space, name).await);
+    }
+    let bounded = names_where("bounded", 20, |_| true);
+    let mut holds = Vec::new();
+    for name in &bounded {
+        let hold = within(space.mutex(name).lock_for(Duration::from_secs(30))).await;
+        holds.push(hold.unwrap());
+    }
+    let after = common::alive_tasks();
+    assert!(
+        after <= before + 1,
+        "40 held locks and 20 bounded holds went from {before} to {after} tasks"
+    );
+    drop(guards);
+    free_again(&other, &names).await;
+    for hold in &holds {
+        within(hold.cancelled()).await;
+    }
+    free_again(&other, &bounded).await;
+    drop(holds);
     for guard in first {
         unlock(guard).await;
     }
