@@ -136,6 +136,7 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         for _ in 0..2 {
             let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
                 .build()
                 .unwrap_or_else(|e| panic!("a runtime: {e}"));
             let ran = ran.clone();
@@ -145,7 +146,8 @@ mod tests {
                     ran.fetch_add(1, Ordering::SeqCst);
                     let _ = tx.send(());
                 }));
-                let _ = rx.await;
+                let waited = tokio::time::timeout(std::time::Duration::from_secs(10), rx).await;
+                assert!(matches!(waited, Ok(Ok(()))), "the wait never ran");
             });
         }
         assert_eq!(ran.load(Ordering::SeqCst), 2);

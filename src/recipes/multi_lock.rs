@@ -172,7 +172,8 @@ impl MultiLockGuard {
 
     /// The leases of a multi-lock on one node, in the canonical order; empty in a
     /// [`LockSpace`](crate::LockSpace), whose parts are [`MultiLockGuard::space_lease`].
-    /// Their tokens are the guard's: each fires when any part is lost or the guard ends.
+    /// A part's token fires when that part is lost, and also when another is or when the
+    /// guard ends: on one node the parts share the guard's token.
     pub fn leases(&self) -> &[Lease] {
         match &self.parts {
             Parts::Node { leases, .. } => leases,

@@ -362,7 +362,10 @@ pub(super) type Watch = (Arc<GuardState>, Vec<CancellationToken>);
 /// otherwise (its token, `state.lost`, is its claim's, so it fires when the membership may
 /// be lost or the layout fell behind, and the guard's drop fires it), then releases what is
 /// still held. The release is boxed: the future waits most of its life, at its smallest.
+/// Dropped before that (the keeper's runtime shut down), it fires the lock's token: a lock
+/// nothing watches any more counts as lost, never as held.
 async fn watch_guard(state: Arc<GuardState>, parts: Vec<CancellationToken>) {
+    let _unwatched = state.lost.clone().drop_guard();
     let any_part = futures::future::select_all(
         parts
             .into_iter()
@@ -644,4 +647,48 @@ async fn taking(
     let clean = spec.lock_delay.is_some() && !bounded;
     let taken = take(shared.clone(), names, spec, wait, queued, trips).await?;
     Ok(taken.map(|t| SpaceLease::start(&shared, t, clean)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock of no part in a space of no node, watched by `parts`.
+    fn state() -> Arc<GuardState> {
+        Arc::new(GuardState {
+            leases: StdMutex::new(Vec::new()),
+            nodes: Vec::new(),
+            tokens: Vec::new(),
+            epoch: 1,
+            lost: CancellationToken::new(),
+            granted_at: Instant::now(),
+            ticket: StdMutex::new(None),
+            clean: false,
+            leader: false,
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_dropped_before_the_lock_ends_marks_it_lost() {
+        let state = state();
+        let mut watch = Box::pin(watch_guard(state.clone(), vec![CancellationToken::new()]));
+        assert!(futures::poll!(watch.as_mut()).is_pending());
+        assert!(!state.lost.is_cancelled(), "a lock watched is held");
+        drop(watch);
+        assert!(state.lost.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_part_lost_ends_the_watch_and_the_lock() {
+        let state = state();
+        let part = CancellationToken::new();
+        let watch = tokio::spawn(watch_guard(state.clone(), vec![part.clone()]));
+        part.cancel();
+        tokio::time::timeout(RELEASE_WAIT, watch)
+            .await
+            .map_err(|_| "the watch did not end")
+            .and_then(|joined| joined.map_err(|_| "the watch panicked"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(state.lost.is_cancelled());
+    }
 }

@@ -147,7 +147,8 @@ pub(crate) struct Shared {
     /// The oldest epoch the process runs (the core's [`Effect::Report`]).
     reported: watch::Sender<u64>,
     directory: Option<directory::Link>,
-    /// The task that watches the held locks.
+    /// The task that watches the held locks: a keeper of its own, of unboxed watches, since
+    /// every held lock has one.
     keeper: Keeper<lock::Watch>,
     /// The task that ends the bounded holds at their deadlines.
     pub(crate) bounds: Keeper<Kept>,

@@ -205,7 +205,7 @@ async fn bounded_holds_wait_in_one_task_of_their_source() {
     within(manager.current()).await.unwrap();
     let other = env.session().await;
     let before = common::alive_tasks();
-    let bound = Duration::from_secs(30);
+    let bound = Duration::from_secs(5);
     let mut holds = Vec::new();
     for i in 0..10 {
         holds.push(
