@@ -58,8 +58,9 @@ pub(crate) enum Bite {
     /// the session.
     SlowClock,
     /// The workers write to PostgreSQL without the fence's check (the run's resource is
-    /// PostgreSQL), and every hold goes deaf for a while (not one in ten), so that a minute
-    /// has stale holders: their late writes commit after their successors'.
+    /// PostgreSQL), and every hold is long and deaf throughout (not one in ten for a while),
+    /// so that every fault that ends a holder's session leaves a stale holder writing on:
+    /// its late writes commit after its successor's.
     UnfencedPostgres,
 }
 
@@ -760,7 +761,7 @@ fn spawn_worker(run: &Run, slot: &mut Slot) -> Result<(), BoxError> {
         cmd.arg("--postgres").arg(config);
     }
     if run.args.bite == Some(Bite::UnfencedPostgres) {
-        cmd.arg("--unfenced").arg("--deaf-odds").arg("1");
+        cmd.arg("--unfenced");
     }
     if matches!(
         run.args.bite,

@@ -38,13 +38,13 @@ const WRITE_EVERY: Duration = Duration::from_millis(100);
 pub(crate) const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 /// In the keep-writing mode, how long a holder goes on writing after its token fired.
 const KEEP_WRITING_FOR: Duration = Duration::from_secs(1);
-/// In the keep-writing mode, the longest a holder holds.
-const KEEP_WRITING_HOLD: Duration = Duration::from_secs(15);
+/// In the broken modes (keep-writing, unfenced), the longest a holder holds.
+const BROKEN_HOLD: Duration = Duration::from_secs(15);
 /// How often a hold is long (from half a session timeout to `--max-hold-ms`).
 const LONG_HOLD_ODDS: f64 = 0.3;
 /// How often a holder goes deaf for a while: it keeps writing without looking at its
 /// token, so that only fencing stands between it and the next holder.
-pub(crate) const DEAF_ODDS: f64 = 0.1;
+const DEAF_ODDS: f64 = 0.1;
 
 /// The worker's command line (given by the controller).
 #[derive(Debug, Clone, clap::Args)]
@@ -101,13 +101,10 @@ pub(crate) struct WorkerArgs {
     /// tokio-postgres connection string.
     #[arg(long)]
     pub(crate) postgres: Option<String>,
-    /// Write to PostgreSQL without the fence's check (a broken writer, for the checker to
-    /// catch).
+    /// Write to PostgreSQL without the fence's check, deaf through every hold (a broken
+    /// writer, for the checker to catch).
     #[arg(long)]
     pub(crate) unfenced: bool,
-    /// How often a hold goes deaf for a while (from 0 to 1).
-    #[arg(long, default_value_t = DEAF_ODDS)]
-    pub(crate) deaf_odds: f64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -133,7 +130,6 @@ struct Ctx {
     timeout: Duration,
     postgres: Option<String>,
     unfenced: bool,
-    deaf_odds: f64,
 }
 
 impl Ctx {
@@ -218,7 +214,6 @@ async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         timeout: timeout_,
         postgres: args.postgres.clone(),
         unfenced: args.unfenced,
-        deaf_odds: args.deaf_odds.clamp(0.0, 1.0),
     });
     // Which sessions are this process's, so that the checker knows whose leases a
     // server-side expiry ended.
@@ -596,14 +591,15 @@ async fn hold_only(
 
 /// How long a holder keeps a fenced lock: mostly 200 ms to 1.5 s; often from half a session
 /// timeout to the run's longest hold (several timeouts: faults and expiries then find holders
-/// at work); now and then deaf for one to two timeouts somewhere inside. The keep-writing
-/// holder holds on until a fault fires its token (within a bound), so that every such fault
-/// finds it at work.
+/// at work); now and then deaf for one to two timeouts somewhere inside. The broken holders
+/// hold on for [`BROKEN_HOLD`], so that every fault that ends a session finds one at work:
+/// the keep-writing holder until a fault fires its token, the unfenced one deaf throughout,
+/// so that it writes on after its session ended while its successor writes too.
 fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Hold {
-    if ctx.keep_writing {
+    if ctx.keep_writing || ctx.unfenced {
         return Hold {
-            length: KEEP_WRITING_HOLD,
-            deaf: None,
+            length: BROKEN_HOLD,
+            deaf: ctx.unfenced.then_some((Duration::ZERO, BROKEN_HOLD)),
         };
     }
     let short = Duration::from_millis(rng.random_range(200..1500));
@@ -614,7 +610,7 @@ fn hold_time(ctx: &Ctx, rng: &mut StdRng) -> Hold {
     } else {
         short
     };
-    let deaf = rng.random_bool(ctx.deaf_odds).then(|| {
+    let deaf = rng.random_bool(DEAF_ODDS).then(|| {
         let after = between(rng, Duration::ZERO, length);
         (after, between(rng, ctx.timeout, ctx.timeout * 2))
     });
