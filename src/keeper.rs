@@ -1,6 +1,6 @@
 //! One task that runs many small waits side by side: what a held lock needs done when it
-//! ends (a lock space's watch of its parts, a bounded hold's deadline) costs a future in
-//! its source's keeper, not a task of its own.
+//! ends (a lock space's watch of its parts, a bounded hold's deadline) and what keeps a
+//! group's membership cost a future in its source's keeper, not a task of its own.
 
 use std::fmt;
 use std::future::Future;

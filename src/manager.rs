@@ -225,8 +225,9 @@ struct ManagerInner {
     timeout: std::time::Duration,
     stop: CancellationToken,
     fatal: Mutex<Option<Error>>,
-    /// The task that ends its recipes' bounded holds at their deadlines.
-    bounds: Keeper<Kept>,
+    /// The task that keeps its recipes' waits: bounded holds to their deadlines, group
+    /// memberships through their sessions.
+    waits: Keeper<Kept>,
 }
 
 impl Drop for ManagerInner {
@@ -248,9 +249,10 @@ enum Current {
 }
 
 impl SessionManager {
-    /// The task that ends its recipes' bounded holds at their deadlines.
-    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
-        &self.inner.bounds
+    /// The task that keeps its recipes' waits: bounded holds to their deadlines, group
+    /// memberships through their sessions.
+    pub(crate) fn waits(&self) -> &Keeper<Kept> {
+        &self.inner.waits
     }
 
     /// Starts the manager; the first session is opened in the background.
@@ -267,7 +269,7 @@ impl SessionManager {
             timeout: options.get_timeout(),
             stop: stop.clone(),
             fatal: Mutex::new(None),
-            bounds: Keeper::default(),
+            waits: Keeper::default(),
         });
         let weak = Arc::downgrade(&inner);
         let mut sessions = SessionStream::new(client, path.to_string(), options, stop.clone());

@@ -99,16 +99,16 @@ impl<G: Guard> Bounded<G> {
     }
 
     /// A recipe's `_for` form: bounded by `bound` from `granted_at`, its wait run by
-    /// `bounds` (its source's keeper).
+    /// `waits` (its source's keeper).
     pub(crate) fn from_grant(
         guard: G,
         granted_at: Instant,
         bound: Duration,
-        bounds: &Keeper<Kept>,
+        waits: &Keeper<Kept>,
     ) -> Self {
         let deadline = granted_at + bound.min(LONGEST_BOUND);
         let (bounded, wait) = Self::start(guard, deadline);
-        bounds.keep(Box::pin(wait));
+        waits.keep(Box::pin(wait));
         bounded
     }
 

@@ -9,6 +9,7 @@ use super::follow::{Following, follow, read};
 use super::{Acquiring, Held, Prepare, Scope, Source, acquiring};
 use crate::config::{AcquireOptions, DescribeOptions, WatchOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keeper::{Keeper, Kept};
 use crate::session::{Lease, SemaphoreDescription};
 
 /// The group semaphore's limit: nobody ever waits to join.
@@ -131,7 +132,8 @@ pub enum MembershipState {
 /// Being a member of a [`Group`], from [`Group::join`]: the process stays a member for as
 /// long as this handle lives. Dropping it leaves the group.
 ///
-/// A small task, started by the join, keeps the membership: on a [`SessionManager`](crate::SessionManager) it
+/// A wait in the task its source keeps for its recipes (not a task of its own) keeps the
+/// membership: on a [`SessionManager`](crate::SessionManager) it
 /// joins again in the next session after a loss (the [state](Membership::state) goes
 /// [`Joining`](MembershipState::Joining), then [`Joined`](MembershipState::Joined) with the
 /// new session); on a [`Session`](crate::Session) the membership ends with the session.
@@ -176,9 +178,9 @@ fn answer(
 }
 
 impl Membership {
-    /// The handle of a membership kept by a task that says its `state` and answers `leave`
+    /// The handle of a membership kept by a wait that says its `state` and answers `leave`
     /// (a lock space's).
-    pub(crate) fn from_task(
+    pub(crate) fn from_wait(
         state: watch::Receiver<MembershipState>,
         leave: oneshot::Sender<oneshot::Sender<Result<bool>>>,
     ) -> Self {
@@ -188,18 +190,18 @@ impl Membership {
         }
     }
 
-    /// Starts the task that keeps the membership `held`.
-    fn start(held: Held<Lease>) -> Self {
+    /// Keeps the membership `held` in `waits` (its source's keeper).
+    fn start(held: Held<Lease>, waits: &Keeper<Kept>) -> Self {
         let (state_tx, state) = watch::channel(MembershipState::Joining);
         let (leave, asked) = oneshot::channel();
-        tokio::spawn(Self::keep(held, state_tx, asked));
+        waits.keep(Box::pin(Self::keep(held, state_tx, asked)));
         Self {
             state,
             leave: Some(leave),
         }
     }
 
-    /// The task: takes each membership from `held` and waits for it to end, until asked to
+    /// The wait: takes each membership from `held` and waits for it to end, until asked to
     /// leave (or the handle is dropped, which drops the lease and so releases it).
     async fn keep(
         mut held: Held<Lease>,
@@ -402,12 +404,13 @@ impl Group {
         Acquiring::steps(move |_, _| {
             Box::pin(async move {
                 let what = format!("group {name:?}");
+                let keeper = source.clone();
                 let held = Held::new(
                     what,
                     Arc::new(move || Box::pin(member_on(&source, &name, &data))),
                     |lease: &Lease| Some(lease.session_id()),
                 );
-                let membership = Membership::start(held);
+                let membership = Membership::start(held, keeper.waits());
                 membership.joined().await?;
                 Ok(membership)
             })

@@ -28,11 +28,11 @@ impl From<Source> for Scope {
 }
 
 impl Scope {
-    /// The task that ends the bounded holds taken here at their deadlines.
-    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
+    /// The task that keeps the waits of the recipes taken here (bounded holds, memberships).
+    pub(crate) fn waits(&self) -> &Keeper<Kept> {
         match self {
-            Self::Node(source) => source.bounds(),
-            Self::Space(space) => &space.shared().bounds,
+            Self::Node(source) => source.waits(),
+            Self::Space(space) => &space.shared().waits,
         }
     }
 }

@@ -586,7 +586,7 @@ impl crate::LockSpace {
     /// [`SessionManager::group`]. A member follows the layout: in a transition it is a
     /// member in both places, and it leaves the old place once the space runs the new
     /// layout, so the members are always all in the place [`Group::members`] and
-    /// [`Group::watch`] read. A small task keeps each [`Membership`]; its state is that of
+    /// [`Group::watch`] read. A wait in the space's task keeps each [`Membership`]; its state is that of
     /// its first place in the layout run (`Joined` with that place's session and order id),
     /// and it ends when it cannot follow a new layout (a node the space was not given) or a
     /// place's membership ends for good (its node's manager stopped,

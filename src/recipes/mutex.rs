@@ -426,7 +426,7 @@ impl Mutex {
         let scope = self.scope.clone();
         self.start(None, true, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(MutexGuard { held }, granted_at, bound, scope.bounds())
+            Bounded::from_grant(MutexGuard { held }, granted_at, bound, scope.waits())
         })
         .expect_some()
     }

@@ -269,7 +269,7 @@ impl RwLock {
         let scope = self.scope.clone();
         self.start(false, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(RwLockReadGuard { held }, granted_at, bound, scope.bounds())
+            Bounded::from_grant(RwLockReadGuard { held }, granted_at, bound, scope.waits())
         })
         .expect_some()
     }
@@ -288,7 +288,7 @@ impl RwLock {
         let scope = self.scope.clone();
         self.start(true, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(RwLockWriteGuard { held }, granted_at, bound, scope.bounds())
+            Bounded::from_grant(RwLockWriteGuard { held }, granted_at, bound, scope.waits())
         })
         .expect_some()
     }

@@ -225,7 +225,7 @@ impl Semaphore {
         let scope = self.scope.clone();
         self.start(n, None, move |held| {
             let granted_at = held.granted_at();
-            Bounded::from_grant(SemaphorePermit { held }, granted_at, bound, scope.bounds())
+            Bounded::from_grant(SemaphorePermit { held }, granted_at, bound, scope.waits())
         })
         .expect_some()
     }

@@ -31,8 +31,9 @@ pub(crate) trait SessionSource: fmt::Debug + Send + Sync + 'static {
     /// (past it, silence means the session may be lost anyway).
     fn timeout(&self) -> std::time::Duration;
 
-    /// The task that ends the bounded holds taken through this source at their deadlines.
-    fn bounds(&self) -> &Keeper<Kept>;
+    /// The task that keeps the waits of the recipes taken through this source: bounded
+    /// holds to their deadlines, group memberships through their sessions.
+    fn waits(&self) -> &Keeper<Kept>;
 }
 
 impl SessionSource for Session {
@@ -52,8 +53,8 @@ impl SessionSource for Session {
         Session::timeout(self)
     }
 
-    fn bounds(&self) -> &Keeper<Kept> {
-        Session::bounds(self)
+    fn waits(&self) -> &Keeper<Kept> {
+        Session::waits(self)
     }
 }
 
@@ -74,8 +75,8 @@ impl SessionSource for SessionManager {
         SessionManager::timeout(self)
     }
 
-    fn bounds(&self) -> &Keeper<Kept> {
-        SessionManager::bounds(self)
+    fn waits(&self) -> &Keeper<Kept> {
+        SessionManager::waits(self)
     }
 }
 
@@ -102,9 +103,9 @@ impl Source {
         self.0.session().await
     }
 
-    /// See [`SessionSource::bounds`].
-    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
-        self.0.bounds()
+    /// See [`SessionSource::waits`].
+    pub(crate) fn waits(&self) -> &Keeper<Kept> {
+        self.0.waits()
     }
 
     /// See [`SessionSource::timeout`].

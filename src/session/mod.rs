@@ -85,8 +85,9 @@ struct Inner {
     handle: inbox::Handle,
     state: watch::Receiver<SessionState>,
     token: CancellationToken,
-    /// The task that ends its recipes' bounded holds at their deadlines.
-    bounds: Keeper<Kept>,
+    /// The task that keeps its recipes' waits: bounded holds to their deadlines, group
+    /// memberships through their sessions.
+    waits: Keeper<Kept>,
 }
 
 impl Inner {
@@ -110,14 +111,15 @@ impl Session {
                 handle,
                 state,
                 token,
-                bounds: Keeper::default(),
+                waits: Keeper::default(),
             }),
         }
     }
 
-    /// The task that ends its recipes' bounded holds at their deadlines.
-    pub(crate) fn bounds(&self) -> &Keeper<Kept> {
-        &self.inner.bounds
+    /// The task that keeps its recipes' waits: bounded holds to their deadlines, group
+    /// memberships through their sessions.
+    pub(crate) fn waits(&self) -> &Keeper<Kept> {
+        &self.inner.waits
     }
 
     /// The server's id of the session.

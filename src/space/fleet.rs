@@ -248,8 +248,8 @@ where
 }
 
 /// Joins the group `name` of `space` with `data` in the name's places now, and returns
-/// once a member there; a small task then moves the membership with the layout (see
-/// [`LockSpace::group`]).
+/// once a member there; a wait in the space's keeper then moves the membership with the
+/// layout (see [`LockSpace::group`]).
 pub(crate) fn join_group(space: &LockSpace, name: &str, data: &[u8]) -> Acquiring<Membership> {
     let shared = space.shared().clone();
     let name = name.to_string();
@@ -268,8 +268,11 @@ pub(crate) fn join_group(space: &LockSpace, name: &str, data: &[u8]) -> Acquirin
             };
             let (leave, asked) = oneshot::channel();
             let (state_tx, state) = watch::channel(space_state(&shared, &name, &places.joined));
-            tokio::spawn(keep(shared, name, data, places, layouts, asked, state_tx));
-            Ok(Membership::from_task(state, leave))
+            let waits = shared.clone();
+            waits.waits.keep(Box::pin(keep(
+                shared, name, data, places, layouts, asked, state_tx,
+            )));
+            Ok(Membership::from_wait(state, leave))
         })
     })
 }

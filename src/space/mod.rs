@@ -150,8 +150,9 @@ pub(crate) struct Shared {
     /// The task that watches the held locks: a keeper of its own, of unboxed watches, since
     /// every held lock has one.
     keeper: Keeper<lock::Watch>,
-    /// The task that ends the bounded holds at their deadlines.
-    pub(crate) bounds: Keeper<Kept>,
+    /// The task that keeps the bounded holds to their deadlines and the group memberships
+    /// through their layouts.
+    pub(crate) waits: Keeper<Kept>,
     /// Stops the directory's tasks when the last handle goes.
     _stop: Option<DropGuard>,
 }
@@ -549,7 +550,7 @@ impl LockSpaceBuilder {
             _stop: link.as_ref().map(|_| stop.clone().drop_guard()),
             directory: link,
             keeper: Keeper::default(),
-            bounds: Keeper::default(),
+            waits: Keeper::default(),
         });
         if let Some(link) = &shared.directory {
             link.start(Arc::downgrade(&shared), stop).await?;

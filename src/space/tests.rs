@@ -35,7 +35,7 @@ fn shell(a: &Layout) -> Arc<Shared> {
         }),
         directory: None,
         keeper: Default::default(),
-        bounds: Default::default(),
+        waits: Default::default(),
         _stop: None,
     });
     shared.published_value(Ok(a.clone()));

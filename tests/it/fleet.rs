@@ -379,6 +379,67 @@ async fn held_multi_locks_start_no_task() {
     }
 }
 
+/// Memberships cost no task each: they wait in the one task their session or manager keeps
+/// for its recipes. 20 joins start at most those two; the manager's memberships all join
+/// again in its next session, one left answers, and one dropped leaves its group.
+#[tokio::test(start_paused = true)]
+async fn memberships_wait_in_one_task_of_their_source() {
+    let env = Env::new().await;
+    if !env.emulated() {
+        return;
+    }
+    let session = env.session().await;
+    let manager = env.client.session_manager(&env.node, SessionOptions::new());
+    let first = within(manager.current()).await.unwrap().id();
+    let observer = env.session().await;
+    let before = common::alive_tasks();
+    let mut on_session = Vec::new();
+    let mut on_manager = Vec::new();
+    for i in 0..10 {
+        on_session.push(
+            within(session.group(&format!("s{i}")).join(b"s"))
+                .await
+                .unwrap(),
+        );
+        on_manager.push(
+            within(manager.group(&format!("m{i}")).join(b"m"))
+                .await
+                .unwrap(),
+        );
+    }
+    let after = common::alive_tasks();
+    assert!(
+        after <= before + 2,
+        "20 memberships went from {before} to {after} tasks"
+    );
+
+    env.emulator.expire_session("app", first);
+    for membership in &on_manager {
+        let mut state = membership.state_changes();
+        let joined = within(state.wait_for(
+            |s| matches!(s, MembershipState::Joined { session_id, .. } if *session_id != first),
+        ))
+        .await;
+        assert!(joined.is_ok(), "{:?}", membership.state());
+    }
+    for i in [0, 9] {
+        let members = within(observer.group(&format!("m{i}")).members())
+            .await
+            .unwrap();
+        assert_eq!(data(&members), [b"m".to_vec()]);
+        assert_ne!(members[0].session_id, first);
+    }
+
+    assert!(within(on_session.remove(0).leave()).await.unwrap());
+    drop(on_session.remove(0));
+    for name in ["s0", "s1"] {
+        let members = within(observer.group(name).members()).await.unwrap();
+        assert!(members.is_empty(), "{name}: {members:?}");
+    }
+    let members = within(observer.group("s2").members()).await.unwrap();
+    assert_eq!(data(&members), [b"s".to_vec()]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_multi_lock_refuses_bad_input() {
     let env = Env::new().await;

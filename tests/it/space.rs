@@ -288,6 +288,52 @@ async fn held_locks_and_bounded_holds_cost_no_task_each() {
     }
 }
 
+/// 1c. The group memberships a space keeps wait in the same task as its bounded holds, not
+///     a task each, and so do their places' memberships, in the task of their node's
+///     manager: 20 joins start at most four (the space's and one per node); each is a
+///     member where its name is placed, one left answers, and one dropped leaves by itself.
+#[tokio::test(start_paused = true)]
+async fn memberships_cost_no_task_each() {
+    let c = Cluster::start().await;
+    let l = layout(1, NODES);
+    let space = c.fixed(&l).await;
+    let other = c.fixed(&l).await;
+    let first = warm(&space, &l).await;
+    let before = common::alive_tasks();
+    let names = names_where("group", 20, |_| true);
+    let mut memberships = Vec::new();
+    for name in &names {
+        memberships.push(within(space.group(name).join(b"x")).await.unwrap());
+    }
+    let after = common::alive_tasks();
+    assert!(
+        after <= before + 1 + NODES.len(),
+        "20 memberships went from {before} to {after} tasks"
+    );
+    for name in &names {
+        let members = within(other.group(name).members()).await.unwrap();
+        assert_eq!(members.len(), 1, "{name}");
+        assert_eq!(members[0].data, b"x");
+    }
+    assert!(within(memberships.remove(0).leave()).await.unwrap());
+    drop(memberships.remove(0));
+    for name in &names[..2] {
+        eventually(&format!("{name} has no member"), || async {
+            within(other.group(name).members())
+                .await
+                .unwrap()
+                .is_empty()
+        })
+        .await;
+    }
+    let members = within(other.group(&names[2]).members()).await.unwrap();
+    assert_eq!(members.len(), 1);
+    drop(memberships);
+    for guard in first {
+        unlock(guard).await;
+    }
+}
+
 /// 2. A moved name: holders of A and A+B exclude each other (on the A place), holders of
 ///    A+B and B too (on the B place); a holder of A and one of B do not, which is why no
 ///    process may run B while another runs A.
