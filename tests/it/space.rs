@@ -232,6 +232,17 @@ async fn warm(space: &LockSpace, l: &Layout) -> Vec<MutexGuard> {
     held
 }
 
+/// Two processes of a space running one part over every node, the first with a lock on
+/// each node (see [`warm`]), and the cluster under them (keep it while they are used).
+async fn warmed_pair() -> (Cluster, LockSpace, LockSpace, Vec<MutexGuard>) {
+    let c = Cluster::start().await;
+    let l = layout(1, NODES);
+    let space = c.fixed(&l).await;
+    let other = c.fixed(&l).await;
+    let first = warm(&space, &l).await;
+    (c, space, other, first)
+}
+
 /// Waits (bounded) until `other` can take each of `names`, and lets it go again.
 async fn free_again(other: &LockSpace, names: &[String]) {
     for name in names {
@@ -254,11 +265,7 @@ async fn free_again(other: &LockSpace, names: &[String]) {
 ///     process takes each name), and each bounded hold ends at its deadline.
 #[tokio::test(start_paused = true)]
 async fn held_locks_and_bounded_holds_cost_no_task_each() {
-    let c = Cluster::start().await;
-    let l = layout(1, NODES);
-    let space = c.fixed(&l).await;
-    let other = c.fixed(&l).await;
-    let first = warm(&space, &l).await;
+    let (_c, space, other, first) = warmed_pair().await;
     let before = common::alive_tasks();
     let names = names_where("job", 40, |_| true);
     let mut guards = Vec::new();
@@ -294,11 +301,7 @@ async fn held_locks_and_bounded_holds_cost_no_task_each() {
 ///     member where its name is placed, one left answers, and one dropped leaves by itself.
 #[tokio::test(start_paused = true)]
 async fn memberships_cost_no_task_each() {
-    let c = Cluster::start().await;
-    let l = layout(1, NODES);
-    let space = c.fixed(&l).await;
-    let other = c.fixed(&l).await;
-    let first = warm(&space, &l).await;
+    let (_c, space, other, first) = warmed_pair().await;
     let before = common::alive_tasks();
     let names = names_where("group", 20, |_| true);
     let mut memberships = Vec::new();
