@@ -133,10 +133,12 @@ pub enum MembershipState {
 /// long as this handle lives. Dropping it leaves the group.
 ///
 /// A wait in the task its source keeps for its recipes (not a task of its own) keeps the
-/// membership: on a [`SessionManager`](crate::SessionManager) it
-/// joins again in the next session after a loss (the [state](Membership::state) goes
+/// membership: on a [`SessionManager`](crate::SessionManager) it joins again in the next
+/// session after a loss (the [state](Membership::state) goes
 /// [`Joining`](MembershipState::Joining), then [`Joined`](MembershipState::Joined) with the
-/// new session); on a [`Session`](crate::Session) the membership ends with the session.
+/// new session); on a [`Session`](crate::Session) the membership ends with the session. If
+/// the runtime that task runs on shuts down, the membership ends with
+/// [`ErrorKind::SessionClosed`] and its lease is dropped.
 ///
 /// # Examples
 ///
@@ -167,6 +169,44 @@ pub struct Membership {
     leave: Option<oneshot::Sender<oneshot::Sender<Result<bool>>>>,
 }
 
+/// The sending side of a membership's state, as the wait that keeps the membership holds
+/// it: dropped before the wait said how the membership ended (the runtime of the task it
+/// ran in shut down, even before it first ran), it ends the state with
+/// [`ErrorKind::SessionClosed`], so that a membership nothing keeps any more never reads as
+/// joined.
+pub(crate) struct StateTx(watch::Sender<MembershipState>);
+
+impl StateTx {
+    /// A membership's state, starting at `state`, and its receiver.
+    pub(crate) fn channel(state: MembershipState) -> (Self, watch::Receiver<MembershipState>) {
+        let (tx, rx) = watch::channel(state);
+        (Self(tx), rx)
+    }
+}
+
+impl std::ops::Deref for StateTx {
+    type Target = watch::Sender<MembershipState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Drop for StateTx {
+    fn drop(&mut self) {
+        self.0.send_if_modified(|state| {
+            if matches!(state, MembershipState::Ended(_)) {
+                return false;
+            }
+            *state = MembershipState::Ended(Some(Error::new(
+                ErrorKind::SessionClosed,
+                "the runtime that kept the group membership shut down; join the group again",
+            )));
+            true
+        });
+    }
+}
+
 /// Answers a leave request, if there was one (not just a dropped handle).
 fn answer(
     asked: std::result::Result<oneshot::Sender<Result<bool>>, oneshot::error::RecvError>,
@@ -192,7 +232,7 @@ impl Membership {
 
     /// Keeps the membership `held` in `waits` (its source's keeper).
     fn start(held: Held<Lease>, waits: &Keeper<Kept>) -> Self {
-        let (state_tx, state) = watch::channel(MembershipState::Joining);
+        let (state_tx, state) = StateTx::channel(MembershipState::Joining);
         let (leave, asked) = oneshot::channel();
         waits.keep(Box::pin(Self::keep(held, state_tx, asked)));
         Self {
@@ -205,7 +245,7 @@ impl Membership {
     /// leave (or the handle is dropped, which drops the lease and so releases it).
     async fn keep(
         mut held: Held<Lease>,
-        state: watch::Sender<MembershipState>,
+        state: StateTx,
         mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
     ) {
         let ended = loop {
@@ -404,13 +444,13 @@ impl Group {
         Acquiring::steps(move |_, _| {
             Box::pin(async move {
                 let what = format!("group {name:?}");
-                let keeper = source.clone();
+                let joins = source.clone();
                 let held = Held::new(
                     what,
-                    Arc::new(move || Box::pin(member_on(&source, &name, &data))),
+                    Arc::new(move || Box::pin(member_on(&joins, &name, &data))),
                     |lease: &Lease| Some(lease.session_id()),
                 );
-                let membership = Membership::start(held, keeper.waits());
+                let membership = Membership::start(held, source.waits());
                 membership.joined().await?;
                 Ok(membership)
             })

@@ -91,8 +91,8 @@ pub use self::bounded::Bounded;
 pub use self::election::{Candidate, Election, Leader, LeaderStream, Leadership};
 pub(crate) use self::election::{candidates_on, leader_on};
 pub use self::follow::Following;
-pub(crate) use self::group::members_on;
 pub use self::group::{Group, Member, MemberStream, Membership, MembershipState};
+pub(crate) use self::group::{StateTx, members_on};
 pub use self::guard::Guard;
 pub use self::held::Held;
 pub use self::multi_lock::{MultiLock, MultiLockGuard};
@@ -586,11 +586,13 @@ impl crate::LockSpace {
     /// [`SessionManager::group`]. A member follows the layout: in a transition it is a
     /// member in both places, and it leaves the old place once the space runs the new
     /// layout, so the members are always all in the place [`Group::members`] and
-    /// [`Group::watch`] read. A wait in the space's task keeps each [`Membership`]; its state is that of
-    /// its first place in the layout run (`Joined` with that place's session and order id),
-    /// and it ends when it cannot follow a new layout (a node the space was not given) or a
-    /// place's membership ends for good (its node's manager stopped,
-    /// [`ErrorKind::SessionClosed`] after [`LockSpace::shutdown`](crate::LockSpace::shutdown)).
+    /// [`Group::watch`] read. A wait in the space's task keeps each [`Membership`]; its
+    /// state is that of its first place in the layout run (`Joined` with that place's
+    /// session and order id), and it ends when it cannot follow a new layout (a node the
+    /// space was not given) or a place's membership ends for good (its node's manager
+    /// stopped, [`ErrorKind::SessionClosed`] after
+    /// [`LockSpace::shutdown`](crate::LockSpace::shutdown), or the runtime of the space's
+    /// task shut down).
     /// A move to a new layout in progress (which may wait for a node that is down) does not
     /// hold up a [`Membership::leave`]: the places it joined leave by themselves. While a
     /// move is under way, the state is that of the places before it.

@@ -13,7 +13,9 @@ use super::lock::Spec;
 use super::{LockSpace, Shared, Ticket};
 use crate::config::{AcquireOptions, MAX_DATA_LEN};
 use crate::error::{Error, ErrorKind, Result};
-use crate::recipes::{Candidate, Leader, Member, Membership, MembershipState, Prepare, Source};
+use crate::recipes::{
+    Candidate, Leader, Member, Membership, MembershipState, Prepare, Source, StateTx,
+};
 use crate::session::Acquiring;
 use crate::session::FencingToken;
 
@@ -267,11 +269,9 @@ pub(crate) fn join_group(space: &LockSpace, name: &str, data: &[u8]) -> Acquirin
                 watching,
             };
             let (leave, asked) = oneshot::channel();
-            let (state_tx, state) = watch::channel(space_state(&shared, &name, &places.joined));
-            let waits = shared.clone();
-            waits.waits.keep(Box::pin(keep(
-                shared, name, data, places, layouts, asked, state_tx,
-            )));
+            let (state_tx, state) = StateTx::channel(space_state(&shared, &name, &places.joined));
+            let keeping = keep(shared.clone(), name, data, places, layouts, asked, state_tx);
+            shared.waits.keep(Box::pin(keeping));
             Ok(Membership::from_wait(state, leave))
         })
     })
@@ -401,7 +401,7 @@ async fn keep(
     places: Places,
     mut layouts: watch::Receiver<Arc<Layout>>,
     mut asked: oneshot::Receiver<oneshot::Sender<Result<bool>>>,
-    state: watch::Sender<MembershipState>,
+    state: StateTx,
 ) {
     let Places {
         mut joined,

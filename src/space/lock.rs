@@ -214,9 +214,11 @@ impl SpaceLease {
             clean,
             leader: taken.leader,
         });
-        shared.keeper.hand((state.clone(), part_tokens), |locks| {
-            keeper::run(locks, |(state, parts)| watch_guard(state, parts))
-        });
+        shared
+            .keeper
+            .hand(Watch::new(state.clone(), part_tokens), |locks| {
+                keeper::run(locks, watch_guard)
+            });
         Self {
             // Dropping the guard ends the lock: its task then releases the parts.
             _drop: state.lost.clone().drop_guard(),
@@ -355,17 +357,36 @@ impl Guard for SpaceLease {
     }
 }
 
-/// A lock for the space's keeper to watch: its shared state and its parts' tokens.
-pub(super) type Watch = (Arc<GuardState>, Vec<CancellationToken>);
+/// A lock for the space's keeper to watch: its shared state and its parts' tokens. Dropped
+/// before its watch ended (the keeper's runtime shut down, even before the keeper took it),
+/// it fires the lock's token: a lock nothing watches any more counts as lost, never as held.
+pub(super) struct Watch {
+    state: Arc<GuardState>,
+    parts: Vec<CancellationToken>,
+    unwatched: DropGuard,
+}
+
+impl Watch {
+    fn new(state: Arc<GuardState>, parts: Vec<CancellationToken>) -> Self {
+        let unwatched = state.lost.clone().drop_guard();
+        Self {
+            state,
+            parts,
+            unwatched,
+        }
+    }
+}
 
 /// What the space's keeper does for one lock: waits until a part is lost or the lock ends
 /// otherwise (its token, `state.lost`, is its claim's, so it fires when the membership may
 /// be lost or the layout fell behind, and the guard's drop fires it), then releases what is
 /// still held. The release is boxed: the future waits most of its life, at its smallest.
-/// Dropped before that (the keeper's runtime shut down), it fires the lock's token: a lock
-/// nothing watches any more counts as lost, never as held.
-async fn watch_guard(state: Arc<GuardState>, parts: Vec<CancellationToken>) {
-    let _unwatched = state.lost.clone().drop_guard();
+async fn watch_guard(watch: Watch) {
+    let Watch {
+        state,
+        parts,
+        unwatched: _unwatched,
+    } = watch;
     let any_part = futures::future::select_all(
         parts
             .into_iter()
@@ -668,13 +689,27 @@ mod tests {
         })
     }
 
+    /// A watch of `state` by one part.
+    fn watch(state: &Arc<GuardState>) -> Watch {
+        Watch::new(state.clone(), vec![CancellationToken::new()])
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_watch_dropped_before_the_lock_ends_marks_it_lost() {
         let state = state();
-        let mut watch = Box::pin(watch_guard(state.clone(), vec![CancellationToken::new()]));
-        assert!(futures::poll!(watch.as_mut()).is_pending());
+        let mut watching = Box::pin(watch_guard(watch(&state)));
+        assert!(futures::poll!(watching.as_mut()).is_pending());
         assert!(!state.lost.is_cancelled(), "a lock watched is held");
-        drop(watch);
+        drop(watching);
+        assert!(state.lost.is_cancelled());
+    }
+
+    #[test]
+    fn a_watch_the_keeper_never_took_marks_the_lock_lost() {
+        let state = state();
+        let unwatched = watch(&state);
+        assert!(!state.lost.is_cancelled());
+        drop(unwatched);
         assert!(state.lost.is_cancelled());
     }
 
@@ -682,7 +717,7 @@ mod tests {
     async fn a_part_lost_ends_the_watch_and_the_lock() {
         let state = state();
         let part = CancellationToken::new();
-        let watch = tokio::spawn(watch_guard(state.clone(), vec![part.clone()]));
+        let watch = tokio::spawn(watch_guard(Watch::new(state.clone(), vec![part.clone()])));
         part.cancel();
         tokio::time::timeout(RELEASE_WAIT, watch)
             .await

@@ -20,6 +20,35 @@ pub fn alive_tasks() -> usize {
         .num_alive_tasks()
 }
 
+/// Fails the test if more than `extra` tasks are alive than `before` ([`alive_tasks`] taken
+/// before `what` was done).
+pub fn assert_tasks_at_most(before: usize, extra: usize, what: &str) {
+    let after = alive_tasks();
+    assert!(
+        after <= before + extra,
+        "{what} went from {before} to {after} tasks"
+    );
+}
+
+/// Runs `f` (bounded) on a runtime of its own, on a blocking thread of this one, and then
+/// shuts that runtime down: the tasks `f` started there are gone, what it returned stays.
+pub async fn on_a_runtime_that_shuts_down<F>(f: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let ran = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = runtime.block_on(within(f));
+        drop(runtime);
+        out
+    });
+    within(ran).await.unwrap()
+}
+
 /// Awaits `f` or fails the test.
 pub async fn within<F: IntoFuture>(f: F) -> F::Output {
     match tokio::time::timeout(T, f).await {

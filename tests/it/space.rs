@@ -1,8 +1,9 @@
 //! The lock space against the emulator over TCP: names land where placement says, exclusion
 //! and limits hold in both phases of a reshard (and would not without the transition),
 //! fencing tokens grow across a move, the locks a space holds are watched by one task of
-//! the space (which releases a dropped guard's parts) and its bounded holds wait in one more,
-//! the operator's steps wait for lagging members, a layout that cannot be followed or that
+//! the space (which releases a dropped guard's parts) and its bounded holds and memberships
+//! wait in one more (what a runtime that shut down kept reads as lost or ended), the
+//! operator's steps wait for lagging members, a layout that cannot be followed or that
 //! skips an epoch is handled, a node down affects only its names, multi-locks are all or
 //! nothing, bad input is refused by kind, a publication keeps its value through a reshard, a
 //! membership ends with its error and leaves without waiting for a move, and a process's
@@ -278,11 +279,7 @@ async fn held_locks_and_bounded_holds_cost_no_task_each() {
         let hold = within(space.mutex(name).lock_for(Duration::from_secs(30))).await;
         holds.push(hold.unwrap());
     }
-    let after = common::alive_tasks();
-    assert!(
-        after <= before + 1,
-        "40 held locks and 20 bounded holds went from {before} to {after} tasks"
-    );
+    common::assert_tasks_at_most(before, 1, "40 held locks and 20 bounded holds");
     drop(guards);
     free_again(&other, &names).await;
     for hold in &holds {
@@ -308,11 +305,7 @@ async fn memberships_cost_no_task_each() {
     for name in &names {
         memberships.push(within(space.group(name).join(b"x")).await.unwrap());
     }
-    let after = common::alive_tasks();
-    assert!(
-        after <= before + 1 + NODES.len(),
-        "20 memberships went from {before} to {after} tasks"
-    );
+    common::assert_tasks_at_most(before, 1 + NODES.len(), "20 memberships");
     for name in &names {
         let members = within(other.group(name).members()).await.unwrap();
         assert_eq!(members.len(), 1, "{name}");
@@ -332,6 +325,35 @@ async fn memberships_cost_no_task_each() {
     let members = within(other.group(&names[2]).members()).await.unwrap();
     assert_eq!(members.len(), 1);
     drop(memberships);
+    for guard in first {
+        unlock(guard).await;
+    }
+}
+
+/// 1d. A membership and a lock of a space, whose waits ran on a runtime that shut down,
+///     never read as joined or held: the membership ends with `SessionClosed` and its places
+///     leave the group; the lock counts as lost.
+#[tokio::test(start_paused = true)]
+async fn what_a_runtime_that_shut_down_kept_ends() {
+    let (_c, space, other, first) = warmed_pair().await;
+    let group = space.group("g");
+    let mutex = other.mutex("job");
+    // The space's first wait, its nodes' managers' and the other space's first lock watch
+    // start their tasks on that other runtime.
+    let (membership, guard) = common::on_a_runtime_that_shuts_down(async move {
+        let membership = within(group.join(b"a")).await.unwrap();
+        let guard = within(mutex.lock()).await.unwrap();
+        (membership, guard)
+    })
+    .await;
+    let err = within(membership.joined()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionClosed);
+    assert!(guard.is_lost());
+    eventually("g has no member", || async {
+        within(space.group("g").members()).await.unwrap().is_empty()
+    })
+    .await;
+    drop(guard);
     for guard in first {
         unlock(guard).await;
     }
